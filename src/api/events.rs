@@ -1,0 +1,160 @@
+//! `POST /v1/events`: parse, plan and render, then ONE transaction.
+
+use super::{ApiError, AppState, Caller, Scope};
+use crate::clock::micros;
+use crate::event::{canonical_json, parse_event};
+use crate::plan::{PlanInput, plan};
+use crate::store::{Ingest, IngestOutcome};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use std::collections::HashMap;
+
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+pub async fn post_event(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    caller.require(Scope::EventsWrite)?;
+    require_json(&headers)?;
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge {
+                limit: app.config.max_body_bytes,
+            }
+        } else {
+            ApiError::bad_request(format!("could not read the request body: {rejection}"))
+        }
+    })?;
+    let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
+        code: "malformed_json",
+        message: format!("body is not valid JSON: {e}"),
+    })?;
+    let event = parse_event(&json).map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
+    let route = app.routes.get(&event.event_type).ok_or_else(|| {
+        ApiError::UnknownEventType(format!(
+            "type: no route is configured for event type {:?}",
+            event.event_type
+        ))
+    })?;
+    let identity = match idempotency_key(&headers)? {
+        Some(k) => format!("key:{k}"),
+        None => format!("event:{}", event.event_key(&caller.tenant)),
+    };
+
+    let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
+    let directory: HashMap<_, _> = app
+        .store
+        .recipients_get(caller.tenant.as_str(), &ids)
+        .await?
+        .into_iter()
+        .map(|r| (r.id.clone(), r))
+        .collect();
+    let now_us = micros(app.clock.now());
+    let configured = |c| app.config.channel_configured(c);
+    let intents = plan(&PlanInput {
+        tenant: &caller.tenant,
+        event: &event,
+        route,
+        templates: &app.templates,
+        directory: &directory,
+        configured: &configured,
+        now_us,
+    });
+    let ingest = Ingest {
+        tenant: caller.tenant.as_str().to_string(),
+        identity,
+        fingerprint: event.fingerprint(),
+        event_key: event.event_key(&caller.tenant),
+        event_type: event.event_type.clone(),
+        entity_type: event.entity.kind.clone(),
+        entity_id: event.entity.id.clone(),
+        entity_version: event.entity.version.map(|v| v as i64),
+        occurred_at: event.occurred_at.canonical(),
+        event_body: canonical_json(&event.canonical()),
+        intents,
+        now_us,
+    };
+    match app.store.events_ingest(ingest).await? {
+        IngestOutcome::Accepted {
+            response,
+            any_created,
+        } => {
+            for i in response.intents.iter() {
+                tracing::info!(
+                    intent = %i.key,
+                    channel = %i.channel,
+                    decision = %i.decision,
+                    state = %i.state,
+                    created = i.created,
+                    "intent recorded"
+                );
+            }
+            let status = if any_created {
+                StatusCode::ACCEPTED
+            } else {
+                StatusCode::OK
+            };
+            Ok((status, Json(response)).into_response())
+        }
+        IngestOutcome::Replayed { response } => {
+            let mut resp = (StatusCode::OK, Json(response)).into_response();
+            resp.headers_mut()
+                .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            Ok(resp)
+        }
+        IngestOutcome::Mismatch => Err(ApiError::IdempotencyMismatch),
+    }
+}
+
+/// `application/json`, or any `application/…+json`.
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let mime = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json")) {
+        return Ok(());
+    }
+    let got = if ct.is_empty() {
+        "no Content-Type".to_string()
+    } else {
+        format!("Content-Type {ct:?}")
+    };
+    Err(ApiError::UnsupportedMediaType(format!(
+        "send the event as JSON with Content-Type: application/json (got {got})"
+    )))
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::invalid_field(
+            "Idempotency-Key",
+            &format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+        )
+    };
+    let s = v.to_str().map_err(|_| bad())?.trim();
+    if s.is_empty()
+        || s.len() > MAX_IDEMPOTENCY_KEY
+        || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+    {
+        return Err(bad());
+    }
+    Ok(Some(s.to_string()))
+}

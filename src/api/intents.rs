@@ -1,0 +1,94 @@
+//! `GET /v1/intents/{id or key}` and `GET /v1/intents?entity=TYPE:ID&recipient=ID&state=…`.
+
+use super::{ApiError, AppState, Caller, Scope, views};
+use crate::event::NotificationKey;
+use crate::intent::State as IntentState;
+use crate::store::IntentFilter;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub const DEFAULT_PAGE: u32 = 50;
+pub const MAX_PAGE: u32 = 500;
+
+pub async fn get_one(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::IntentsRead)?;
+    let not_found = || ApiError::NotFound(format!("no intent {id:?}"));
+    // The id of an intent is its key: one identifier, derived from the event.
+    let key = NotificationKey::parse(&id).ok_or_else(not_found)?;
+    let detail = app
+        .store
+        .intent_get(caller.tenant.as_str(), key.as_str())
+        .await?
+        .ok_or_else(not_found)?;
+    Ok(Json(views::intent_detail(&detail)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    entity: Option<String>,
+    recipient: Option<String>,
+    state: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::IntentsRead)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let entity = match q.entity {
+        None => None,
+        Some(e) => {
+            let (kind, id) = e
+                .split_once(':')
+                .filter(|(k, i)| !k.is_empty() && !i.is_empty())
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "entity",
+                        "must be TYPE:ID, like purchase_order:PO-4482",
+                    )
+                })?;
+            Some((kind.to_string(), id.to_string()))
+        }
+    };
+    if let Some(s) = &q.state
+        && IntentState::parse(s).is_none()
+    {
+        let known: Vec<_> = IntentState::ALL.iter().map(|s| s.as_str()).collect();
+        return Err(ApiError::invalid_field(
+            "state",
+            &format!("unknown state {s:?}; expected one of {}", known.join(", ")),
+        ));
+    }
+    let filter = IntentFilter {
+        tenant: caller.tenant.as_str().to_string(),
+        entity,
+        recipient_id: q.recipient,
+        state: q.state,
+        cursor: q.cursor,
+        limit: page_limit(q.limit)?,
+    };
+    let page = app.store.intents_list(filter).await?;
+    let intents: Vec<Value> = page.items.iter().map(views::intent).collect();
+    Ok(Json(json!({"intents": intents, "next": page.next})))
+}
+
+pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::invalid_field(
+            "limit",
+            &format!("must be between 1 and {MAX_PAGE}"),
+        )),
+    }
+}

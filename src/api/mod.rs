@@ -1,0 +1,100 @@
+//! The HTTP API (DESIGN §4). Handlers parse input into typed values at the edge;
+//! errors become responses in exactly one place, [`ApiError`].
+
+mod auth;
+mod error;
+mod events;
+mod inbox;
+mod intents;
+mod recipients;
+mod views;
+
+pub use auth::{Caller, Scope, TokenTable};
+pub use error::ApiError;
+
+use crate::clock::Clock;
+use crate::config::{Config, Route};
+use crate::render::TemplateSet;
+use crate::store::Store;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub config: Arc<Config>,
+    pub templates: Arc<TemplateSet>,
+    pub routes: Arc<HashMap<String, Route>>,
+    pub tokens: Arc<TokenTable>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl AppState {
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        templates: Arc<TemplateSet>,
+        clock: Arc<dyn Clock>,
+    ) -> AppState {
+        let routes = config
+            .routes
+            .iter()
+            .map(|r| (r.event.clone(), r.clone()))
+            .collect();
+        let tokens = TokenTable::from_config(&config.auth.tokens);
+        AppState {
+            store,
+            config,
+            templates,
+            routes: Arc::new(routes),
+            tokens: Arc::new(tokens),
+            clock,
+        }
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.config.max_body_bytes;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/events", post(events::post_event))
+        .route("/v1/intents", get(intents::list))
+        .route("/v1/intents/{id}", get(intents::get_one))
+        .route(
+            "/v1/recipients/{id}",
+            put(recipients::put_one).get(recipients::get_one),
+        )
+        .route("/v1/recipients/{id}/inbox", get(inbox::list))
+        .route(
+            "/v1/recipients/{id}/inbox/{card}/read",
+            post(inbox::mark_read),
+        )
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn healthz() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
+    match app.store.ping().await {
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check: database unreachable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "database unreachable"})),
+            )
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! The recipient directory: `PUT /v1/recipients/{id}` and `GET`.
+
+use super::{ApiError, AppState, Caller, Scope, views};
+use crate::clock::micros;
+use crate::event::canonical_json;
+use crate::recipient::{
+    validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url,
+};
+use crate::store::RecipientPut;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+
+const FIELDS: [&str; 6] = [
+    "email",
+    "phone",
+    "locale",
+    "timezone",
+    "webhook_url",
+    "preferences",
+];
+
+pub async fn put_one(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    caller.require(Scope::RecipientsWrite)?;
+    if id.is_empty() || id.len() > 256 || id.contains('|') {
+        return Err(ApiError::invalid_field(
+            "id",
+            "must be 1 to 256 characters without '|'",
+        ));
+    }
+    let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
+        code: "malformed_json",
+        message: format!("body is not valid JSON: {e}"),
+    })?;
+    let obj = json
+        .as_object()
+        .ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
+    if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid_field(
+            unknown,
+            &format!("unknown field; expected one of {}", FIELDS.join(", ")),
+        ));
+    }
+    let field = |name: &str,
+                 check: fn(&str) -> Result<String, String>|
+     -> Result<Option<String>, ApiError> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => check(s)
+                .map(Some)
+                .map_err(|m| ApiError::invalid_field(name, &m)),
+            Some(_) => Err(ApiError::invalid_field(name, "must be a string")),
+        }
+    };
+    let preferences = match obj.get("preferences") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(p)) => p.clone(),
+        Some(_) => return Err(ApiError::invalid_field("preferences", "must be an object")),
+    };
+    let put = RecipientPut {
+        tenant: caller.tenant.as_str().to_string(),
+        id,
+        email: field("email", validate_email)?,
+        phone: field("phone", validate_phone)?,
+        locale: field("locale", validate_locale)?,
+        timezone: field("timezone", validate_timezone)?,
+        webhook_url: field("webhook_url", validate_webhook_url)?,
+        preferences: canonical_json(&Value::Object(preferences)),
+        now_us: micros(app.clock.now()),
+    };
+    let row = app.store.recipient_put(put).await?;
+    Ok((StatusCode::OK, Json(views::recipient(&row))))
+}
+
+pub async fn get_one(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::RecipientsWrite)?;
+    let rows = app
+        .store
+        .recipients_get(caller.tenant.as_str(), std::slice::from_ref(&id))
+        .await?;
+    let row = rows
+        .first()
+        .ok_or_else(|| ApiError::NotFound(format!("no recipient {id:?}")))?;
+    Ok(Json(views::recipient(row)))
+}

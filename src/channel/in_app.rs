@@ -1,0 +1,55 @@
+//! The in-app channel: Herald's own inbox. Delivery is a write to the inbox
+//! table, idempotent per intent, that keeps one card per entity at its highest
+//! version (DESIGN rule 4).
+
+use super::{Delivery, Outcome, Provider, short_error};
+use crate::intent::Reason;
+use crate::store::{InboxDelivery, Store};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+pub struct InApp {
+    store: Arc<dyn Store>,
+}
+
+impl InApp {
+    pub fn new(store: Arc<dyn Store>) -> InApp {
+        InApp { store }
+    }
+}
+
+#[async_trait]
+impl Provider for InApp {
+    async fn send(&self, d: &Delivery) -> Outcome {
+        let Some(digest) = d.payload_digest.clone() else {
+            return Outcome::Permanent {
+                reason: Reason::TemplateError,
+                status: None,
+                error: "no rendered content".into(),
+            };
+        };
+        let delivery = InboxDelivery {
+            tenant: d.tenant.clone(),
+            recipient_id: d.recipient_id.clone(),
+            entity_type: d.entity_type.clone(),
+            entity_id: d.entity_id.clone(),
+            version: d.entity_version,
+            occurred_at: d.occurred_at.clone(),
+            intent_key: d.key.clone(),
+            payload_digest: digest,
+            now_us: crate::clock::micros(jiff::Timestamp::now()),
+        };
+        match self.store.inbox_deliver(delivery).await {
+            Ok(()) => Outcome::Accepted {
+                status: None,
+                message_id: None,
+            },
+            Err(e) => Outcome::Retryable {
+                class: Reason::Unreachable,
+                status: None,
+                error: short_error(&format!("inbox write failed: {e}")),
+                retry_after: None,
+            },
+        }
+    }
+}

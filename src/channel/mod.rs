@@ -1,0 +1,124 @@
+//! Channels: the seam between a claimed intent and a provider. Each provider
+//! makes one call and classifies what happened (DESIGN §5); the worker turns
+//! that into a state transition.
+
+pub mod in_app;
+pub mod sink;
+pub mod sms_http;
+pub mod smtp;
+
+use crate::intent::{OutcomeClass, Reason};
+use crate::render::Content;
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// One message to hand to a provider: the intent's frozen content and
+/// destination, never re-read from the directory or re-rendered.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub key: String,
+    pub tenant: String,
+    pub recipient_id: String,
+    pub destination: Option<String>,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub entity_version: Option<i64>,
+    pub occurred_at: String,
+    pub event_type: String,
+    pub payload_digest: Option<String>,
+    pub content: Content,
+    pub attempt: i64,
+}
+
+/// What one provider call came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    Accepted {
+        status: Option<u16>,
+        message_id: Option<String>,
+    },
+    /// Worth trying again; `retry_after` is the provider's floor.
+    Retryable {
+        class: Reason,
+        status: Option<u16>,
+        error: String,
+        retry_after: Option<Duration>,
+    },
+    /// The request may or may not have been acted on (a timeout after it was
+    /// sent). Retried with the same downstream key.
+    Unknown { error: String },
+    Permanent {
+        reason: Reason,
+        status: Option<u16>,
+        error: String,
+    },
+}
+
+impl Outcome {
+    pub fn class(&self) -> OutcomeClass {
+        match self {
+            Outcome::Accepted { .. } => OutcomeClass::Accepted,
+            Outcome::Retryable { .. } => OutcomeClass::Retryable,
+            Outcome::Unknown { .. } => OutcomeClass::Unknown,
+            Outcome::Permanent { .. } => OutcomeClass::Permanent,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Provider: Send + Sync {
+    async fn send(&self, delivery: &Delivery) -> Outcome;
+}
+
+/// Provider error text as stored on the attempt: bounded, one line.
+pub fn short_error(text: &str) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let mut out: String = one_line.chars().take(300).collect();
+    if one_line.chars().count() > 300 {
+        out.push('…');
+    }
+    out
+}
+
+/// `Retry-After`: seconds, or an HTTP date.
+pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
+    let d = at.duration_since(now);
+    Some(Duration::try_from(d).unwrap_or(Duration::ZERO))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_date() {
+        let now: jiff::Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Mon, 30 Nov 2026 10:01:00 GMT", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn errors_are_bounded_to_one_line() {
+        let e = short_error(&format!("a\nb{}", "x".repeat(400)));
+        assert!(!e.contains('\n') && e.chars().count() == 301);
+    }
+}

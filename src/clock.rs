@@ -1,0 +1,25 @@
+//! Time: an injectable clock, and the microsecond form both databases store.
+
+use jiff::Timestamp;
+
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+pub fn micros(t: Timestamp) -> i64 {
+    t.as_microsecond()
+}
+
+/// The RFC 3339 form of a stored time (`None` for an out-of-range value).
+pub fn rfc3339(us: i64) -> Option<String> {
+    Timestamp::from_microsecond(us).ok().map(|t| t.to_string())
+}

@@ -1,0 +1,692 @@
+//! Configuration (DESIGN §6): defaults, then the TOML file, then `HERALD_…`
+//! environment variables (`HERALD_RETRY__ATTEMPTS=8`), validated once at load
+//! with messages that name the key. Secrets are never printed.
+
+use crate::deliver::retry::RetryPolicy;
+use crate::event::Channel;
+use serde::{Deserialize, Deserializer};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What `herald serve` runs with no config at all: SQLite in `./herald.db`,
+/// email and SMS written to `./herald-outbox/`, the built-in example templates.
+pub const EMBEDDED_DEFAULT: &str = r#"
+listen = "127.0.0.1:8080"
+database_url = "sqlite://herald.db"
+dedupe_window = "24h"
+
+[[routes]]
+event = "purchase_order.approved"
+template = "po_approved"
+channels = ["email", "sms", "in_app"]
+
+[channels.email]
+sink = "herald-outbox"
+from = "Herald <noreply@herald.local>"
+message_id_domain = "herald.local"
+
+[channels.sms]
+sink = "herald-outbox"
+"#;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(msg.into())
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default = "default_database_url")]
+    pub database_url: String,
+    pub redis_url: Option<String>,
+    /// Absent: the built-in example templates.
+    pub templates_dir: Option<PathBuf>,
+    #[serde(default = "default_dedupe_window", deserialize_with = "duration")]
+    pub dedupe_window: Duration,
+    /// Largest accepted request body, in bytes.
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// How long SIGTERM waits for in-flight attempts before exiting.
+    #[serde(default = "default_shutdown_grace", deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub worker: WorkerConfig,
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    #[serde(default)]
+    pub channels: ChannelsConfig,
+    pub ops: Option<OpsConfig>,
+    #[serde(default)]
+    pub auth: AuthConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_database_url() -> String {
+    "sqlite://herald.db".into()
+}
+fn default_dedupe_window() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+fn default_max_body() -> usize {
+    256 * 1024
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    #[serde(default = "default_attempts")]
+    pub attempts: u32,
+    #[serde(default = "default_base", deserialize_with = "duration")]
+    pub base: Duration,
+    #[serde(default = "default_max", deserialize_with = "duration")]
+    pub max: Duration,
+}
+fn default_attempts() -> u32 {
+    6
+}
+fn default_base() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max() -> Duration {
+    Duration::from_secs(3600)
+}
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            attempts: default_attempts(),
+            base: default_base(),
+            max: default_max(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerConfig {
+    /// Provider calls in flight at once, per process.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    #[serde(default = "default_poll", deserialize_with = "duration")]
+    pub poll_interval: Duration,
+    #[serde(default = "default_lease", deserialize_with = "duration")]
+    pub lease: Duration,
+    /// Run no workers in this process (an API-only instance).
+    #[serde(default)]
+    pub disabled: bool,
+}
+fn default_concurrency() -> usize {
+    32
+}
+fn default_poll() -> Duration {
+    Duration::from_millis(200)
+}
+fn default_lease() -> Duration {
+    Duration::from_secs(30)
+}
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            concurrency: default_concurrency(),
+            poll_interval: default_poll(),
+            lease: default_lease(),
+            disabled: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub event: String,
+    pub template: String,
+    pub channels: Vec<String>,
+}
+
+impl Route {
+    pub fn channels(&self) -> Vec<Channel> {
+        self.channels
+            .iter()
+            .filter_map(|c| Channel::parse(c))
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsConfig {
+    pub email: Option<EmailConfig>,
+    pub sms: Option<SmsConfig>,
+    pub webhook: Option<WebhookConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmailConfig {
+    pub smtp_url: Option<String>,
+    /// Write messages as files into this directory instead of sending them.
+    pub sink: Option<PathBuf>,
+    #[serde(default = "default_from")]
+    pub from: String,
+    #[serde(default = "default_message_id_domain")]
+    pub message_id_domain: String,
+    #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+fn default_from() -> String {
+    "Herald <noreply@herald.local>".into()
+}
+fn default_message_id_domain() -> String {
+    "herald.local".into()
+}
+fn default_provider_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SmsConfig {
+    pub url: Option<String>,
+    pub sink: Option<PathBuf>,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub auth_token: Option<String>,
+    #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    pub secret: String,
+    #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpsConfig {
+    pub digest_webhook: Option<String>,
+    #[serde(default = "default_digest_at")]
+    pub digest_at: String,
+    #[serde(default = "default_digest_tz")]
+    pub digest_timezone: String,
+}
+fn default_digest_at() -> String {
+    "08:30".into()
+}
+fn default_digest_tz() -> String {
+    "UTC".into()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub tokens: Vec<TokenConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub name: String,
+    pub tenant: String,
+    pub token_sha256: String,
+    pub scopes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    #[serde(default = "default_log_format")]
+    pub format: String,
+    /// A tracing filter, e.g. `info` or `herald=debug,sqlx=warn`.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+}
+fn default_log_format() -> String {
+    "text".into()
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: default_log_format(),
+            level: default_log_level(),
+        }
+    }
+}
+
+/// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"` (jiff's friendly format) or ISO 8601 (`PT30S`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d: jiff::SignedDuration = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30s, 15m or 1h"))?;
+    Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_duration(&s).map_err(serde::de::Error::custom)
+}
+
+/// `15m30s`, `1h`, `200ms`: the compact form the CLI prints.
+pub fn format_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    let ms = d.as_millis();
+    let (h, m, s, rest) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    let mut out = String::new();
+    for (n, unit) in [(h, "h"), (m, "m"), (s, "s"), (rest, "ms")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
+}
+
+const TOP_LEVEL_KEYS: [&str; 15] = [
+    "listen",
+    "database_url",
+    "redis_url",
+    "templates_dir",
+    "dedupe_window",
+    "max_body_bytes",
+    "shutdown_grace",
+    "retry",
+    "worker",
+    "routes",
+    "channels",
+    "ops",
+    "auth",
+    "log",
+    "outbox",
+];
+
+impl Config {
+    /// The file at `path`, or the embedded default; then the environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let vars: Vec<(String, String)> = std::env::vars().collect();
+        Config::load_with_env(path, &vars)
+    }
+
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                path: p.to_path_buf(),
+                source,
+            })?,
+            None => EMBEDDED_DEFAULT.to_string(),
+        };
+        let origin = path.map_or("the embedded default".to_string(), |p| {
+            p.display().to_string()
+        });
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|e| invalid(format!("{origin}: {}", e.message())))?;
+        apply_env(&mut table, env)?;
+        let config: Config = table
+            .try_into()
+            .map_err(|e: toml::de::Error| invalid(format!("{origin}: {}", e.message())))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy::new(self.retry.attempts, self.retry.base, self.retry.max)
+    }
+
+    pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|_| {
+            invalid(format!(
+                "listen: {:?} is not an address like 127.0.0.1:8080",
+                self.listen
+            ))
+        })
+    }
+
+    pub fn auth_enabled(&self) -> bool {
+        !self.auth.tokens.is_empty()
+    }
+
+    /// Whether the deployment can deliver on `channel` (in-app is Herald's own).
+    pub fn channel_configured(&self, channel: Channel) -> bool {
+        match channel {
+            Channel::InApp => true,
+            Channel::Email => self.channels.email.is_some(),
+            Channel::Sms => self.channels.sms.is_some(),
+            Channel::Webhook => self.channels.webhook.is_some(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let addr = self.listen_addr()?;
+        if !addr.ip().is_loopback() && !self.auth_enabled() {
+            return Err(invalid(format!(
+                "listen: {addr} is not a loopback address, and no [[auth.tokens]] are configured; \
+                 Herald without tokens would accept events from anyone who can reach it. \
+                 Configure tokens or listen on 127.0.0.1"
+            )));
+        }
+        let scheme = self.database_url.split("://").next().unwrap_or_default();
+        if !matches!(scheme, "sqlite" | "postgres" | "postgresql") {
+            return Err(invalid(format!(
+                "database_url: scheme {scheme:?} is not sqlite:// or postgres://"
+            )));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(invalid("max_body_bytes: must be at least 1024"));
+        }
+        let r = &self.retry;
+        if r.attempts == 0 || r.attempts > 100 {
+            return Err(invalid(format!(
+                "retry.attempts: {} must be between 1 and 100 (it counts the first try)",
+                r.attempts
+            )));
+        }
+        if r.base.is_zero() {
+            return Err(invalid("retry.base: must be longer than zero"));
+        }
+        if r.max < r.base {
+            return Err(invalid("retry.max: must not be shorter than retry.base"));
+        }
+        let w = &self.worker;
+        if !(1..=4096).contains(&w.concurrency) {
+            return Err(invalid("worker.concurrency: must be between 1 and 4096"));
+        }
+        if w.poll_interval.is_zero() {
+            return Err(invalid("worker.poll_interval: must be longer than zero"));
+        }
+        for (key, timeout) in self.provider_timeouts() {
+            if timeout >= w.lease {
+                return Err(invalid(format!(
+                    "{key}: {} must be shorter than worker.lease ({}), or a slow call would be retaken by another worker while still in flight",
+                    format_duration(timeout),
+                    format_duration(w.lease)
+                )));
+            }
+        }
+        self.validate_dedupe_window()?;
+        self.validate_routes()?;
+        self.validate_channels()?;
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            let hex_ok =
+                t.token_sha256.len() == 64 && t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex_ok {
+                return Err(invalid(format!(
+                    "auth.tokens[{i}].token_sha256: must be 64 hex characters (the SHA-256 of the token)"
+                )));
+            }
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(invalid(format!(
+                "log.format: {:?} must be \"text\" or \"json\"",
+                self.log.format
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rule 2: a duplicate arriving after the record of the original has been
+    /// pruned would be sent again, so the window must outlive the retry chain.
+    pub fn validate_dedupe_window(&self) -> Result<(), ConfigError> {
+        let horizon = self.retry_policy().horizon();
+        if self.dedupe_window <= horizon {
+            return Err(invalid(format!(
+                "dedupe_window: {} is not longer than the retry horizon {} (retry.attempts = {}, base = {}, max = {}); \
+                 a duplicate arriving late in the retry chain would be sent again. Set dedupe_window above {}",
+                format_duration(self.dedupe_window),
+                format_duration(horizon),
+                self.retry.attempts,
+                format_duration(self.retry.base),
+                format_duration(self.retry.max),
+                format_duration(horizon)
+            )));
+        }
+        Ok(())
+    }
+
+    fn provider_timeouts(&self) -> Vec<(&'static str, Duration)> {
+        let c = &self.channels;
+        let mut out = Vec::new();
+        if let Some(e) = &c.email {
+            out.push(("channels.email.timeout", e.timeout));
+        }
+        if let Some(s) = &c.sms {
+            out.push(("channels.sms.timeout", s.timeout));
+        }
+        if let Some(w) = &c.webhook {
+            out.push(("channels.webhook.timeout", w.timeout));
+        }
+        out
+    }
+
+    fn validate_routes(&self) -> Result<(), ConfigError> {
+        for (i, route) in self.routes.iter().enumerate() {
+            if route.event.is_empty() {
+                return Err(invalid(format!("routes[{i}].event: must not be empty")));
+            }
+            if self.routes[..i].iter().any(|r| r.event == route.event) {
+                return Err(invalid(format!(
+                    "routes[{i}].event: {:?} has two routes",
+                    route.event
+                )));
+            }
+            if route.channels.is_empty() {
+                return Err(invalid(format!(
+                    "routes[{i}].channels: must name at least one channel"
+                )));
+            }
+            for (j, ch) in route.channels.iter().enumerate() {
+                if Channel::parse(ch).is_none() {
+                    return Err(invalid(format!(
+                        "routes[{i}].channels[{j}]: unknown channel {ch:?}; expected email, sms, in_app or webhook"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_channels(&self) -> Result<(), ConfigError> {
+        if let Some(e) = &self.channels.email {
+            match (&e.smtp_url, &e.sink) {
+                (None, None) | (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        "channels.email: set exactly one of smtp_url or sink",
+                    ));
+                }
+                (Some(url), None)
+                    if !url.starts_with("smtp://") && !url.starts_with("smtps://") =>
+                {
+                    return Err(invalid(
+                        "channels.email.smtp_url: must start with smtp:// or smtps://",
+                    ));
+                }
+                _ => {}
+            }
+            if !e.from.contains('@') {
+                return Err(invalid(
+                    "channels.email.from: must be an address, like Herald <noreply@example.com>",
+                ));
+            }
+        }
+        if let Some(s) = &self.channels.sms {
+            match (&s.url, &s.sink) {
+                (None, None) | (Some(_), Some(_)) => {
+                    return Err(invalid("channels.sms: set exactly one of url or sink"));
+                }
+                (Some(url), None) if reqwest::Url::parse(url).is_err() => {
+                    return Err(invalid(format!("channels.sms.url: {url:?} is not a URL")));
+                }
+                _ => {}
+            }
+        }
+        if let Some(w) = &self.channels.webhook
+            && !w.secret.starts_with("whsec_")
+        {
+            return Err(invalid(
+                "channels.webhook.secret: must be a whsec_… secret (base64 after the prefix)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `HERALD_SECTION__KEY=value` sets `section.key`. The value is read as a TOML
+/// value when it parses as one (`8`, `true`, `["sms"]`), else as a string. Only
+/// variables whose first part is a known top-level key apply, so unrelated
+/// `HERALD_…` variables (such as the test suite's) are left alone.
+fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
+    for (name, raw) in env {
+        let Some(rest) = name.strip_prefix("HERALD_") else {
+            continue;
+        };
+        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+        if !TOP_LEVEL_KEYS.contains(&path[0].as_str()) {
+            continue;
+        }
+        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(raw.clone()));
+        let mut cursor = &mut *table;
+        for part in &path[..path.len() - 1] {
+            let entry = cursor
+                .entry(part.clone())
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            cursor = entry
+                .as_table_mut()
+                .ok_or_else(|| invalid(format!("{name}: {part} is not a table in the config")))?;
+        }
+        cursor.insert(path[path.len() - 1].clone(), value);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, text).unwrap();
+        let env: Vec<_> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::load_with_env(Some(&path), &env)
+    }
+
+    #[test]
+    fn the_embedded_default_is_valid() {
+        let c = Config::load_with_env(None, &[]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:8080");
+        assert_eq!(c.routes[0].event, "purchase_order.approved");
+        assert!(c.templates_dir.is_none());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let c = load(
+            "[retry]\nattempts = 4\n",
+            &[
+                ("HERALD_RETRY__ATTEMPTS", "8"),
+                ("HERALD_WORKER__LEASE", "45s"),
+                ("HERALD_TEST_DATABASE_URL", "x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.retry.attempts, 8);
+        assert_eq!(c.worker.lease, Duration::from_secs(45));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = load("[retry]\nbase = \"soon\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("soon") && e.contains("duration"), "{e}");
+        let e = load("retyr = 1\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retyr"), "{e}");
+        let e = load(
+            "[[routes]]\nevent = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("routes[0].channels[0]"), "{e}");
+        let e = load("listen = \"0.0.0.0:8080\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("listen") && e.contains("tokens"), "{e}");
+    }
+
+    #[test]
+    fn a_dedupe_window_inside_the_retry_horizon_is_refused_naming_both() {
+        let e = load(
+            "dedupe_window = \"5m\"\n[retry]\nattempts = 6\nbase = \"30s\"\nmax = \"1h\"\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("5m") && e.contains("15m30s") && e.contains("horizon"),
+            "{e}"
+        );
+        assert!(load("dedupe_window = \"15m31s\"\n", &[]).is_ok());
+    }
+
+    #[test]
+    fn durations_parse_and_print_compactly() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("200ms").unwrap(), Duration::from_millis(200));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert!(parse_duration("-5s").is_err());
+        assert_eq!(format_duration(Duration::from_secs(930)), "15m30s");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1s500ms");
+    }
+
+    #[test]
+    fn a_provider_timeout_must_fit_inside_the_lease() {
+        let e = load(
+            "[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n",
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("channels.sms.timeout") && e.contains("worker.lease"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! The worker: claim due jobs in batches (their attempt rows are written in the
+//! claiming transaction), call providers with no transaction open, and record
+//! outcomes in batches. A job whose worker dies is retaken after its lease and
+//! the unfinished attempt recorded as `unknown`.
+
+pub mod retry;
+
+use crate::channel::{Delivery, Outcome, Provider};
+use crate::clock::{Clock, micros};
+use crate::event::Channel;
+use crate::intent::{Reason, State};
+use crate::render::Content;
+use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use retry::RetryPolicy;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+/// The most jobs one claim takes, whatever the concurrency.
+const MAX_BATCH: usize = 256;
+/// The most outcomes one recording transaction writes.
+const MAX_RECORD_BATCH: usize = 512;
+
+pub type Providers = HashMap<Channel, Arc<dyn Provider>>;
+
+pub struct Worker {
+    pub store: Arc<dyn Store>,
+    pub providers: Arc<Providers>,
+    pub policy: RetryPolicy,
+    pub concurrency: usize,
+    pub poll_interval: Duration,
+    pub lease: Duration,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Worker {
+    /// Runs until `shutdown` turns true, then stops claiming, lets in-flight
+    /// attempts finish for up to `grace` and records their outcomes.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
+        let permits = Arc::new(Semaphore::new(self.concurrency));
+        let (done_tx, done_rx) = mpsc::unbounded_channel::<FinishedAttempt>();
+        let recorder = tokio::spawn(record_outcomes(self.store.clone(), done_rx));
+        let rng = Arc::new(Mutex::new(SmallRng::from_os_rng()));
+        let this = Arc::new(self);
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            let first = tokio::select! {
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                _ = shutdown.changed() => break,
+            };
+            let free = (1 + permits.available_permits()).min(MAX_BATCH);
+            let jobs = match this.claim(free).await {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    tracing::error!(error = %e, "claiming jobs failed; retrying after the poll interval");
+                    drop(first);
+                    tokio::time::sleep(this.poll_interval).await;
+                    continue;
+                }
+            };
+            if jobs.is_empty() {
+                drop(first);
+                tokio::select! {
+                    _ = this.store.wait_for_work(this.poll_interval) => {},
+                    _ = shutdown.changed() => {},
+                }
+                continue;
+            }
+            let mut first = Some(first);
+            for job in jobs {
+                let permit = match first.take() {
+                    Some(p) => p,
+                    None => match permits.clone().acquire_owned().await {
+                        Ok(p) => p,
+                        Err(_) => break,
+                    },
+                };
+                let (this, done, rng) = (this.clone(), done_tx.clone(), rng.clone());
+                tokio::spawn(async move {
+                    let finished = this.attempt(job, &rng).await;
+                    let _ = done.send(finished);
+                    drop(permit);
+                });
+            }
+        }
+        // Stop claiming; wait (bounded) for the attempts in flight.
+        let all = u32::try_from(this.concurrency).unwrap_or(u32::MAX);
+        if tokio::time::timeout(grace, permits.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "shutdown grace ran out with attempts in flight; their leases will expire and they will be retried"
+            );
+        }
+        drop(done_tx);
+        let _ = tokio::time::timeout(grace, recorder).await;
+    }
+
+    async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
+        let now = self.clock.now();
+        let lease_until = now.checked_add(self.lease).unwrap_or(now);
+        self.store
+            .jobs_claim(Claim {
+                now_us: micros(now),
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                lease_until_us: micros(lease_until),
+                max_attempts: i64::from(self.policy.attempts),
+            })
+            .await
+    }
+
+    /// One provider call and what it leads to.
+    async fn attempt(&self, job: ClaimedJob, rng: &Mutex<SmallRng>) -> FinishedAttempt {
+        let n = job.intent.attempts;
+        let channel = Channel::parse(&job.intent.channel);
+        let outcome = match (channel.and_then(|c| self.providers.get(&c)), delivery(&job)) {
+            (None, _) => Outcome::Permanent {
+                reason: Reason::ChannelDisabled,
+                status: None,
+                error: format!(
+                    "no provider is configured for channel {}",
+                    job.intent.channel
+                ),
+            },
+            (_, Err(e)) => Outcome::Permanent {
+                reason: Reason::TemplateError,
+                status: None,
+                error: e,
+            },
+            (Some(provider), Ok(d)) => provider.send(&d).await,
+        };
+        let now = self.clock.now();
+        let transition = self.transition(&outcome, n, now, rng);
+        tracing::info!(
+            intent = %job.intent.key,
+            attempt = n,
+            channel = %job.intent.channel,
+            outcome = %outcome.class(),
+            next = ?transition,
+            "attempt finished"
+        );
+        finished(job.intent.key, n, micros(now), outcome, transition)
+    }
+
+    fn transition(
+        &self,
+        outcome: &Outcome,
+        n: i64,
+        now: jiff::Timestamp,
+        rng: &Mutex<SmallRng>,
+    ) -> Transition {
+        let (retry_after, state) = match outcome {
+            Outcome::Accepted { .. } => return Transition::Sent,
+            Outcome::Permanent { reason, .. } => return Transition::Dead { reason: *reason },
+            Outcome::Retryable { retry_after, .. } => (*retry_after, State::Queued),
+            Outcome::Unknown { .. } => (None, State::Unknown),
+        };
+        let made = u32::try_from(n).unwrap_or(u32::MAX);
+        let delay = {
+            let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.policy.next_delay(made, retry_after, &mut *rng)
+        };
+        match delay {
+            Some(d) => Transition::Retry {
+                run_at_us: micros(now.checked_add(d).unwrap_or(now)),
+                state,
+            },
+            None => Transition::Dead {
+                reason: Reason::RetriesExhausted,
+            },
+        }
+    }
+}
+
+fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
+    let i = &job.intent;
+    let text = job
+        .content
+        .as_deref()
+        .ok_or("the intent has no rendered content")?;
+    let content: Content =
+        serde_json::from_str(text).map_err(|e| format!("stored content is unreadable: {e}"))?;
+    Ok(Delivery {
+        key: i.key.clone(),
+        tenant: i.tenant.clone(),
+        recipient_id: i.recipient_id.clone(),
+        destination: i.destination.clone(),
+        entity_type: i.entity_type.clone(),
+        entity_id: i.entity_id.clone(),
+        entity_version: i.entity_version,
+        occurred_at: i.occurred_at.clone(),
+        event_type: i.event_type.clone(),
+        payload_digest: i.payload_digest.clone(),
+        content,
+        attempt: i.attempts,
+    })
+}
+
+fn finished(
+    key: String,
+    n: i64,
+    at: i64,
+    outcome: Outcome,
+    transition: Transition,
+) -> FinishedAttempt {
+    let class = outcome.class();
+    let (error_class, status, message_id, error) = match outcome {
+        Outcome::Accepted { status, message_id } => (None, status, message_id, None),
+        Outcome::Retryable {
+            class,
+            status,
+            error,
+            ..
+        } => (Some(class), status, None, Some(error)),
+        Outcome::Unknown { error } => (Some(Reason::Timeout), None, None, Some(error)),
+        Outcome::Permanent {
+            reason,
+            status,
+            error,
+        } => (Some(reason), status, None, Some(error)),
+    };
+    FinishedAttempt {
+        key,
+        n,
+        finished_at_us: at,
+        outcome: class,
+        error_class,
+        provider_status: status.map(i64::from),
+        provider_message_id: message_id,
+        error,
+        transition,
+    }
+}
+
+/// Drains finished attempts and records whatever has accumulated in one
+/// transaction: immediate when idle, batched under load.
+async fn record_outcomes(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<FinishedAttempt>) {
+    let mut batch = Vec::new();
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_RECORD_BATCH {
+            match rx.try_recv() {
+                Ok(f) => batch.push(f),
+                Err(_) => break,
+            }
+        }
+        let mut delay = Duration::from_millis(50);
+        for try_no in 1..=8 {
+            match store.attempts_finish(&batch).await {
+                Ok(report) => {
+                    for (key, n) in &report.stale {
+                        tracing::warn!(intent = %key, attempt = n, "outcome arrived after the attempt was rescued; kept the rescue");
+                    }
+                    break;
+                }
+                Err(e) if try_no < 8 => {
+                    tracing::error!(error = %e, try_no, "recording outcomes failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    // The attempts stay unfinished: once their leases expire they
+                    // are retaken and recorded as unknown, never lost.
+                    tracing::error!(error = %e, count = batch.len(), "giving up recording outcomes; leases will expire");
+                }
+            }
+        }
+        batch.clear();
+    }
+}

@@ -1,0 +1,202 @@
+//! Identity (DESIGN §3, contract): the canonical instant, the notification key and
+//! the canonical JSON the request fingerprint is taken over.
+
+use super::Channel;
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The tenant an API token belongs to; `default` when auth is off.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant(String);
+
+impl Tenant {
+    pub fn new(name: impl Into<String>) -> Tenant {
+        Tenant(name.into())
+    }
+
+    pub fn default_tenant() -> Tenant {
+        Tenant("default".into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The sender's timestamp. Required, never defaulted to our clock: a re-emitted
+/// event with a new `occurred_at` is a new event, the same instant written with
+/// another offset is the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OccurredAt(Timestamp);
+
+impl OccurredAt {
+    /// Accepts RFC 3339 with an offset (`Z` or `±HH:MM`); a bare local time is
+    /// ambiguous and refused.
+    pub fn parse(s: &str) -> Result<OccurredAt, String> {
+        s.parse::<Timestamp>()
+            .map(OccurredAt)
+            .map_err(|_| format!("must be an RFC 3339 timestamp with an offset, like 2026-11-29T10:15:00+05:45; got {s:?}"))
+    }
+
+    pub fn from_timestamp(ts: Timestamp) -> OccurredAt {
+        OccurredAt(ts)
+    }
+
+    pub fn timestamp(self) -> Timestamp {
+        self.0
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.fffffffffZ`, always UTC and nine fractional digits.
+    pub fn canonical(self) -> String {
+        let dt = self.0.to_zoned(TimeZone::UTC).datetime();
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+            dt.year(),
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second(),
+            dt.subsec_nanosecond()
+        )
+    }
+}
+
+/// 32 lowercase hex characters, derived from the event: the same event, channel
+/// and recipient always give the same key, whoever sends it and however often.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NotificationKey(String);
+
+impl NotificationKey {
+    pub fn derive(event_key: &str, channel: Channel, recipient_id: &str) -> NotificationKey {
+        let input = format!("{event_key}|{}|{recipient_id}", channel.as_str());
+        NotificationKey(sha256_hex(input.as_bytes())[..32].to_string())
+    }
+
+    /// Accepts a string that has the key's shape (used for path parameters).
+    pub fn parse(s: &str) -> Option<NotificationKey> {
+        let ok = s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| NotificationKey(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for NotificationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// JSON with object keys sorted and no insignificant whitespace. Written out here
+/// rather than relying on `serde_json`'s map order, which a `preserve_order`
+/// feature anywhere in the dependency tree would silently change.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (k, v)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(k.as_str()).to_string());
+                out.push(':');
+                write_canonical(v, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(v, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_same_instant_in_any_offset_is_one_canonical_time() {
+        let a = OccurredAt::parse("2026-11-29T10:15:00+05:45").unwrap();
+        let b = OccurredAt::parse("2026-11-29T04:30:00Z").unwrap();
+        assert_eq!(a.canonical(), "2026-11-29T04:30:00.000000000Z");
+        assert_eq!(a.canonical(), b.canonical());
+    }
+
+    #[test]
+    fn canonical_time_keeps_nine_fractional_digits() {
+        let t = OccurredAt::parse("2026-01-02T03:04:05.123456789-01:00").unwrap();
+        assert_eq!(t.canonical(), "2026-01-02T04:04:05.123456789Z");
+        let t = OccurredAt::parse("2026-01-02T03:04:05.5Z").unwrap();
+        assert_eq!(t.canonical(), "2026-01-02T03:04:05.500000000Z");
+    }
+
+    #[test]
+    fn a_time_without_offset_or_in_words_is_refused() {
+        assert!(OccurredAt::parse("2026-11-29T10:15:00").is_err());
+        assert!(OccurredAt::parse("yesterday").is_err());
+        assert!(OccurredAt::parse("").is_err());
+    }
+
+    #[test]
+    fn the_key_is_the_design_formula() {
+        // sha256("default|purchase_order.approved|purchase_order|PO-4482|2026-11-29T04:30:00.000000000Z|sms|u-19")
+        let event_key =
+            "default|purchase_order.approved|purchase_order|PO-4482|2026-11-29T04:30:00.000000000Z";
+        let key = NotificationKey::derive(event_key, Channel::Sms, "u-19");
+        let want = sha256_hex(format!("{event_key}|sms|u-19").as_bytes());
+        assert_eq!(key.as_str(), &want[..32]);
+        assert_eq!(key.as_str().len(), 32);
+        assert!(NotificationKey::parse(key.as_str()).is_some());
+    }
+
+    #[test]
+    fn keys_differ_by_channel_and_recipient() {
+        let ek = "t|e|x|1|2026-01-01T00:00:00.000000000Z";
+        let a = NotificationKey::derive(ek, Channel::Sms, "u-1");
+        assert_ne!(a, NotificationKey::derive(ek, Channel::Email, "u-1"));
+        assert_ne!(a, NotificationKey::derive(ek, Channel::Sms, "u-2"));
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let a = json!({"b": 1, "a": {"z": [1, {"y": 2, "x": 1}], "c": "é"}});
+        assert_eq!(
+            canonical_json(&a),
+            r#"{"a":{"c":"é","z":[1,{"x":1,"y":2}]},"b":1}"#
+        );
+    }
+
+    #[test]
+    fn key_shape_is_checked() {
+        assert!(NotificationKey::parse("ABC").is_none());
+        assert!(NotificationKey::parse(&"g".repeat(32)).is_none());
+        assert!(NotificationKey::parse(&"a".repeat(32)).is_some());
+    }
+}

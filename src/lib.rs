@@ -1,0 +1,20 @@
+//! Herald: domain events in, each person told once, every decision recorded.
+//!
+//! The modules follow an event's path: [`event`] (validation, canonical time,
+//! keys) → [`plan`] (routes, recipients, decisions) → [`render`] (templates,
+//! SMS encoding) → [`store`] (one transaction: request, intents, payloads,
+//! jobs) → [`deliver`] (worker, retry policy) → [`channel`] (providers), with
+//! [`api`] as the HTTP edge and [`app`] wiring it together.
+
+pub mod api;
+pub mod app;
+pub mod channel;
+pub mod clock;
+pub mod config;
+pub mod deliver;
+pub mod event;
+pub mod intent;
+pub mod plan;
+pub mod recipient;
+pub mod render;
+pub mod store;

@@ -1,0 +1,163 @@
+//! The `herald` command line (DESIGN §7).
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use herald::app;
+use herald::config::{Config, format_duration};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Domain events in; each person told once; every decision recorded."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP API and the delivery workers.
+    Serve(ConfigArg),
+    /// Apply the database migrations and exit.
+    Migrate(ConfigArg),
+    /// Configuration commands.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration; print the retry horizon and the dedupe window.
+    Check(ConfigArg),
+}
+
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// The TOML config file; without it, the embedded default.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("herald: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("herald: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Serve(a) => serve(a.config).await,
+        Command::Migrate(a) => {
+            let config = Config::load(a.config.as_deref())?;
+            let store = herald::store::connect(&config.database_url).await?;
+            store.migrate().await?;
+            println!(
+                "migrations applied to {}",
+                app::redact_url(&config.database_url)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config {
+            command: ConfigCommand::Check(a),
+        } => config_check(a.config),
+    }
+}
+
+fn init_logging(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HERALD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if config.log.format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let config = Config::load(path.as_deref())?;
+    init_logging(&config);
+    let running = app::start(config).await.context("cannot start")?;
+    let shutdown = running.shutdown_handle();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new claims; waiting for attempts in flight");
+        let _ = shutdown.send(true);
+    });
+    running.wait().await;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    // Load without the dedupe check first, so the figures can be printed
+    // whatever the verdict.
+    let config = match Config::load(path.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("config: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let templates = app::load_templates(&config);
+    println!(
+        "retry horizon   {}",
+        format_duration(config.retry_policy().horizon())
+    );
+    println!("dedupe window   {}", format_duration(config.dedupe_window));
+    println!("database        {}", app::redact_url(&config.database_url));
+    println!("routes          {}", config.routes.len());
+    match templates {
+        Ok(t) => println!("templates       {}", t.ids().collect::<Vec<_>>().join(", ")),
+        Err(e) => {
+            eprintln!("config: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    println!("ok");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,102 @@
+//! Rendering (DESIGN rule 6, §6a): templates are loaded once, rendered with
+//! strict undefined when the intent is created, and the result is frozen.
+
+pub mod sms;
+mod templates;
+
+pub use templates::{OverBudget, TemplateMeta, TemplateSet, TemplateSetError};
+
+use crate::event::{Channel, Event, RecipientSpec, canonical_json, identity::sha256_hex};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// The frozen, rendered message. Stored once, addressed by [`Content::digest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Content {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    pub body: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub html: Option<String>,
+    /// SMS only: `GSM-7` or `UCS-2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<String>,
+    /// SMS only: the number of segments the provider will bill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<u32>,
+}
+
+impl Content {
+    pub fn to_json(&self) -> String {
+        canonical_json(&serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+
+    /// SHA-256 of the canonical JSON: equal content is stored once.
+    pub fn digest(&self) -> String {
+        sha256_hex(self.to_json().as_bytes())
+    }
+}
+
+/// The outcome of rendering one (event, channel, recipient).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub locale: String,
+    pub revision: String,
+    pub content: Content,
+    /// Set when an SMS renders over the template's segment budget.
+    pub over_budget: Option<OverBudget>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error("no template {0:?} is loaded")]
+    UnknownTemplate(String),
+    #[error("template {template} has no {file} in locale {locale} (nor in its default locale)")]
+    MissingFile {
+        template: String,
+        locale: String,
+        file: String,
+    },
+    #[error("{0}")]
+    Template(String),
+}
+
+/// The template context: `data` at the top level plus the reserved `event`,
+/// `entity` and `recipient` objects.
+pub fn context(event: &Event, recipient: &RecipientSpec, locale: &str) -> Value {
+    let mut ctx: Map<String, Value> = event.data.clone();
+    ctx.insert(
+        "event".into(),
+        json!({"type": event.event_type, "occurred_at": event.occurred_at.canonical()}),
+    );
+    ctx.insert(
+        "entity".into(),
+        json!({"type": event.entity.kind, "id": event.entity.id, "version": event.entity.version}),
+    );
+    ctx.insert(
+        "recipient".into(),
+        json!({"id": recipient.id, "locale": locale}),
+    );
+    Value::Object(ctx)
+}
+
+/// Webhook content when the template has no `webhook.j2`: the event itself.
+pub fn default_webhook_body(event: &Event) -> String {
+    canonical_json(&json!({
+        "type": event.event_type,
+        "entity": {"type": event.entity.kind, "id": event.entity.id, "version": event.entity.version},
+        "occurred_at": event.occurred_at.canonical(),
+        "data": Value::Object(event.data.clone()),
+    }))
+}
+
+/// The template files a channel needs, the first of which decides whether a
+/// locale has the channel at all.
+pub fn files_for(channel: Channel) -> &'static [&'static str] {
+    match channel {
+        Channel::Email => &["email.subject.j2", "email.txt.j2"],
+        Channel::Sms => &["sms.j2"],
+        Channel::InApp => &["in_app.j2"],
+        Channel::Webhook => &["webhook.j2"],
+    }
+}

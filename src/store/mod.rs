@@ -1,0 +1,95 @@
+//! Storage: one trait, a backend per database (SQLite, the embedded default;
+//! Postgres, for many processes on one database), and one suite of tests in
+//! `tests/store.rs` that both must pass. The queue lives beside the intents,
+//! so enqueueing is part of the same transaction (the outbox is the queue).
+
+mod common;
+mod postgres;
+mod rows;
+mod sqlite;
+
+pub use postgres::PostgresStore;
+pub use rows::*;
+pub use sqlite::SqliteStore;
+
+use async_trait::async_trait;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies this backend's migrations (idempotent).
+    async fn migrate(&self) -> StoreResult<()>;
+
+    /// Whether the database answers (`/readyz`).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// The directory entries of `ids` that exist.
+    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>>;
+
+    /// Creates or replaces a directory entry; returns it as stored.
+    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow>;
+
+    /// ONE transaction: request record + payloads + intents + jobs. The unique
+    /// constraints on the request identity and the intent key decide.
+    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome>;
+
+    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>>;
+
+    /// Newest first.
+    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>>;
+
+    /// Claims due jobs under a lease and writes their attempt rows in the same
+    /// transaction, so an attempt row exists before any provider is called. An
+    /// unfinished attempt left by a worker whose lease expired becomes `unknown`.
+    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>>;
+
+    /// Records a batch of attempt outcomes and the transitions they cause, in one
+    /// transaction. An outcome for an attempt that is no longer running (it was
+    /// rescued after its lease expired) is skipped and reported.
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport>;
+
+    /// Puts an in-app message in the recipient's inbox; idempotent per intent.
+    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()>;
+
+    async fn inbox_list(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Page<InboxCard>>;
+
+    /// Returns false when no such card exists for that recipient.
+    async fn inbox_mark_read(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        card_id: &str,
+        now_us: i64,
+    ) -> StoreResult<bool>;
+
+    /// A future that resolves when new work may be due (or after `timeout`).
+    async fn wait_for_work(&self, timeout: Duration);
+}
+
+/// Opens the backend named by the URL's scheme.
+pub async fn connect(database_url: &str) -> StoreResult<Arc<dyn Store>> {
+    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(database_url).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::connect(database_url).await?))
+    }
+}

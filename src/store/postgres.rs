@@ -1,0 +1,237 @@
+//! The Postgres backend: many Herald processes on one database. Jobs are claimed
+//! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
+//! so a batch costs a handful of statements, not a handful per job.
+
+use super::common::{report, transition_columns};
+use super::*;
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+const CHANNEL: &str = "herald_jobs";
+
+fn keys_arg(keys: &[String]) -> Vec<String> {
+    keys.to_vec()
+}
+
+mod q {
+    super::super::common::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg);
+}
+
+pub struct PostgresStore {
+    pool: PgPool,
+    wake: Arc<Notify>,
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
+        let pool = PgPoolOptions::new()
+            .max_connections(24)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        let wake = Arc::new(Notify::new());
+        // Other processes' new jobs wake this one through LISTEN; polling stays
+        // the fallback if the listener's connection drops.
+        match PgListener::connect_with(&pool).await {
+            Ok(mut listener) => {
+                if let Err(e) = listener.listen(CHANNEL).await {
+                    tracing::warn!(error = %e, "LISTEN failed; workers will poll");
+                } else {
+                    let wake = wake.clone();
+                    tokio::spawn(async move {
+                        // try_recv reconnects after a lost connection (returning None once).
+                        while let Ok(_notification) = listener.try_recv().await {
+                            wake.notify_one();
+                        }
+                    });
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "LISTEN unavailable; workers will poll"),
+        }
+        Ok(PostgresStore { pool, wake })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn migrate(&self) -> StoreResult<()> {
+        sqlx::migrate!("migrations/postgres")
+            .run(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
+        q::recipients_get(&self.pool, tenant, ids).await
+    }
+
+    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow> {
+        q::recipient_put(&self.pool, &put).await
+    }
+
+    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = q::ingest(&mut tx, &ingest).await?;
+        let queued = matches!(
+            &outcome,
+            IngestOutcome::Accepted {
+                any_created: true,
+                ..
+            }
+        );
+        if queued {
+            // Delivered to listeners when the transaction commits.
+            sqlx::query("SELECT pg_notify($1, '')")
+                .bind(CHANNEL)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        if queued {
+            self.wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
+    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
+        q::intent_get(&self.pool, tenant, key).await
+    }
+
+    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
+        q::intents_list(&self.pool, &filter).await
+    }
+
+    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
+        let mut tx = self.pool.begin().await?;
+        let keys: Vec<String> = sqlx::query_scalar(
+            "WITH due AS (
+                 SELECT intent_key FROM jobs
+                 WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+                 ORDER BY run_at LIMIT $2
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE jobs SET locked_until = $3 FROM due
+             WHERE jobs.intent_key = due.intent_key
+             RETURNING jobs.intent_key",
+        )
+        .bind(claim.now_us)
+        .bind(i64::from(claim.limit))
+        .bind(claim.lease_until_us)
+        .fetch_all(&mut *tx)
+        .await?;
+        if keys.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let jobs = q::claim_keys(&mut tx, &keys, claim.now_us, claim.max_attempts).await?;
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        if finished.is_empty() {
+            return Ok(FinishReport::default());
+        }
+        let mut tx = self.pool.begin().await?;
+        let applied: Vec<String> = sqlx::query_scalar(
+            "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+                    provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
+             FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
+                  AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
+             WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
+             RETURNING a.intent_key",
+        )
+        .bind(finished.iter().map(|f| f.key.clone()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.error_class.map(|r| r.as_str())).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+        .fetch_all(&mut *tx)
+        .await?;
+
+        let (mut keys, mut states, mut reasons, mut at) = (vec![], vec![], vec![], vec![]);
+        let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
+        for f in finished.iter().filter(|f| applied.contains(&f.key)) {
+            let (state, reason, run_at) = transition_columns(&f.transition);
+            keys.push(f.key.clone());
+            states.push(state.as_str());
+            reasons.push(reason);
+            at.push(f.finished_at_us);
+            match run_at {
+                Some(t) => {
+                    retry_keys.push(f.key.clone());
+                    retry_at.push(t);
+                }
+                None => done.push(f.key.clone()),
+            }
+        }
+        sqlx::query(
+            "UPDATE intents i SET state = u.state, reason = u.reason, updated_at = u.at
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(k, state, reason, at)
+             WHERE i.key = u.k",
+        )
+        .bind(&keys)
+        .bind(&states)
+        .bind(&reasons)
+        .bind(&at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)")
+            .bind(&done)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE jobs j SET run_at = u.run_at, locked_until = NULL
+             FROM UNNEST($1::text[], $2::bigint[]) AS u(k, run_at) WHERE j.intent_key = u.k",
+        )
+        .bind(&retry_keys)
+        .bind(&retry_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(report(finished, &applied))
+    }
+
+    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()> {
+        let mut tx = self.pool.begin().await?;
+        q::inbox_deliver(&mut tx, &delivery).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn inbox_list(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> StoreResult<Page<InboxCard>> {
+        q::inbox_list(&self.pool, tenant, recipient_id, cursor, limit).await
+    }
+
+    async fn inbox_mark_read(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        card_id: &str,
+        now_us: i64,
+    ) -> StoreResult<bool> {
+        q::inbox_mark_read(&self.pool, tenant, recipient_id, card_id, now_us).await
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+    }
+}

@@ -1,0 +1,269 @@
+//! The values that cross the store seam: a small params struct per operation,
+//! and row types shared by both backends (`FromRow` is generic over the row).
+//! Times are microseconds since the Unix epoch in both databases.
+
+use crate::intent::{OutcomeClass, Reason, State};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct RecipientRow {
+    pub tenant: String,
+    pub id: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub locale: Option<String>,
+    pub timezone: Option<String>,
+    pub webhook_url: Option<String>,
+    /// JSON.
+    pub preferences: String,
+    pub preferences_version: i64,
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecipientPut {
+    pub tenant: String,
+    pub id: String,
+    pub email: Option<String>,
+    pub phone: Option<String>,
+    pub locale: Option<String>,
+    pub timezone: Option<String>,
+    pub webhook_url: Option<String>,
+    pub preferences: String,
+    pub now_us: i64,
+}
+
+/// One intent as the planner made it, before the transaction decides whether it
+/// is new.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewIntent {
+    pub key: String,
+    pub channel: String,
+    pub recipient_id: String,
+    pub destination: Option<String>,
+    pub locale: Option<String>,
+    pub template_id: String,
+    pub template_revision: Option<String>,
+    /// (digest, canonical JSON) of the frozen content.
+    pub payload: Option<(String, String)>,
+    pub decision: String,
+    pub reason: Option<String>,
+    /// Free text for an operator (a template error's message).
+    pub detail: Option<String>,
+    pub state: String,
+    /// When set and the intent is new, a job is queued to run at this time.
+    pub run_at: Option<i64>,
+}
+
+/// Everything one `POST /v1/events` writes.
+#[derive(Debug, Clone)]
+pub struct Ingest {
+    pub tenant: String,
+    /// The `Idempotency-Key`, or the event key.
+    pub identity: String,
+    pub fingerprint: String,
+    pub event_key: String,
+    pub event_type: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub entity_version: Option<i64>,
+    pub occurred_at: String,
+    /// The canonical event, stored once under its fingerprint.
+    pub event_body: String,
+    pub intents: Vec<NewIntent>,
+    pub now_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentSummary {
+    pub id: String,
+    pub key: String,
+    pub channel: String,
+    pub recipient_id: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub state: String,
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestResponse {
+    pub event_key: String,
+    pub replayed: bool,
+    pub intents: Vec<IntentSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IngestOutcome {
+    /// This request was new. `any_created` is false when every intent existed
+    /// already (the same event under another `Idempotency-Key`).
+    Accepted {
+        response: IngestResponse,
+        any_created: bool,
+    },
+    /// The same identity and fingerprint were seen before: the stored response.
+    Replayed { response: IngestResponse },
+    /// The same identity arrived with another event.
+    Mismatch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct IntentRow {
+    pub key: String,
+    pub tenant: String,
+    pub event_type: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub entity_version: Option<i64>,
+    pub occurred_at: String,
+    pub channel: String,
+    pub recipient_id: String,
+    pub destination: Option<String>,
+    pub locale: Option<String>,
+    pub template_id: String,
+    pub template_revision: Option<String>,
+    pub event_digest: String,
+    pub payload_digest: Option<String>,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub state: String,
+    pub attempts: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// The columns of [`IntentRow`], for SELECT lists.
+pub const INTENT_COLUMNS: &str = "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, \
+     i.occurred_at, i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, \
+     i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at";
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub intent_key: String,
+    pub n: i64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub outcome: Option<String>,
+    pub error_class: Option<String>,
+    pub provider_status: Option<i64>,
+    pub provider_message_id: Option<String>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IntentDetail {
+    pub intent: IntentRow,
+    /// The frozen content (JSON), when the intent has any.
+    pub content: Option<String>,
+    pub attempts: Vec<AttemptRow>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct IntentFilter {
+    pub tenant: String,
+    pub entity: Option<(String, String)>,
+    pub recipient_id: Option<String>,
+    pub state: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next: Option<String>,
+}
+
+/// `created_at.key`-style cursors: the position after the last row returned.
+pub fn cursor_encode(at: i64, id: &str) -> String {
+    format!("{at}.{id}")
+}
+
+pub fn cursor_decode(cursor: &str) -> Option<(i64, String)> {
+    let (at, id) = cursor.split_once('.')?;
+    Some((at.parse().ok()?, id.to_string()))
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Claim {
+    pub now_us: i64,
+    pub limit: u32,
+    pub lease_until_us: i64,
+    /// The retry policy's `attempts`: a job rescued after its last try is dead.
+    pub max_attempts: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClaimedJob {
+    #[sqlx(flatten)]
+    pub intent: IntentRow,
+    /// The frozen content (JSON).
+    pub content: Option<String>,
+}
+
+/// What an attempt's outcome does to its intent and job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Sent,
+    Retry { run_at_us: i64, state: State },
+    Dead { reason: Reason },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishedAttempt {
+    pub key: String,
+    pub n: i64,
+    pub finished_at_us: i64,
+    pub outcome: OutcomeClass,
+    pub error_class: Option<Reason>,
+    pub provider_status: Option<i64>,
+    pub provider_message_id: Option<String>,
+    pub error: Option<String>,
+    pub transition: Transition,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishReport {
+    pub applied: usize,
+    /// (key, n) of outcomes that arrived after their attempt had been rescued.
+    pub stale: Vec<(String, i64)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InboxDelivery {
+    pub tenant: String,
+    pub recipient_id: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub version: Option<i64>,
+    pub occurred_at: String,
+    pub intent_key: String,
+    pub payload_digest: String,
+    pub now_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct InboxCard {
+    pub card_id: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub version: Option<i64>,
+    pub intent_key: String,
+    pub collapsed: i64,
+    pub read_at: Option<i64>,
+    pub updated_at: i64,
+    /// The content of the card's intent (JSON).
+    pub content: Option<String>,
+}
+
+/// One card per (tenant, recipient, entity).
+pub fn inbox_card_id(
+    tenant: &str,
+    recipient_id: &str,
+    entity_type: &str,
+    entity_id: &str,
+) -> String {
+    let input = format!("inbox|{tenant}|{recipient_id}|{entity_type}|{entity_id}");
+    crate::event::identity::sha256_hex(input.as_bytes())[..32].to_string()
+}
