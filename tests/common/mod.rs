@@ -1,0 +1,389 @@
+//! Test support: a fresh database per test on every configured backend, a fake
+//! SMS provider that speaks the real wire protocol, and a builder that starts
+//! the real app on port 0.
+//!
+//! SQLite always runs. Postgres runs when `HERALD_TEST_DATABASE_URL` is set,
+//! and a set-but-unreachable URL fails the test instead of skipping it.
+
+#![allow(dead_code)]
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use herald::app::{Running, start_with};
+use herald::clock::SystemClock;
+use herald::config::Config;
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// SQLite, and Postgres when `HERALD_TEST_DATABASE_URL` is set.
+pub fn backends() -> Vec<Backend> {
+    let mut out = vec![Backend::Sqlite];
+    if std::env::var("HERALD_TEST_DATABASE_URL").is_ok_and(|v| !v.is_empty()) {
+        out.push(Backend::Postgres);
+    }
+    out
+}
+
+pub struct TestDb {
+    pub url: String,
+    pub backend: Backend,
+    _dir: Option<tempfile::TempDir>,
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl TestDb {
+    pub async fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+                TestDb {
+                    url,
+                    backend,
+                    _dir: Some(dir),
+                }
+            }
+            Backend::Postgres => {
+                let admin =
+                    std::env::var("HERALD_TEST_DATABASE_URL").expect("HERALD_TEST_DATABASE_URL");
+                // A database per test, named from the process and a counter.
+                let name = format!(
+                    "herald_test_{}_{}_{}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::SeqCst),
+                    jiff::Timestamp::now().as_millisecond() % 1_000_000
+                );
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap_or_else(|e| {
+                    panic!("HERALD_TEST_DATABASE_URL is set but Postgres is unreachable ({admin}): {e}")
+                });
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
+                let base = admin
+                    .rsplit_once('/')
+                    .map_or(admin.as_str(), |(b, _)| b)
+                    .to_string();
+                TestDb {
+                    url: format!("{base}/{name}"),
+                    backend,
+                    _dir: None,
+                }
+            }
+        }
+    }
+
+    pub async fn store(&self) -> Arc<dyn herald::store::Store> {
+        let store = herald::store::connect(&self.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        store
+    }
+}
+
+/// One scripted answer of the fake SMS provider.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+    pub retry_after: Option<String>,
+    pub delay: Duration,
+}
+
+impl Reply {
+    pub fn ok(id: &str) -> Reply {
+        Reply {
+            status: 200,
+            body: json!({"id": id}),
+            retry_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn status(status: u16, body: Value) -> Reply {
+        Reply {
+            status,
+            body,
+            retry_after: None,
+            delay: Duration::ZERO,
+        }
+    }
+    pub fn slow(mut self, delay: Duration) -> Reply {
+        self.delay = delay;
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SmsRequest {
+    pub idempotency_key: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct FakeState {
+    requests: Vec<SmsRequest>,
+    scripts: HashMap<String, VecDeque<Reply>>,
+    counter: u64,
+}
+
+/// An SMS provider on loopback: records every request; answers per `to` from a
+/// script whose last entry repeats, or 200 with a fresh id.
+#[derive(Clone)]
+pub struct FakeSms {
+    pub url: String,
+    state: Arc<Mutex<FakeState>>,
+}
+
+impl FakeSms {
+    pub async fn start() -> FakeSms {
+        let state = Arc::new(Mutex::new(FakeState::default()));
+        let app = axum::Router::new()
+            .route("/sms", axum::routing::post(sms_handler))
+            .with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}/sms", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeSms { url, state }
+    }
+
+    pub fn script(&self, to: &str, replies: Vec<Reply>) {
+        self.state
+            .lock()
+            .unwrap()
+            .scripts
+            .insert(to.to_string(), replies.into());
+    }
+
+    pub fn sent_to(&self, to: &str) -> Vec<SmsRequest> {
+        let s = self.state.lock().unwrap();
+        s.requests
+            .iter()
+            .filter(|r| r.body["to"] == to)
+            .cloned()
+            .collect()
+    }
+}
+
+async fn sms_handler(
+    State(state): State<Arc<Mutex<FakeState>>>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let reply = {
+        let mut s = state.lock().unwrap();
+        s.requests.push(SmsRequest {
+            idempotency_key: headers
+                .get("idempotency-key")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from),
+            body: body.clone(),
+        });
+        s.counter += 1;
+        let n = s.counter;
+        let to = body["to"].as_str().unwrap_or_default().to_string();
+        match s.scripts.get_mut(&to) {
+            Some(q) if q.len() > 1 => q.pop_front().unwrap(),
+            Some(q) if q.len() == 1 => q[0].clone(),
+            _ => Reply::ok(&format!("fake-{n}")),
+        }
+    };
+    if !reply.delay.is_zero() {
+        tokio::time::sleep(reply.delay).await;
+    }
+    let mut resp = (
+        StatusCode::from_u16(reply.status).unwrap(),
+        Json(reply.body),
+    )
+        .into_response();
+    if let Some(ra) = reply.retry_after {
+        resp.headers_mut()
+            .insert("retry-after", ra.parse().unwrap());
+    }
+    resp
+}
+
+/// Builds a config and starts Herald on port 0.
+pub struct TestApp {
+    db_url: String,
+    sms_url: Option<String>,
+    retry: (u32, &'static str, &'static str),
+    lease: &'static str,
+    sms_timeout: &'static str,
+    workers: bool,
+    extra: String,
+}
+
+pub struct Spawned {
+    pub running: Running,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl TestApp {
+    pub fn new(db: &TestDb) -> TestApp {
+        TestApp {
+            db_url: db.url.clone(),
+            sms_url: None,
+            retry: (4, "20ms", "100ms"),
+            lease: "3s",
+            sms_timeout: "1s",
+            workers: true,
+            extra: String::new(),
+        }
+    }
+
+    pub fn with_sms(mut self, sms: &FakeSms) -> TestApp {
+        self.sms_url = Some(sms.url.clone());
+        self
+    }
+
+    pub fn with_retry(mut self, attempts: u32, base: &'static str, max: &'static str) -> TestApp {
+        self.retry = (attempts, base, max);
+        self
+    }
+
+    pub fn with_lease(mut self, lease: &'static str, sms_timeout: &'static str) -> TestApp {
+        self.lease = lease;
+        self.sms_timeout = sms_timeout;
+        self
+    }
+
+    /// An API-only process: it ingests but claims nothing.
+    pub fn without_workers(mut self) -> TestApp {
+        self.workers = false;
+        self
+    }
+
+    /// Extra TOML appended to the config.
+    pub fn with_toml(mut self, toml: &str) -> TestApp {
+        self.extra.push_str(toml);
+        self
+    }
+
+    pub fn config(&self) -> Config {
+        let (attempts, base, max) = self.retry;
+        let mut toml = format!(
+            r#"
+listen = "127.0.0.1:0"
+database_url = "{db}"
+dedupe_window = "1h"
+shutdown_grace = "5s"
+[retry]
+attempts = {attempts}
+base = "{base}"
+max = "{max}"
+[worker]
+concurrency = 8
+poll_interval = "20ms"
+lease = "{lease}"
+disabled = {disabled}
+[[routes]]
+event = "purchase_order.approved"
+template = "po_approved"
+channels = ["sms", "in_app"]
+"#,
+            db = self.db_url,
+            lease = self.lease,
+            disabled = !self.workers,
+        );
+        if let Some(url) = &self.sms_url {
+            toml.push_str(&format!(
+                "[channels.sms]\nurl = \"{url}\"\ntimeout = \"{}\"\n",
+                self.sms_timeout
+            ));
+        }
+        toml.push_str(&self.extra);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, toml).expect("write config");
+        Config::load_with_env(Some(&path), &[]).expect("test config is valid")
+    }
+
+    pub async fn spawn(self) -> Spawned {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let running = start_with(self.config(), Arc::new(SystemClock), Some(listener))
+            .await
+            .expect("herald starts");
+        let base = format!("http://{}", running.addr);
+        Spawned {
+            running,
+            base,
+            client: reqwest::Client::new(),
+        }
+    }
+}
+
+impl Spawned {
+    pub async fn post_event(
+        &self,
+        event: &Value,
+        idempotency_key: Option<&str>,
+    ) -> (u16, Value, HeaderMap) {
+        let mut req = self
+            .client
+            .post(format!("{}/v1/events", self.base))
+            .json(event);
+        if let Some(k) = idempotency_key {
+            req = req.header("idempotency-key", k);
+        }
+        let resp = req.send().await.expect("POST /v1/events");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        (status, resp.json().await.unwrap_or(Value::Null), headers)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let resp = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .expect("GET");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls an intent until its state is one of `states`.
+    pub async fn wait_state(&self, id: &str, states: &[&str]) -> Value {
+        let mut last = Value::Null;
+        for _ in 0..300 {
+            let (status, body) = self.get(&format!("/v1/intents/{id}")).await;
+            if status == 200 && states.contains(&body["state"].as_str().unwrap_or_default()) {
+                return body;
+            }
+            last = body;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("intent {id} never reached {states:?}; last: {last}");
+    }
+}
+
+/// The example event of DESIGN §4, for one recipient with a phone.
+pub fn sms_event(entity_id: &str, phone: &str) -> Value {
+    json!({
+        "type": "purchase_order.approved",
+        "entity": {"type": "purchase_order", "id": entity_id, "version": 1},
+        "occurred_at": "2026-11-29T10:15:00+05:45",
+        "data": {"po": {"number": entity_id, "total": "1,20,000"}, "approver": {"name": "Asha"}},
+        "recipients": [{"id": format!("u-{entity_id}"), "phone": phone}],
+        "channels": ["sms"]
+    })
+}
