@@ -7,6 +7,7 @@ use crate::channel::in_app::InApp;
 use crate::channel::sink::DirectorySink;
 use crate::channel::sms_http::SmsHttp;
 use crate::channel::smtp::Smtp;
+use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::deliver::{Providers, Worker};
@@ -86,6 +87,11 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
             (None, None) => return Err(AppError::Provider("channels.sms: set url or sink".into())),
         };
         providers.insert(Channel::Sms, p);
+    }
+    if let Some(hook) = &config.channels.webhook {
+        let p = Webhook::new(&hook.secret, hook.timeout)
+            .map_err(|e| AppError::Provider(e.to_string()))?;
+        providers.insert(Channel::Webhook, Arc::new(p));
     }
     Ok(providers)
 }

@@ -29,6 +29,24 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Template commands.
+    Templates {
+        #[command(subcommand)]
+        command: TemplatesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TemplatesCommand {
+    /// Render every template × locale × channel against its fixtures; fail on a
+    /// render error or an SMS over its segment budget, naming the culprit characters.
+    Check {
+        /// The template directory (default: the config's templates_dir, else the built-in templates).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -81,6 +99,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config {
             command: ConfigCommand::Check(a),
         } => config_check(a.config),
+        Command::Templates {
+            command: TemplatesCommand::Check { dir, config },
+        } => templates_check(dir, config),
     }
 }
 
@@ -159,5 +180,30 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     }
     println!("ok");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    use herald::render::{TemplateSet, check};
+    let set = match dir {
+        Some(d) => TemplateSet::load_dir(&d),
+        None => match Config::load(config.as_deref())?.templates_dir {
+            Some(d) => TemplateSet::load_dir(&d),
+            None => Ok(TemplateSet::built_in()),
+        },
+    };
+    let set = match set {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("templates: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let rows = check::check(&set);
+    print!("{}", check::report(&rows));
+    if rows.iter().any(|r| r.failed()) {
+        return Ok(ExitCode::FAILURE);
+    }
+    println!("\nall {} message(s) render within budget", rows.len());
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@ pub mod in_app;
 pub mod sink;
 pub mod sms_http;
 pub mod smtp;
+pub mod webhook;
 
 use crate::intent::{OutcomeClass, Reason};
 use crate::render::Content;

@@ -1,6 +1,7 @@
 //! Rendering (DESIGN rule 6, §6a): templates are loaded once, rendered with
 //! strict undefined when the intent is created, and the result is frozen.
 
+pub mod check;
 pub mod sms;
 mod templates;
 

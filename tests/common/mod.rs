@@ -7,6 +7,9 @@
 
 #![allow(dead_code)]
 
+pub mod smtp;
+pub mod webhook;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -226,6 +229,7 @@ pub struct TestApp {
     lease: &'static str,
     sms_timeout: &'static str,
     workers: bool,
+    templates_dir: Option<std::path::PathBuf>,
     extra: String,
 }
 
@@ -244,6 +248,7 @@ impl TestApp {
             lease: "3s",
             sms_timeout: "1s",
             workers: true,
+            templates_dir: None,
             extra: String::new(),
         }
     }
@@ -270,6 +275,11 @@ impl TestApp {
         self
     }
 
+    pub fn with_templates_dir(mut self, dir: &std::path::Path) -> TestApp {
+        self.templates_dir = Some(dir.to_path_buf());
+        self
+    }
+
     /// Extra TOML appended to the config.
     pub fn with_toml(mut self, toml: &str) -> TestApp {
         self.extra.push_str(toml);
@@ -284,6 +294,7 @@ listen = "127.0.0.1:0"
 database_url = "{db}"
 dedupe_window = "1h"
 shutdown_grace = "5s"
+{templates}
 [retry]
 attempts = {attempts}
 base = "{base}"
@@ -301,6 +312,11 @@ channels = ["sms", "in_app"]
             db = self.db_url,
             lease = self.lease,
             disabled = !self.workers,
+            templates = self
+                .templates_dir
+                .as_ref()
+                .map(|d| format!("templates_dir = {:?}", d.display().to_string()))
+                .unwrap_or_default(),
         );
         if let Some(url) = &self.sms_url {
             toml.push_str(&format!(

@@ -1,0 +1,159 @@
+//! Webhooks signed by the Standard Webhooks convention: `webhook-id` (the
+//! intent key, so a receiver can drop a retry it has already processed),
+//! `webhook-timestamp` and `webhook-signature: v1,<base64 HMAC-SHA256>` over
+//! `id.timestamp.body`, keyed with the bytes of a `whsec_` secret.
+
+use super::sms_http::classify_error;
+use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
+use crate::intent::Reason;
+use async_trait::async_trait;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+use std::time::Duration;
+
+pub struct Webhook {
+    client: reqwest::Client,
+    key: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("channels.webhook.secret: {0}")]
+pub struct SecretError(String);
+
+/// The key bytes of a `whsec_<base64>` secret.
+pub fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretError> {
+    let b64 = secret
+        .strip_prefix("whsec_")
+        .ok_or_else(|| SecretError("must start with whsec_".into()))?;
+    let key = STANDARD
+        .decode(b64)
+        .map_err(|e| SecretError(format!("the part after whsec_ is not base64: {e}")))?;
+    if key.len() < 16 {
+        return Err(SecretError("must hold at least 16 bytes of key".into()));
+    }
+    Ok(key)
+}
+
+/// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`.
+pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC accepts a key of any length");
+    mac.update(format!("{id}.{timestamp}.{body}").as_bytes());
+    format!("v1,{}", STANDARD.encode(mac.finalize().into_bytes()))
+}
+
+impl Webhook {
+    pub fn new(secret: &str, timeout: Duration) -> Result<Webhook, SecretError> {
+        let key = decode_secret(secret)?;
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .build()
+            .map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Webhook { client, key })
+    }
+
+    /// `{type, entity, content, key}`; the content is the frozen rendering,
+    /// parsed back into JSON when the template produced JSON.
+    fn body(d: &Delivery) -> String {
+        let content: Value = serde_json::from_str(&d.content.body)
+            .unwrap_or_else(|_| Value::String(d.content.body.clone()));
+        json!({
+            "type": d.event_type,
+            "entity": {"type": d.entity_type, "id": d.entity_id, "version": d.entity_version},
+            "content": content,
+            "key": d.key,
+        })
+        .to_string()
+    }
+}
+
+#[async_trait]
+impl Provider for Webhook {
+    async fn send(&self, d: &Delivery) -> Outcome {
+        let Some(url) = &d.destination else {
+            return Outcome::Permanent {
+                reason: Reason::NoDestination,
+                status: None,
+                error: "no webhook_url".into(),
+            };
+        };
+        let body = Webhook::body(d);
+        let timestamp = jiff::Timestamp::now().as_second();
+        let signature = sign(&self.key, &d.key, timestamp, &body);
+        let req = self
+            .client
+            .post(url)
+            .header("content-type", "application/json")
+            .header("webhook-id", &d.key)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body);
+        let resp = match req.send().await {
+            Ok(r) => r,
+            Err(e) => return classify_error(&e),
+        };
+        let status = resp.status();
+        let code = Some(status.as_u16());
+        if status.is_success() {
+            return Outcome::Accepted {
+                status: code,
+                message_id: None,
+            };
+        }
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
+        let text = resp.text().await.unwrap_or_default();
+        let error = short_error(&format!("HTTP {}: {text}", status.as_u16()));
+        match status.as_u16() {
+            429 => Outcome::Retryable {
+                class: Reason::Throttled,
+                status: code,
+                error,
+                retry_after,
+            },
+            500..=599 => Outcome::Retryable {
+                class: Reason::Provider5xx,
+                status: code,
+                error,
+                retry_after,
+            },
+            // 410: the receiver says this endpoint is gone for good.
+            _ => Outcome::Permanent {
+                reason: Reason::Rejected,
+                status: code,
+                error,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_standard_webhooks_example_signature() {
+        // The worked example of the Standard Webhooks specification.
+        let key = decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let sig = sign(
+            &key,
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            r#"{"test": 2432232314}"#,
+        );
+        assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[test]
+    fn a_bad_secret_is_refused() {
+        assert!(decode_secret("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").is_err());
+        assert!(decode_secret("whsec_!!!").is_err());
+        assert!(decode_secret("whsec_YWJj").is_err());
+    }
+}

@@ -1,0 +1,218 @@
+//! `herald templates check`: render every template × locale × channel against
+//! its fixtures, and name what fails — a render error, a missing fixture
+//! variable, or an SMS over its segment budget with the characters that forced
+//! it into UCS-2. The command a team puts in its CI so a translation cannot
+//! quietly turn every alert into three segments.
+
+use super::TemplateSet;
+use super::sms::{Culprit, analyse};
+use crate::event::Channel;
+use serde_json::{Map, Value, json};
+use std::fmt::Write;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Ok,
+    /// Over budget, but the template says to send it anyway.
+    OverBudgetAllowed,
+    Fail(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckRow {
+    pub template: String,
+    pub locale: String,
+    pub channel: Channel,
+    pub encoding: Option<String>,
+    pub segments: Option<u32>,
+    pub budget: Option<u32>,
+    pub verdict: Verdict,
+    pub culprits: Vec<Culprit>,
+}
+
+impl CheckRow {
+    pub fn failed(&self) -> bool {
+        matches!(self.verdict, Verdict::Fail(_))
+    }
+}
+
+/// The template context a fixture stands for.
+fn fixture_context(template: &str, fixtures: &Value, locale: &str) -> Value {
+    let mut ctx: Map<String, Value> = fixtures
+        .get("data")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let entity = fixtures
+        .get("entity")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": "fixture", "id": "fixture"}));
+    let mut entity = entity.as_object().cloned().unwrap_or_default();
+    entity.entry("version").or_insert(Value::Null);
+    ctx.insert("entity".into(), Value::Object(entity));
+    let event = fixtures
+        .get("event")
+        .cloned()
+        .unwrap_or_else(|| json!({"type": template}));
+    let mut event = event.as_object().cloned().unwrap_or_default();
+    event
+        .entry("occurred_at")
+        .or_insert_with(|| json!("2026-01-01T00:00:00.000000000Z"));
+    ctx.insert("event".into(), Value::Object(event));
+    ctx.insert(
+        "recipient".into(),
+        json!({"id": "fixture-recipient", "locale": locale}),
+    );
+    Value::Object(ctx)
+}
+
+pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
+    let mut rows = Vec::new();
+    for id in set.ids() {
+        let Some(meta) = set.meta(id) else { continue };
+        for locale in set.locales(id) {
+            for channel in Channel::ALL {
+                if !set.has_channel(id, locale, channel) {
+                    continue;
+                }
+                let mut row = CheckRow {
+                    template: id.to_string(),
+                    locale: locale.to_string(),
+                    channel,
+                    encoding: None,
+                    segments: None,
+                    budget: (channel == Channel::Sms).then_some(meta.sms_max_segments),
+                    verdict: Verdict::Ok,
+                    culprits: Vec::new(),
+                };
+                let Some(fixtures) = set.fixtures(id) else {
+                    row.verdict = Verdict::Fail("no fixtures.json to render with".into());
+                    rows.push(row);
+                    continue;
+                };
+                let ctx = fixture_context(id, fixtures, locale);
+                match set.render_context(id, channel, locale, &ctx) {
+                    Err(e) => row.verdict = Verdict::Fail(format!("render error: {e}")),
+                    Ok(r) => {
+                        row.encoding = r.content.encoding.clone();
+                        row.segments = r.content.segments;
+                        if channel == Channel::Sms {
+                            row.culprits = analyse(&r.content.body).culprits;
+                        }
+                        if let Some(b) = r.over_budget {
+                            row.verdict = if b.send_anyway {
+                                Verdict::OverBudgetAllowed
+                            } else {
+                                Verdict::Fail(format!(
+                                    "{} segments over a budget of {}",
+                                    b.segments, b.budget
+                                ))
+                            };
+                        }
+                    }
+                }
+                rows.push(row);
+            }
+        }
+    }
+    rows
+}
+
+/// The table, then one paragraph per failure.
+pub fn report(rows: &[CheckRow]) -> String {
+    let mut out = String::new();
+    let dash = || "-".to_string();
+    let table: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r.template.clone(),
+                r.locale.clone(),
+                r.channel.to_string(),
+                r.encoding.clone().unwrap_or_else(dash),
+                r.segments.map_or_else(dash, |s| s.to_string()),
+                r.budget.map_or_else(dash, |b| b.to_string()),
+                match &r.verdict {
+                    Verdict::Ok => "ok".into(),
+                    Verdict::OverBudgetAllowed => "over budget (sent anyway)".into(),
+                    Verdict::Fail(_) => "FAIL".into(),
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "TEMPLATE", "LOCALE", "CHANNEL", "ENCODING", "SEGMENTS", "BUDGET", "VERDICT",
+    ]
+    .map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(table.iter()) {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    let failures: Vec<&CheckRow> = rows.iter().filter(|r| r.failed()).collect();
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\n{} failure(s):", failures.len());
+    }
+    for r in failures {
+        let Verdict::Fail(why) = &r.verdict else {
+            continue;
+        };
+        let enc = r
+            .encoding
+            .as_deref()
+            .map(|e| format!(" ({e})"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "- {} locale {} {}{enc}: {why}",
+            r.template, r.locale, r.channel
+        );
+        if !r.culprits.is_empty() {
+            let _ = writeln!(out, "  forced to UCS-2 by: {}", culprit_list(&r.culprits));
+        }
+    }
+    out
+}
+
+/// Each distinct character once: `U+2019 '’' at 12`, with a count when repeated.
+fn culprit_list(culprits: &[Culprit]) -> String {
+    let mut seen: Vec<(char, usize, usize)> = Vec::new();
+    for c in culprits {
+        match seen.iter_mut().find(|(ch, _, _)| *ch == c.ch) {
+            Some(entry) => entry.2 += 1,
+            None => seen.push((c.ch, c.position, 1)),
+        }
+    }
+    let shown: Vec<String> = seen
+        .iter()
+        .take(12)
+        .map(|(ch, pos, n)| {
+            let code = Culprit {
+                ch: *ch,
+                position: *pos,
+            }
+            .code_point();
+            let times = if *n > 1 {
+                format!(" (×{n})")
+            } else {
+                String::new()
+            };
+            format!("{code} '{ch}' at {pos}{times}")
+        })
+        .collect();
+    let more = if seen.len() > 12 {
+        format!(", and {} more", seen.len() - 12)
+    } else {
+        String::new()
+    };
+    format!("{}{more}", shown.join(", "))
+}

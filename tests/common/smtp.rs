@@ -1,0 +1,169 @@
+//! A small SMTP server for the tests: plain text, no TLS or AUTH, records each
+//! message and can refuse chosen recipients with a scripted reply.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
+
+#[derive(Debug, Clone)]
+pub struct Mail {
+    pub to: Vec<String>,
+    pub raw: String,
+}
+
+impl Mail {
+    /// A header's value (unfolded), by case-insensitive name.
+    pub fn header(&self, name: &str) -> Option<String> {
+        let head = self.raw.split("\r\n\r\n").next().unwrap_or_default();
+        let mut out: Option<String> = None;
+        let mut current = false;
+        for line in head.split("\r\n") {
+            if line.starts_with([' ', '\t']) {
+                if current && let Some(v) = out.as_mut() {
+                    v.push(' ');
+                    v.push_str(line.trim());
+                }
+                continue;
+            }
+            current = false;
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case(name)
+            {
+                out = Some(v.trim().to_string());
+                current = true;
+            }
+        }
+        out
+    }
+}
+
+#[derive(Default)]
+struct State {
+    mails: Vec<Mail>,
+    /// address → replies to RCPT TO, in order; the last repeats.
+    refuse: HashMap<String, Vec<String>>,
+}
+
+#[derive(Clone)]
+pub struct FakeSmtp {
+    pub url: String,
+    state: Arc<Mutex<State>>,
+}
+
+impl FakeSmtp {
+    pub async fn start() -> FakeSmtp {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("smtp://{}", listener.local_addr().expect("addr"));
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = state.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(session(socket, shared.clone()));
+            }
+        });
+        FakeSmtp { url, state }
+    }
+
+    /// Answer RCPT TO for `addr` with these replies in turn (`"550 5.1.1 no such user"`).
+    pub fn refuse(&self, addr: &str, replies: &[&str]) {
+        self.state.lock().unwrap().refuse.insert(
+            addr.to_string(),
+            replies.iter().map(|s| s.to_string()).collect(),
+        );
+    }
+
+    pub fn to(&self, addr: &str) -> Vec<Mail> {
+        self.state
+            .lock()
+            .unwrap()
+            .mails
+            .iter()
+            .filter(|m| m.to.iter().any(|t| t == addr))
+            .cloned()
+            .collect()
+    }
+}
+
+async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
+    let (read, mut write) = socket.into_split();
+    let mut lines = BufReader::new(read);
+    let _ = write.write_all(b"220 fake ESMTP\r\n").await;
+    let mut rcpts: Vec<String> = Vec::new();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if lines.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let cmd = line.trim_end().to_string();
+        let upper = cmd.to_ascii_uppercase();
+        let reply = if upper.starts_with("EHLO") {
+            "250-fake\r\n250-8BITMIME\r\n250-SMTPUTF8\r\n250 SIZE 10485760".to_string()
+        } else if upper.starts_with("HELO") || upper.starts_with("NOOP") {
+            "250 ok".into()
+        } else if upper.starts_with("MAIL FROM") || upper.starts_with("RSET") {
+            rcpts.clear();
+            "250 ok".into()
+        } else if upper.starts_with("RCPT TO") {
+            let addr = cmd[8..]
+                .trim()
+                .trim_start_matches('<')
+                .split('>')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let refused = {
+                let mut s = state.lock().unwrap();
+                s.refuse.get_mut(&addr).map(|q| {
+                    if q.len() > 1 {
+                        q.remove(0)
+                    } else {
+                        q[0].clone()
+                    }
+                })
+            };
+            match refused {
+                Some(r) if !r.starts_with('2') => r,
+                _ => {
+                    rcpts.push(addr);
+                    "250 ok".into()
+                }
+            }
+        } else if upper == "DATA" {
+            let _ = write.write_all(b"354 go ahead\r\n").await;
+            let mut raw = String::new();
+            loop {
+                line.clear();
+                if lines.read_line(&mut line).await.unwrap_or(0) == 0 {
+                    return;
+                }
+                if line == ".\r\n" || line == ".\n" {
+                    break;
+                }
+                raw.push_str(
+                    line.strip_prefix('.')
+                        .filter(|_| line.starts_with(".."))
+                        .unwrap_or(&line),
+                );
+            }
+            state.lock().unwrap().mails.push(Mail {
+                to: rcpts.clone(),
+                raw,
+            });
+            "250 queued".into()
+        } else if upper == "QUIT" {
+            let _ = write.write_all(b"221 bye\r\n").await;
+            return;
+        } else {
+            "502 not implemented".into()
+        };
+        if write
+            .write_all(format!("{reply}\r\n").as_bytes())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
