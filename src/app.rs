@@ -10,10 +10,13 @@ use crate::channel::smtp::Smtp;
 use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::config::Route;
+use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
 use crate::render::{TemplateSet, TemplateSetError};
 use crate::store::{self, Store, StoreError};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -45,6 +48,12 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
         None => TemplateSet::built_in(),
     };
     for (i, route) in config.routes.iter().enumerate() {
+        if let Some(d) = route.digest.as_ref().filter(|d| !set.contains(&d.template)) {
+            return Err(AppError::Route(format!(
+                "routes[{i}].digest.template: no template {:?}",
+                d.template
+            )));
+        }
         if !set.contains(&route.template) {
             return Err(AppError::Route(format!(
                 "routes[{i}].template: no template {:?} in {}",
@@ -171,9 +180,31 @@ pub async fn start_with(
             poll_interval: config.worker.poll_interval,
             lease: config.worker.lease,
             clock: clock.clone(),
+            supersede_types: config
+                .routes
+                .iter()
+                .filter(|r| r.skip_superseded)
+                .map(|r| r.event.clone())
+                .collect(),
         };
         tokio::spawn(worker.run(rx.clone(), config.shutdown_grace))
     });
+    let routes: Arc<HashMap<String, Route>> = Arc::new(
+        config
+            .routes
+            .iter()
+            .map(|r| (r.event.clone(), r.clone()))
+            .collect(),
+    );
+    if !config.worker.disabled && config.routes.iter().any(|r| r.digest.is_some()) {
+        let closer = DigestCloser {
+            store: store.clone(),
+            templates: templates.clone(),
+            routes: routes.clone(),
+            clock: clock.clone(),
+        };
+        tokio::spawn(closer.run(rx.clone(), config.worker.poll_interval));
+    }
 
     let app = router(AppState::new(store, config.clone(), templates, clock));
     let mut server_rx = rx;

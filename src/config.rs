@@ -163,6 +163,42 @@ pub struct Route {
     pub event: String,
     pub template: String,
     pub channels: Vec<String>,
+    /// Bypasses quiet hours and digests (never an explicit opt-out).
+    #[serde(default)]
+    pub critical: bool,
+    /// Skip a pending intent once a newer version of its entity has gone (or is
+    /// queued) to the same recipient on the same channel.
+    #[serde(default)]
+    pub skip_superseded: bool,
+    pub digest: Option<DigestRoute>,
+}
+
+/// `digest = { window = "1h", key = "{{ entity.id }}", template = "…", channels = ["email"] }`
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DigestRoute {
+    #[serde(deserialize_with = "duration")]
+    pub window: Duration,
+    /// A template expression: events with the same rendered key share a digest.
+    #[serde(default = "default_digest_key")]
+    pub key: String,
+    /// The template the digest is rendered from; its context has `members`.
+    pub template: String,
+    /// The channels batched; default: the route's channels except in-app.
+    pub channels: Option<Vec<String>>,
+}
+
+fn default_digest_key() -> String {
+    "{{ event.type }}".into()
+}
+
+impl DigestRoute {
+    pub fn batches(&self, route: &Route, channel: Channel) -> bool {
+        match &self.channels {
+            Some(list) => list.iter().any(|c| c == channel.as_str()),
+            None => channel != Channel::InApp && route.channels().contains(&channel),
+        }
+    }
 }
 
 impl Route {
@@ -510,6 +546,20 @@ impl Config {
                     return Err(invalid(format!(
                         "routes[{i}].channels[{j}]: unknown channel {ch:?}; expected email, sms, in_app or webhook"
                     )));
+                }
+            }
+            if let Some(d) = &route.digest {
+                if d.window < Duration::from_secs(1) {
+                    return Err(invalid(format!(
+                        "routes[{i}].digest.window: must be at least 1s"
+                    )));
+                }
+                for (j, ch) in d.channels.iter().flatten().enumerate() {
+                    if Channel::parse(ch).is_none() {
+                        return Err(invalid(format!(
+                            "routes[{i}].digest.channels[{j}]: unknown channel {ch:?}"
+                        )));
+                    }
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod deliver;
 pub mod event;
 pub mod intent;
 pub mod plan;
+pub mod preferences;
 pub mod recipient;
 pub mod render;
 pub mod store;

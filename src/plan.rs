@@ -1,12 +1,25 @@
-//! The planner: (event, route, recipients, clock) → one intent per (channel,
-//! recipient) with its decision. Pure: it reads nothing and writes nothing,
-//! so every decision can be tested without a database.
+//! The planner: (event, route, recipient snapshot, preferences, clock) → one
+//! intent per (channel, recipient) with its decision and reason. Pure: it reads
+//! nothing and writes nothing, so every decision can be tested without a
+//! database. The order of the checks is the precedence of the reasons:
+//!
+//! 1. the deployment has no provider for the channel → `suppress`/`channel_disabled`
+//! 2. the recipient opted out of the channel → `suppress`/`opted_out` (even on a critical route)
+//! 3. no address for the channel → `suppress`/`no_destination`
+//! 4. rendering fails → dead `template_error`; an SMS over budget → dead `sms_too_long`
+//! 5. quiet hours (not on a critical route) → `hold`/`quiet_hours` until the window ends
+//! 6. a digest route (not critical, recipient not opted out of digests) → `digest`
+//! 7. otherwise → `send`
 
 use crate::config::Route;
+use crate::event::identity::sha256_hex;
 use crate::event::{Channel, Event, RecipientSpec, Tenant};
 use crate::intent::{Decision, Reason, State};
+use crate::preferences::Preferences;
 use crate::render::{Rendered, TemplateSet};
-use crate::store::{NewIntent, RecipientRow};
+use crate::store::{NewDigest, NewIntent, RecipientRow};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
 use std::collections::HashMap;
 
 pub struct PlanInput<'a> {
@@ -18,7 +31,7 @@ pub struct PlanInput<'a> {
     pub directory: &'a HashMap<String, RecipientRow>,
     /// Whether this deployment delivers on a channel.
     pub configured: &'a dyn Fn(Channel) -> bool,
-    pub now_us: i64,
+    pub now: Timestamp,
 }
 
 /// The channels an event goes out on: its own list when given, else the route's.
@@ -53,18 +66,45 @@ pub fn destination(channel: Channel, r: &RecipientSpec) -> Result<Option<String>
     addr.clone().map(Some).ok_or(Reason::NoDestination)
 }
 
+/// The preferences in force for a directory entry, with their version. Stored
+/// preferences were validated when written; unreadable ones count as none.
+fn preferences_of(entry: Option<&RecipientRow>) -> (Preferences, Option<i64>) {
+    let Some(row) = entry else {
+        return (Preferences::default(), None);
+    };
+    let parsed = serde_json::from_str(&row.preferences)
+        .ok()
+        .and_then(|v| Preferences::parse(&v).ok());
+    (parsed.unwrap_or_default(), Some(row.preferences_version))
+}
+
 pub fn plan(input: &PlanInput<'_>) -> Vec<NewIntent> {
     let mut out = Vec::new();
     for inline in &input.event.recipients {
-        let recipient = snapshot(inline, input.directory.get(&inline.id));
+        let entry = input.directory.get(&inline.id);
+        let recipient = snapshot(inline, entry);
+        let (prefs, version) = preferences_of(entry);
         for channel in channels(input.event, input.route) {
-            out.push(plan_one(input, channel, &recipient));
+            out.push(plan_one(input, channel, &recipient, &prefs, version));
         }
     }
     out
 }
 
-fn plan_one(input: &PlanInput<'_>, channel: Channel, recipient: &RecipientSpec) -> NewIntent {
+fn set(intent: &mut NewIntent, decision: Decision, state: State, reason: Option<Reason>) {
+    intent.decision = decision.as_str().into();
+    intent.state = state.as_str().into();
+    intent.reason = reason.map(|r| r.as_str().into());
+}
+
+fn plan_one(
+    input: &PlanInput<'_>,
+    channel: Channel,
+    recipient: &RecipientSpec,
+    prefs: &Preferences,
+    version: Option<i64>,
+) -> NewIntent {
+    let route = input.route;
     let key = input
         .event
         .notification_key(input.tenant, channel, &recipient.id);
@@ -74,10 +114,10 @@ fn plan_one(input: &PlanInput<'_>, channel: Channel, recipient: &RecipientSpec) 
         recipient_id: recipient.id.clone(),
         destination: None,
         locale: recipient.locale.clone(),
-        template_id: input.route.template.clone(),
+        template_id: route.template.clone(),
         template_revision: input
             .templates
-            .meta(&input.route.template)
+            .meta(&route.template)
             .map(|m| m.revision.clone()),
         payload: None,
         decision: Decision::Send.as_str().into(),
@@ -85,213 +125,195 @@ fn plan_one(input: &PlanInput<'_>, channel: Channel, recipient: &RecipientSpec) 
         detail: None,
         state: State::Queued.as_str().into(),
         run_at: None,
-    };
-    let suppress = |mut intent: NewIntent, reason: Reason| {
-        intent.decision = Decision::Suppress.as_str().into();
-        intent.state = State::Suppressed.as_str().into();
-        intent.reason = Some(reason.as_str().into());
-        intent
+        preferences_version: version,
+        digest: None,
     };
     if !(input.configured)(channel) {
-        return suppress(intent, Reason::ChannelDisabled);
+        set(
+            &mut intent,
+            Decision::Suppress,
+            State::Suppressed,
+            Some(Reason::ChannelDisabled),
+        );
+        return intent;
+    }
+    if prefs.opted_out(channel) {
+        set(
+            &mut intent,
+            Decision::Suppress,
+            State::Suppressed,
+            Some(Reason::OptedOut),
+        );
+        if route.critical {
+            intent.detail =
+                Some("critical route, but an explicit opt-out is always honoured".into());
+        }
+        return intent;
     }
     match destination(channel, recipient) {
         Ok(d) => intent.destination = d,
-        Err(reason) => return suppress(intent, reason),
+        Err(reason) => {
+            set(
+                &mut intent,
+                Decision::Suppress,
+                State::Suppressed,
+                Some(reason),
+            );
+            return intent;
+        }
     }
     // Render before committing to send (rule 6): a failure is a dead intent
     // that is recorded and never sent.
     let rendered = input.templates.render(
-        &input.route.template,
+        &route.template,
         channel,
         input.event,
         recipient,
         recipient.locale.as_deref(),
     );
-    match rendered {
+    let Rendered {
+        locale,
+        revision,
+        content,
+        over_budget,
+    } = match rendered {
+        Ok(r) => r,
         Err(e) => {
-            intent.state = State::Dead.as_str().into();
-            intent.reason = Some(Reason::TemplateError.as_str().into());
+            set(
+                &mut intent,
+                Decision::Send,
+                State::Dead,
+                Some(Reason::TemplateError),
+            );
             intent.detail = Some(e.to_string());
+            return intent;
         }
-        Ok(Rendered {
-            locale,
-            revision,
-            content,
-            over_budget,
-        }) => {
-            intent.locale = Some(locale);
-            intent.template_revision = Some(revision);
-            intent.payload = Some((content.digest(), content.to_json()));
-            match over_budget {
-                Some(b) if !b.send_anyway => {
-                    intent.state = State::Dead.as_str().into();
-                    intent.reason = Some(Reason::SmsTooLong.as_str().into());
-                    intent.detail = Some(format!(
-                        "renders as {} {} segments; the template's budget is {} (set sms_over_budget = \"send\" to send it anyway)",
-                        b.segments,
-                        content.encoding.as_deref().unwrap_or("SMS"),
-                        b.budget
-                    ));
+    };
+    intent.locale = Some(locale);
+    intent.template_revision = Some(revision);
+    intent.payload = Some((content.digest(), content.to_json()));
+    if let Some(b) = over_budget.filter(|b| !b.send_anyway) {
+        set(
+            &mut intent,
+            Decision::Send,
+            State::Dead,
+            Some(Reason::SmsTooLong),
+        );
+        intent.detail = Some(format!(
+            "renders as {} {} segments; the template's budget is {} (set sms_over_budget = \"send\" to send it anyway)",
+            b.segments,
+            content.encoding.as_deref().unwrap_or("SMS"),
+            b.budget
+        ));
+        return intent;
+    }
+
+    let mut bypassed = Vec::new();
+    if let Some(q) = prefs
+        .quiet_hours
+        .as_ref()
+        .filter(|q| q.channels.contains(&channel))
+    {
+        let tz = recipient
+            .timezone
+            .as_deref()
+            .and_then(|z| TimeZone::get(z).ok())
+            .unwrap_or(TimeZone::UTC);
+        if let Some(until) = q.holds_until(&tz, input.now) {
+            if !route.critical {
+                set(
+                    &mut intent,
+                    Decision::Hold,
+                    State::Held,
+                    Some(Reason::QuietHours),
+                );
+                intent.run_at = Some(until.as_microsecond());
+                return intent;
+            }
+            bypassed.push("quiet hours");
+        }
+    }
+    if let Some(d) = route.digest.as_ref().filter(|d| d.batches(route, channel)) {
+        if prefs.digest == Some(false) {
+            intent.detail = Some(
+                "the recipient receives this route's messages one by one (digest: false)".into(),
+            );
+        } else if route.critical {
+            bypassed.push("digest");
+        } else {
+            match digest_window(input, channel, recipient, &intent, d) {
+                Ok(window) => {
+                    set(&mut intent, Decision::Digest, State::Held, None);
+                    intent.digest = Some(window);
+                    return intent;
                 }
-                _ => intent.run_at = Some(input.now_us),
+                Err(e) => {
+                    set(
+                        &mut intent,
+                        Decision::Send,
+                        State::Dead,
+                        Some(Reason::TemplateError),
+                    );
+                    intent.detail = Some(format!("digest key: {e}"));
+                    return intent;
+                }
             }
         }
     }
+    if !bypassed.is_empty() {
+        intent.detail = Some(format!(
+            "critical route: bypassed {}",
+            bypassed.join(" and ")
+        ));
+    }
+    intent.run_at = Some(input.now.as_microsecond());
     intent
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::parse_event;
-    use serde_json::json;
-
-    fn route(channels: &[&str]) -> Route {
-        Route {
-            event: "purchase_order.approved".into(),
-            template: "po_approved".into(),
-            channels: channels.iter().map(|s| s.to_string()).collect(),
-        }
-    }
-
-    fn event(recipients: serde_json::Value) -> Event {
-        parse_event(&json!({
-            "type": "purchase_order.approved",
-            "entity": {"type": "purchase_order", "id": "PO-1", "version": 1},
-            "occurred_at": "2026-11-29T10:15:00Z",
-            "data": {"po": {"number": "PO-1", "total": "5"}, "approver": {"name": "Asha"}},
-            "recipients": recipients
-        }))
-        .unwrap()
-    }
-
-    fn run(
-        ev: &Event,
-        r: &Route,
-        dir: &HashMap<String, RecipientRow>,
-        configured: &dyn Fn(Channel) -> bool,
-    ) -> Vec<NewIntent> {
-        let templates = TemplateSet::built_in();
-        let tenant = Tenant::default_tenant();
-        plan(&PlanInput {
-            tenant: &tenant,
-            event: ev,
-            route: r,
-            templates: &templates,
-            directory: dir,
-            configured,
-            now_us: 7,
-        })
-    }
-
-    fn row(id: &str, phone: Option<&str>) -> RecipientRow {
-        RecipientRow {
-            tenant: "default".into(),
-            id: id.into(),
-            email: Some("dir@example.com".into()),
-            phone: phone.map(String::from),
-            locale: Some("ne".into()),
-            timezone: None,
-            webhook_url: None,
-            preferences: "{}".into(),
-            preferences_version: 1,
-            updated_at: 0,
-        }
-    }
-
-    #[test]
-    fn one_intent_per_channel_and_recipient() {
-        let ev = event(
-            json!([{"id": "u-1", "phone": "+9779800000000", "email": "a@example.com"}, {"id": "u-2"}]),
-        );
-        let out = run(
-            &ev,
-            &route(&["email", "sms", "in_app"]),
-            &HashMap::new(),
-            &|_| true,
-        );
-        assert_eq!(out.len(), 6);
-        let queued: Vec<_> = out
-            .iter()
-            .filter(|i| i.state == "queued")
-            .map(|i| (&i.recipient_id[..], &i.channel[..]))
-            .collect();
-        assert_eq!(
-            queued,
-            vec![
-                ("u-1", "email"),
-                ("u-1", "sms"),
-                ("u-1", "in_app"),
-                ("u-2", "in_app")
-            ]
-        );
-        assert!(
-            out.iter()
-                .filter(|i| i.state == "queued")
-                .all(|i| i.run_at == Some(7) && i.payload.is_some())
-        );
-    }
-
-    #[test]
-    fn a_recipient_without_address_is_recorded_as_no_destination() {
-        let ev = event(json!([{"id": "u-2"}]));
-        let out = run(&ev, &route(&["sms"]), &HashMap::new(), &|_| true);
-        assert_eq!(
-            (out[0].decision.as_str(), out[0].reason.as_deref()),
-            ("suppress", Some("no_destination"))
-        );
-        assert_eq!(out[0].run_at, None);
-    }
-
-    #[test]
-    fn an_unconfigured_channel_is_channel_disabled() {
-        let ev = event(json!([{"id": "u-1", "phone": "+9779800000000"}]));
-        let out = run(&ev, &route(&["sms"]), &HashMap::new(), &|c| {
-            c != Channel::Sms
-        });
-        assert_eq!(out[0].reason.as_deref(), Some("channel_disabled"));
-    }
-
-    #[test]
-    fn inline_fields_override_the_directory_and_are_frozen() {
-        let ev = event(json!([{"id": "u-1", "phone": "+15550000001"}]));
-        let dir = HashMap::from([("u-1".to_string(), row("u-1", Some("+15550000009")))]);
-        let out = run(&ev, &route(&["sms", "email"]), &dir, &|_| true);
-        assert_eq!(out[0].destination.as_deref(), Some("+15550000001"));
-        assert_eq!(out[1].destination.as_deref(), Some("dir@example.com"));
-        assert_eq!(
-            out[0].locale.as_deref(),
-            Some("ne"),
-            "locale comes from the directory"
-        );
-    }
-
-    #[test]
-    fn a_template_error_is_a_dead_intent_with_no_job() {
-        let mut ev = event(json!([{"id": "u-1"}]));
-        ev.data.remove("approver");
-        let out = run(&ev, &route(&["in_app"]), &HashMap::new(), &|_| true);
-        assert_eq!(
-            (out[0].state.as_str(), out[0].reason.as_deref()),
-            ("dead", Some("template_error"))
-        );
-        assert!(out[0].run_at.is_none() && out[0].payload.is_none());
-        let detail = out[0].detail.as_deref().unwrap_or_default();
-        assert!(detail.contains("undefined"), "{detail}");
-    }
-
-    #[test]
-    fn the_event_can_narrow_the_route_channels() {
-        let mut ev = event(json!([{"id": "u-1"}]));
-        ev.channels = Some(vec![Channel::InApp]);
-        let out = run(
-            &ev,
-            &route(&["email", "sms", "in_app"]),
-            &HashMap::new(),
-            &|_| true,
-        );
-        assert_eq!(out.len(), 1);
-        assert_eq!(out[0].channel, "in_app");
-    }
+/// The aligned window this event falls in, for this recipient, channel and
+/// digest group. Its key is the key of the digest intent it will become.
+fn digest_window(
+    input: &PlanInput<'_>,
+    channel: Channel,
+    recipient: &RecipientSpec,
+    intent: &NewIntent,
+    d: &crate::config::DigestRoute,
+) -> Result<NewDigest, String> {
+    let ctx = crate::render::context(
+        input.event,
+        recipient,
+        intent.locale.as_deref().unwrap_or_default(),
+    );
+    let group_key = input
+        .templates
+        .render_str(&d.key, &ctx)
+        .map_err(|e| e.to_string())?;
+    let width = i64::try_from(d.window.as_micros())
+        .unwrap_or(i64::MAX)
+        .max(1);
+    let now = input.now.as_microsecond();
+    let window_start = now.div_euclid(width) * width;
+    let identity = format!(
+        "digest|{}|{}|{}|{}|{}|{}",
+        input.tenant.as_str(),
+        input.event.event_type,
+        channel.as_str(),
+        recipient.id,
+        group_key,
+        window_start
+    );
+    Ok(NewDigest {
+        key: sha256_hex(identity.as_bytes())[..32].to_string(),
+        event_type: input.event.event_type.clone(),
+        channel: channel.as_str().to_string(),
+        recipient_id: recipient.id.clone(),
+        group_key,
+        destination: intent.destination.clone(),
+        locale: intent.locale.clone(),
+        window_start,
+        closes_at: window_start.saturating_add(width),
+    })
 }
+
+#[cfg(test)]
+mod tests;

@@ -257,6 +257,7 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
                 limit: 10,
                 lease_until_us: now + 300_000,
                 max_attempts: 4,
+                supersede_types: vec![],
             })
             .await
             .unwrap();

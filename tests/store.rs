@@ -25,6 +25,8 @@ fn new_intent(key: &str, channel: &str, run_at: Option<i64>) -> NewIntent {
         detail: None,
         state: "queued".into(),
         run_at,
+        preferences_version: None,
+        digest: None,
     }
 }
 
@@ -55,6 +57,7 @@ fn claim(now: i64, limit: u32) -> Claim {
         limit,
         lease_until_us: now + 1_000_000,
         max_attempts: 3,
+        supersede_types: vec![],
     }
 }
 

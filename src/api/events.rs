@@ -57,7 +57,8 @@ pub async fn post_event(
         .into_iter()
         .map(|r| (r.id.clone(), r))
         .collect();
-    let now_us = micros(app.clock.now());
+    let now = app.clock.now();
+    let now_us = micros(now);
     let configured = |c| app.config.channel_configured(c);
     let intents = plan(&PlanInput {
         tenant: &caller.tenant,
@@ -66,7 +67,7 @@ pub async fn post_event(
         templates: &app.templates,
         directory: &directory,
         configured: &configured,
-        now_us,
+        now,
     });
     let ingest = Ingest {
         tenant: caller.tenant.as_str().to_string(),

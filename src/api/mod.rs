@@ -72,6 +72,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/recipients/{id}",
             put(recipients::put_one).get(recipients::get_one),
         )
+        .route(
+            "/v1/recipients/{id}/preferences/{version}",
+            get(recipients::preferences_version),
+        )
         .route("/v1/recipients/{id}/inbox", get(inbox::list))
         .route(
             "/v1/recipients/{id}/inbox/{card}/read",

@@ -3,6 +3,7 @@
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::event::canonical_json;
+use crate::preferences::Preferences;
 use crate::recipient::{
     validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url,
 };
@@ -11,7 +12,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Map, Value};
+use serde_json::{Value, json};
 
 const FIELDS: [&str; 6] = [
     "email",
@@ -59,11 +60,8 @@ pub async fn put_one(
             Some(_) => Err(ApiError::invalid_field(name, "must be a string")),
         }
     };
-    let preferences = match obj.get("preferences") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(p)) => p.clone(),
-        Some(_) => return Err(ApiError::invalid_field("preferences", "must be an object")),
-    };
+    let preferences = Preferences::parse(obj.get("preferences").unwrap_or(&Value::Null))
+        .map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
     let put = RecipientPut {
         tenant: caller.tenant.as_str().to_string(),
         id,
@@ -72,7 +70,7 @@ pub async fn put_one(
         locale: field("locale", validate_locale)?,
         timezone: field("timezone", validate_timezone)?,
         webhook_url: field("webhook_url", validate_webhook_url)?,
-        preferences: canonical_json(&Value::Object(preferences)),
+        preferences: canonical_json(&preferences.to_json()),
         now_us: micros(app.clock.now()),
     };
     let row = app.store.recipient_put(put).await?;
@@ -93,4 +91,30 @@ pub async fn get_one(
         .first()
         .ok_or_else(|| ApiError::NotFound(format!("no recipient {id:?}")))?;
     Ok(Json(views::recipient(row)))
+}
+
+/// `GET /v1/recipients/{id}/preferences/{version}`: the preferences a past
+/// decision was made with.
+pub async fn preferences_version(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path((id, version)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::IntentsRead)?;
+    let n: i64 = version
+        .parse()
+        .map_err(|_| ApiError::invalid_field("version", "must be a whole number"))?;
+    let found = app
+        .store
+        .recipient_preferences_get(caller.tenant.as_str(), &id, n)
+        .await?;
+    let v = found.ok_or_else(|| {
+        ApiError::NotFound(format!("recipient {id:?} has no preferences version {n}"))
+    })?;
+    Ok(Json(json!({
+        "recipient_id": id,
+        "version": v.version,
+        "preferences": serde_json::from_str::<Value>(&v.preferences).unwrap_or(Value::Null),
+        "created_at": crate::clock::rfc3339(v.created_at),
+    })))
 }

@@ -12,7 +12,7 @@ fn content_value(text: Option<&str>) -> Value {
 }
 
 pub fn intent(row: &IntentRow) -> Value {
-    json!({
+    let mut v = json!({
         "id": row.key,
         "key": row.key,
         "channel": row.channel,
@@ -30,7 +30,19 @@ pub fn intent(row: &IntentRow) -> Value {
         "attempt_count": row.attempts,
         "created_at": rfc3339(row.created_at),
         "updated_at": rfc3339(row.updated_at),
-    })
+        "preferences_version": row.preferences_version,
+    });
+    // The link says what it is: the newer version that superseded this intent,
+    // or the digest this member was batched into.
+    if let Some(link) = &row.link_key {
+        let name = if row.reason.as_deref() == Some("superseded") {
+            "superseded_by"
+        } else {
+            "digest_id"
+        };
+        v[name] = Value::String(link.clone());
+    }
+    v
 }
 
 pub fn intent_detail(d: &IntentDetail) -> Value {

@@ -3,6 +3,7 @@
 //! outcomes in batches. A job whose worker dies is retaken after its lease and
 //! the unfinished attempt recorded as `unknown`.
 
+pub mod digest;
 pub mod retry;
 
 use crate::channel::{Delivery, Outcome, Provider};
@@ -34,6 +35,8 @@ pub struct Worker {
     pub poll_interval: Duration,
     pub lease: Duration,
     pub clock: Arc<dyn Clock>,
+    /// Event types whose routes skip superseded versions.
+    pub supersede_types: Vec<String>,
 }
 
 impl Worker {
@@ -111,6 +114,7 @@ impl Worker {
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
                 lease_until_us: micros(lease_until),
                 max_attempts: i64::from(self.policy.attempts),
+                supersede_types: self.supersede_types.clone(),
             })
             .await
     }

@@ -282,6 +282,14 @@ impl TemplateSet {
         })
     }
 
+    /// Renders a one-off template string (a digest key) with strict undefined.
+    pub fn render_str(&self, source: &str, ctx: &Value) -> Result<String, RenderError> {
+        self.env
+            .render_str(source, ctx)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| RenderError::Template(describe(&e)))
+    }
+
     /// Renders one message from a fixture context (`templates check`).
     pub fn render_context(
         &self,

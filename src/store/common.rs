@@ -23,7 +23,7 @@ macro_rules! newer_than_card {
 pub(crate) use newer_than_card;
 
 macro_rules! shared_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path) => {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
         use crate::store::common::newer_than_card;
         use crate::store::rows::*;
         use crate::store::{StoreError, StoreResult};
@@ -42,9 +42,11 @@ macro_rules! shared_queries {
         }
 
         /// Replaces the entry; `preferences_version` moves only when the
-        /// preferences change, so a version names one set of preferences.
+        /// preferences change, so a version names one set of preferences, and
+        /// every version is kept.
         pub async fn recipient_put(pool: &Pool<$db>, put: &RecipientPut) -> StoreResult<RecipientRow> {
-            let row = sqlx::query_as(
+            let mut tx = pool.begin().await?;
+            let row: RecipientRow = sqlx::query_as(
                 "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9)
                  ON CONFLICT (tenant, id) DO UPDATE SET
@@ -65,7 +67,37 @@ macro_rules! shared_queries {
             .bind(&put.webhook_url)
             .bind(&put.preferences)
             .bind(put.now_us)
-            .fetch_one(pool)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO recipient_preferences (tenant, recipient_id, version, preferences, created_at)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, recipient_id, version) DO NOTHING",
+            )
+            .bind(&row.tenant)
+            .bind(&row.id)
+            .bind(row.preferences_version)
+            .bind(&row.preferences)
+            .bind(put.now_us)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(row)
+        }
+
+        pub async fn recipient_preferences_get(
+            pool: &Pool<$db>,
+            tenant: &str,
+            id: &str,
+            version: i64,
+        ) -> StoreResult<Option<PreferencesVersion>> {
+            let row = sqlx::query_as(
+                "SELECT version, preferences, created_at FROM recipient_preferences
+                 WHERE tenant = $1 AND recipient_id = $2 AND version = $3",
+            )
+            .bind(tenant)
+            .bind(id)
+            .bind(version)
+            .fetch_optional(pool)
             .await?;
             Ok(row)
         }
@@ -144,8 +176,9 @@ macro_rules! shared_queries {
             let created = sqlx::query(
                 "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                      channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-                     payload_digest, decision, reason, detail, state, attempts, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20)
+                     payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+                     preferences_version, link_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20, $21, $22)
                  ON CONFLICT (key) DO NOTHING",
             )
             .bind(&it.key)
@@ -168,6 +201,8 @@ macro_rules! shared_queries {
             .bind(&it.detail)
             .bind(&it.state)
             .bind(ingest.now_us)
+            .bind(it.preferences_version)
+            .bind(it.digest.as_ref().map(|d| d.key.as_str()))
             .execute(&mut **tx)
             .await?
             .rows_affected()
@@ -183,6 +218,25 @@ macro_rules! shared_queries {
                 created,
             };
             if created {
+                if let Some(d) = &it.digest
+                    && !digest_join(tx, ingest, d).await?
+                {
+                    // The window closed between planning and this transaction:
+                    // the member goes out on its own rather than being lost.
+                    sqlx::query(
+                        "UPDATE intents SET decision = 'send', state = 'queued', link_key = NULL,
+                             detail = 'its digest window had already closed; sent on its own' WHERE key = $1",
+                    )
+                    .bind(&it.key)
+                    .execute(&mut **tx)
+                    .await?;
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
+                        .bind(&it.key)
+                        .bind(ingest.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                    return Ok(summary("send".into(), None, "queued".into()));
+                }
                 if let Some(run_at) = it.run_at {
                     sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
                         .bind(&it.key)
@@ -200,6 +254,35 @@ macro_rules! shared_queries {
                     .fetch_one(&mut **tx)
                     .await?;
             Ok(summary(decision, reason, state))
+        }
+
+        /// Opens the digest window if this member is its first, and says whether
+        /// it is still open (the row lock orders this with a closing worker).
+        async fn digest_join(tx: &mut Tx<'_>, ingest: &Ingest, d: &NewDigest) -> StoreResult<bool> {
+            sqlx::query(
+                "INSERT INTO digests (key, tenant, event_type, channel, recipient_id, group_key, destination, locale,
+                     window_start, closes_at, state, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'open', $11)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(&d.key)
+            .bind(&ingest.tenant)
+            .bind(&d.event_type)
+            .bind(&d.channel)
+            .bind(&d.recipient_id)
+            .bind(&d.group_key)
+            .bind(&d.destination)
+            .bind(&d.locale)
+            .bind(d.window_start)
+            .bind(d.closes_at)
+            .bind(ingest.now_us)
+            .execute(&mut **tx)
+            .await?;
+            let state: String = sqlx::query_scalar(concat!("SELECT state FROM digests WHERE key = $1", $for_update))
+                .bind(&d.key)
+                .fetch_one(&mut **tx)
+                .await?;
+            Ok(state == "open")
         }
 
         pub async fn intent_get(pool: &Pool<$db>, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
@@ -244,7 +327,8 @@ macro_rules! shared_queries {
         /// After the backend has leased `keys`: rescue unfinished attempts as
         /// `unknown`, retire intents that have no try left, start the next
         /// attempt of the rest and return them with their content.
-        pub async fn claim_keys(tx: &mut Tx<'_>, keys: &[String], now_us: i64, max_attempts: i64) -> StoreResult<Vec<ClaimedJob>> {
+        pub async fn claim_keys(tx: &mut Tx<'_>, keys: &[String], claim: &Claim) -> StoreResult<Vec<ClaimedJob>> {
+            let (now_us, max_attempts) = (claim.now_us, claim.max_attempts);
             sqlx::query(concat!(
                 "UPDATE attempts SET finished_at = $2, outcome = 'unknown', error_class = 'lease_expired',
                      error = 'the worker''s lease expired before it reported an outcome'
@@ -276,6 +360,10 @@ macro_rules! shared_queries {
                     .await?;
                 keys.iter().filter(|k| !exhausted.contains(k)).cloned().collect()
             };
+            let keys = skip_superseded(tx, keys, claim).await?;
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
             sqlx::query(concat!(
                 "UPDATE intents SET attempts = attempts + 1, state = 'sending', updated_at = $2 WHERE key ",
                 $in_keys
@@ -300,6 +388,123 @@ macro_rules! shared_queries {
             .fetch_all(&mut **tx)
             .await?;
             Ok(jobs)
+        }
+
+        /// Rule 4, per route: a pending intent whose entity already has a newer
+        /// version queued, held or sent to the same recipient on the same
+        /// channel is suppressed as `superseded`, linked to that newer intent.
+        async fn skip_superseded(tx: &mut Tx<'_>, keys: Vec<String>, claim: &Claim) -> StoreResult<Vec<String>> {
+            if claim.supersede_types.is_empty() {
+                return Ok(keys);
+            }
+            let candidates: Vec<(String, String)> = sqlx::query_as(concat!(
+                "SELECT key, event_type FROM intents WHERE entity_version IS NOT NULL AND key ",
+                $in_keys
+            ))
+            .bind($keys_arg(&keys))
+            .fetch_all(&mut **tx)
+            .await?;
+            let mut superseded = Vec::new();
+            for (key, event_type) in candidates {
+                if !claim.supersede_types.contains(&event_type) {
+                    continue;
+                }
+                let newer: Option<String> = sqlx::query_scalar(
+                    "SELECT n.key FROM intents i JOIN intents n
+                         ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
+                        AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
+                     WHERE i.key = $1 AND n.state IN ('queued', 'held', 'sending', 'sent', 'unknown')
+                     ORDER BY n.entity_version DESC LIMIT 1",
+                )
+                .bind(&key)
+                .fetch_optional(&mut **tx)
+                .await?;
+                let Some(newer) = newer else { continue };
+                sqlx::query(
+                    "UPDATE intents SET decision = 'suppress', state = 'suppressed', reason = 'superseded',
+                         link_key = $2, updated_at = $3 WHERE key = $1",
+                )
+                .bind(&key)
+                .bind(&newer)
+                .bind(claim.now_us)
+                .execute(&mut **tx)
+                .await?;
+                superseded.push(key);
+            }
+            if superseded.is_empty() {
+                return Ok(keys);
+            }
+            sqlx::query(concat!("DELETE FROM jobs WHERE intent_key ", $in_keys))
+                .bind($keys_arg(&superseded))
+                .execute(&mut **tx)
+                .await?;
+            Ok(keys.into_iter().filter(|k| !superseded.contains(k)).collect())
+        }
+
+        pub async fn digests_due(pool: &Pool<$db>, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+            let rows = sqlx::query_as("SELECT * FROM digests WHERE state = 'open' AND closes_at <= $1 ORDER BY closes_at LIMIT $2")
+                .bind(now_us)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?;
+            Ok(rows)
+        }
+
+        pub async fn digest_members(pool: &Pool<$db>, key: &str) -> StoreResult<Vec<DigestMember>> {
+            let rows = sqlx::query_as(
+                "SELECT i.*, e.body AS event_body, p.body AS content
+                 FROM intents i JOIN payloads e ON e.digest = i.event_digest
+                 LEFT JOIN payloads p ON p.digest = i.payload_digest
+                 WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key",
+            )
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// Closes a window once: the first closer turns it into the digest
+        /// intent and marks its members `digested`; any other finds it closed.
+        pub async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreResult<DigestCloseOutcome> {
+            let d = &close.digest;
+            let won = sqlx::query("UPDATE digests SET state = 'closed' WHERE key = $1 AND state = 'open'")
+                .bind(&d.key)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            if won == 0 {
+                return Ok(DigestCloseOutcome::AlreadyClosed);
+            }
+            let members: Vec<String> =
+                sqlx::query_scalar("SELECT key FROM intents WHERE link_key = $1 AND decision = 'digest' ORDER BY created_at, key")
+                    .bind(&d.key)
+                    .fetch_all(&mut **tx)
+                    .await?;
+            if members != close.member_keys {
+                return Ok(DigestCloseOutcome::MembersChanged);
+            }
+            let ingest = Ingest {
+                tenant: d.tenant.clone(),
+                identity: String::new(),
+                fingerprint: close.event_digest.clone(),
+                event_key: String::new(),
+                event_type: d.event_type.clone(),
+                entity_type: "digest".into(),
+                entity_id: d.group_key.clone(),
+                entity_version: None,
+                occurred_at: close.occurred_at.clone(),
+                event_body: close.event_body.clone(),
+                intents: Vec::new(),
+                now_us: close.now_us,
+            };
+            payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
+            intent_insert(tx, &ingest, &close.intent).await?;
+            sqlx::query("UPDATE intents SET state = 'digested', updated_at = $2 WHERE link_key = $1 AND decision = 'digest'")
+                .bind(&d.key)
+                .bind(close.now_us)
+                .execute(&mut **tx)
+                .await?;
+            Ok(DigestCloseOutcome::Closed)
         }
 
         pub async fn inbox_deliver(tx: &mut Tx<'_>, d: &InboxDelivery) -> StoreResult<()> {

@@ -39,8 +39,16 @@ pub trait Store: Send + Sync + 'static {
     /// The directory entries of `ids` that exist.
     async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>>;
 
-    /// Creates or replaces a directory entry; returns it as stored.
+    /// Creates or replaces a directory entry; returns it as stored. A change of
+    /// preferences makes a new, kept version.
     async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow>;
+
+    async fn recipient_preferences_get(
+        &self,
+        tenant: &str,
+        id: &str,
+        version: i64,
+    ) -> StoreResult<Option<PreferencesVersion>>;
 
     /// ONE transaction: request record + payloads + intents + jobs. The unique
     /// constraints on the request identity and the intent key decide.
@@ -60,6 +68,15 @@ pub trait Store: Send + Sync + 'static {
     /// transaction. An outcome for an attempt that is no longer running (it was
     /// rescued after its lease expired) is skipped and reported.
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport>;
+
+    /// Digest windows whose time is up, oldest first.
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>>;
+
+    /// The members of a digest window with their events and contents.
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
+
+    /// Turns a window into its digest intent, once, however many try.
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
 
     /// Puts an in-app message in the recipient's inbox; idempotent per intent.
     async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()>;

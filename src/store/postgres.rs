@@ -15,7 +15,12 @@ fn keys_arg(keys: &[String]) -> Vec<String> {
 }
 
 mod q {
-    super::super::common::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg);
+    super::super::common::shared_queries!(
+        sqlx::Postgres,
+        "= ANY($1)",
+        super::keys_arg,
+        " FOR UPDATE"
+    );
 }
 
 pub struct PostgresStore {
@@ -79,6 +84,35 @@ impl Store for PostgresStore {
         q::recipient_put(&self.pool, &put).await
     }
 
+    async fn recipient_preferences_get(
+        &self,
+        tenant: &str,
+        id: &str,
+        version: i64,
+    ) -> StoreResult<Option<PreferencesVersion>> {
+        q::recipient_preferences_get(&self.pool, tenant, id, version).await
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        q::digests_due(&self.pool, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        q::digest_members(&self.pool, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = q::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.wake.notify_one();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
         let mut tx = self.pool.begin().await?;
         let outcome = q::ingest(&mut tx, &ingest).await?;
@@ -132,7 +166,7 @@ impl Store for PostgresStore {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let jobs = q::claim_keys(&mut tx, &keys, claim.now_us, claim.max_attempts).await?;
+        let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }

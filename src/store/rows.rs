@@ -53,6 +53,24 @@ pub struct NewIntent {
     pub state: String,
     /// When set and the intent is new, a job is queued to run at this time.
     pub run_at: Option<i64>,
+    /// The recipient's preferences version that took part in the decision.
+    pub preferences_version: Option<i64>,
+    /// For a digest member: the digest window it joins (its key is the link).
+    pub digest: Option<NewDigest>,
+}
+
+/// A digest window a member intent joins; created by the first member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDigest {
+    pub key: String,
+    pub event_type: String,
+    pub channel: String,
+    pub recipient_id: String,
+    pub group_key: String,
+    pub destination: Option<String>,
+    pub locale: Option<String>,
+    pub window_start: i64,
+    pub closes_at: i64,
 }
 
 /// Everything one `POST /v1/events` writes.
@@ -131,12 +149,10 @@ pub struct IntentRow {
     pub attempts: i64,
     pub created_at: i64,
     pub updated_at: i64,
+    pub preferences_version: Option<i64>,
+    /// The newer intent that superseded this one, or the digest it joined.
+    pub link_key: Option<String>,
 }
-
-/// The columns of [`IntentRow`], for SELECT lists.
-pub const INTENT_COLUMNS: &str = "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, \
-     i.occurred_at, i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, \
-     i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at";
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AttemptRow {
@@ -185,13 +201,72 @@ pub fn cursor_decode(cursor: &str) -> Option<(i64, String)> {
     Some((at.parse().ok()?, id.to_string()))
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Claim {
     pub now_us: i64,
     pub limit: u32,
     pub lease_until_us: i64,
     /// The retry policy's `attempts`: a job rescued after its last try is dead.
     pub max_attempts: i64,
+    /// Event types whose routes skip superseded versions.
+    pub supersede_types: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PreferencesVersion {
+    pub version: i64,
+    /// JSON.
+    pub preferences: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DigestRow {
+    pub key: String,
+    pub tenant: String,
+    pub event_type: String,
+    pub channel: String,
+    pub recipient_id: String,
+    pub group_key: String,
+    pub destination: Option<String>,
+    pub locale: Option<String>,
+    pub window_start: i64,
+    pub closes_at: i64,
+    pub state: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DigestMember {
+    #[sqlx(flatten)]
+    pub intent: IntentRow,
+    /// The member's canonical event (JSON).
+    pub event_body: String,
+    /// The member's own rendered content (JSON).
+    pub content: Option<String>,
+}
+
+/// Everything closing a digest window writes.
+#[derive(Debug, Clone)]
+pub struct DigestClose {
+    pub digest: DigestRow,
+    /// The members the content was rendered from; if the window gained one
+    /// since, nothing is written and the close is tried again.
+    pub member_keys: Vec<String>,
+    /// The digest intent (its key is the window's key).
+    pub intent: NewIntent,
+    /// The digest's "event": the list of its members, stored like an event.
+    pub event_digest: String,
+    pub event_body: String,
+    pub occurred_at: String,
+    pub now_us: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestCloseOutcome {
+    Closed,
+    AlreadyClosed,
+    MembersChanged,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

@@ -19,7 +19,8 @@ mod q {
     super::super::common::shared_queries!(
         sqlx::Sqlite,
         "IN (SELECT value FROM json_each($1))",
-        super::keys_arg
+        super::keys_arg,
+        ""
     );
 }
 
@@ -74,6 +75,35 @@ impl Store for SqliteStore {
         q::recipient_put(&self.writer, &put).await
     }
 
+    async fn recipient_preferences_get(
+        &self,
+        tenant: &str,
+        id: &str,
+        version: i64,
+    ) -> StoreResult<Option<PreferencesVersion>> {
+        q::recipient_preferences_get(&self.reader, tenant, id, version).await
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        q::digests_due(&self.reader, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        q::digest_members(&self.reader, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let outcome = q::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.wake.notify_one();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
         let mut tx = self.writer.begin().await?;
         let outcome = q::ingest(&mut tx, &ingest).await?;
@@ -116,7 +146,7 @@ impl Store for SqliteStore {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let jobs = q::claim_keys(&mut tx, &keys, claim.now_us, claim.max_attempts).await?;
+        let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }
