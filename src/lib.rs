@@ -19,3 +19,4 @@ pub mod preferences;
 pub mod recipient;
 pub mod render;
 pub mod store;
+pub mod why;

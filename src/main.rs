@@ -29,6 +29,19 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Why was (or wasn't) someone told? The decision and attempt history
+    /// of every notification for one entity and recipient.
+    Why {
+        /// TYPE:ID, e.g. purchase_order:PO-4482
+        #[arg(long)]
+        entity: String,
+        #[arg(long)]
+        recipient: String,
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Template commands.
     Templates {
         #[command(subcommand)]
@@ -102,6 +115,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Templates {
             command: TemplatesCommand::Check { dir, config },
         } => templates_check(dir, config),
+        Command::Why {
+            entity,
+            recipient,
+            tenant,
+            config,
+        } => why(&entity, &recipient, &tenant, config).await,
     }
 }
 
@@ -205,5 +224,26 @@ fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Res
         return Ok(ExitCode::FAILURE);
     }
     println!("\nall {} message(s) render within budget", rows.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn why(
+    entity: &str,
+    recipient: &str,
+    tenant: &str,
+    config: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let Some((kind, id)) = entity
+        .split_once(':')
+        .filter(|(k, i)| !k.is_empty() && !i.is_empty())
+    else {
+        eprintln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
+        return Ok(ExitCode::from(2));
+    };
+    let config = Config::load(config.as_deref())?;
+    let store = herald::store::connect(&config.database_url).await?;
+    store.migrate().await?;
+    let history = herald::why::history(store.as_ref(), tenant, (kind, id), recipient).await?;
+    print!("{}", herald::why::timeline((kind, id), recipient, &history));
     Ok(ExitCode::SUCCESS)
 }

@@ -22,9 +22,28 @@ macro_rules! newer_than_card {
 }
 pub(crate) use newer_than_card;
 
+/// Column lists, spelled out: `SELECT *` would change shape under a running
+/// process when a migration adds a column, and prepared-statement caches
+/// (sqlx's and Postgres's) do not survive that.
+macro_rules! intent_columns {
+    () => {
+        "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
+         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
+         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key"
+    };
+}
+pub(crate) use intent_columns;
+
+macro_rules! recipient_columns {
+    () => {
+        "tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at"
+    };
+}
+pub(crate) use recipient_columns;
+
 macro_rules! shared_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
-        use crate::store::common::newer_than_card;
+        use crate::store::common::{intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};
@@ -33,7 +52,7 @@ macro_rules! shared_queries {
         type Tx<'a> = Transaction<'a, $db>;
 
         pub async fn recipients_get(pool: &Pool<$db>, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-            let rows = sqlx::query_as(concat!("SELECT * FROM recipients WHERE tenant = $2 AND id ", $in_keys))
+            let rows = sqlx::query_as(concat!("SELECT ", recipient_columns!(), " FROM recipients WHERE tenant = $2 AND id ", $in_keys))
                 .bind($keys_arg(ids))
                 .bind(tenant)
                 .fetch_all(pool)
@@ -56,7 +75,7 @@ macro_rules! shared_queries {
                      preferences_version = CASE WHEN recipients.preferences = excluded.preferences
                          THEN recipients.preferences_version ELSE recipients.preferences_version + 1 END,
                      updated_at = excluded.updated_at
-                 RETURNING *",
+                 RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at",
             )
             .bind(&put.tenant)
             .bind(&put.id)
@@ -286,7 +305,7 @@ macro_rules! shared_queries {
         }
 
         pub async fn intent_get(pool: &Pool<$db>, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
-            let intent: Option<IntentRow> = sqlx::query_as("SELECT i.* FROM intents i WHERE i.tenant = $1 AND i.key = $2")
+            let intent: Option<IntentRow> = sqlx::query_as(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = $1 AND i.key = $2"))
                 .bind(tenant)
                 .bind(key)
                 .fetch_optional(pool)
@@ -296,7 +315,10 @@ macro_rules! shared_queries {
                 Some(d) => sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1").bind(d).fetch_optional(pool).await?,
                 None => None,
             };
-            let attempts = sqlx::query_as("SELECT * FROM attempts WHERE intent_key = $1 ORDER BY n")
+            let attempts = sqlx::query_as(
+                "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error
+                 FROM attempts WHERE intent_key = $1 ORDER BY n",
+            )
                 .bind(key)
                 .fetch_all(pool)
                 .await?;
@@ -304,7 +326,7 @@ macro_rules! shared_queries {
         }
 
         pub async fn intents_list(pool: &Pool<$db>, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
-            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new("SELECT i.* FROM intents i WHERE i.tenant = ");
+            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = "));
             q.push_bind(&f.tenant);
             if let Some((kind, id)) = &f.entity {
                 q.push(" AND i.entity_type = ").push_bind(kind).push(" AND i.entity_id = ").push_bind(id);
@@ -381,7 +403,9 @@ macro_rules! shared_queries {
             .execute(&mut **tx)
             .await?;
             let jobs = sqlx::query_as(concat!(
-                "SELECT i.*, p.body AS content FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
+                "SELECT ",
+                intent_columns!(),
+                ", p.body AS content FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
                 $in_keys
             ))
             .bind($keys_arg(&keys))
@@ -442,7 +466,10 @@ macro_rules! shared_queries {
         }
 
         pub async fn digests_due(pool: &Pool<$db>, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
-            let rows = sqlx::query_as("SELECT * FROM digests WHERE state = 'open' AND closes_at <= $1 ORDER BY closes_at LIMIT $2")
+            let rows = sqlx::query_as(
+                "SELECT key, tenant, event_type, channel, recipient_id, group_key, destination, locale, window_start, closes_at, state, created_at
+                 FROM digests WHERE state = 'open' AND closes_at <= $1 ORDER BY closes_at LIMIT $2",
+            )
                 .bind(now_us)
                 .bind(i64::from(limit))
                 .fetch_all(pool)
@@ -451,12 +478,14 @@ macro_rules! shared_queries {
         }
 
         pub async fn digest_members(pool: &Pool<$db>, key: &str) -> StoreResult<Vec<DigestMember>> {
-            let rows = sqlx::query_as(
-                "SELECT i.*, e.body AS event_body, p.body AS content
+            let rows = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                ", e.body AS event_body, p.body AS content
                  FROM intents i JOIN payloads e ON e.digest = i.event_digest
                  LEFT JOIN payloads p ON p.digest = i.payload_digest
-                 WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key",
-            )
+                 WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key"
+            ))
             .bind(key)
             .fetch_all(pool)
             .await?;

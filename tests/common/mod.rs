@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use herald::app::{Running, start_with};
-use herald::clock::SystemClock;
+use herald::clock::{Clock, SystemClock};
 use herald::config::Config;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -230,7 +230,27 @@ pub struct TestApp {
     sms_timeout: &'static str,
     workers: bool,
     templates_dir: Option<std::path::PathBuf>,
+    clock: Option<Arc<dyn Clock>>,
     extra: String,
+}
+
+/// A clock the test moves by hand.
+pub struct TestClock(Mutex<jiff::Timestamp>);
+
+impl TestClock {
+    pub fn at(rfc3339: &str) -> Arc<TestClock> {
+        Arc::new(TestClock(Mutex::new(rfc3339.parse().expect("a timestamp"))))
+    }
+
+    pub fn set(&self, rfc3339: &str) {
+        *self.0.lock().unwrap() = rfc3339.parse().expect("a timestamp");
+    }
+}
+
+impl Clock for TestClock {
+    fn now(&self) -> jiff::Timestamp {
+        *self.0.lock().unwrap()
+    }
 }
 
 pub struct Spawned {
@@ -249,6 +269,7 @@ impl TestApp {
             sms_timeout: "1s",
             workers: true,
             templates_dir: None,
+            clock: None,
             extra: String::new(),
         }
     }
@@ -272,6 +293,11 @@ impl TestApp {
     /// An API-only process: it ingests but claims nothing.
     pub fn without_workers(mut self) -> TestApp {
         self.workers = false;
+        self
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> TestApp {
+        self.clock = Some(clock);
         self
     }
 
@@ -335,7 +361,8 @@ channels = ["sms", "in_app"]
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
-        let running = start_with(self.config(), Arc::new(SystemClock), Some(listener))
+        let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
+        let running = start_with(self.config(), clock, Some(listener))
             .await
             .expect("herald starts");
         let base = format!("http://{}", running.addr);
@@ -364,6 +391,18 @@ impl Spawned {
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
         (status, resp.json().await.unwrap_or(Value::Null), headers)
+    }
+
+    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        let resp = self
+            .client
+            .put(format!("{}{path}", self.base))
+            .json(body)
+            .send()
+            .await
+            .expect("PUT");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {

@@ -1,0 +1,143 @@
+//! `herald why`: the answer to "did they get told, and if not, why?" as a
+//! readable timeline — each event received, the decision and its reason with
+//! the preferences version that made it, every attempt, and where it ended.
+
+use crate::clock::rfc3339;
+use crate::recipient::mask;
+use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
+use std::fmt::Write;
+
+/// Every intent for (entity, recipient), oldest first, with its attempts.
+pub async fn history(
+    store: &dyn Store,
+    tenant: &str,
+    entity: (&str, &str),
+    recipient: &str,
+) -> StoreResult<Vec<IntentDetail>> {
+    let mut keys = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store
+            .intents_list(IntentFilter {
+                tenant: tenant.to_string(),
+                entity: Some((entity.0.to_string(), entity.1.to_string())),
+                recipient_id: Some(recipient.to_string()),
+                state: None,
+                cursor: cursor.take(),
+                limit: 200,
+            })
+            .await?;
+        keys.extend(page.items.into_iter().map(|i| i.key));
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let mut out = Vec::new();
+    for key in keys.iter().rev() {
+        if let Some(d) = store.intent_get(tenant, key).await? {
+            out.push(d);
+        }
+    }
+    Ok(out)
+}
+
+fn time(us: i64) -> String {
+    rfc3339(us).unwrap_or_else(|| us.to_string())
+}
+
+/// The timeline as text.
+pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}:{} → {recipient}", entity.0, entity.1);
+    if intents.is_empty() {
+        let _ = writeln!(
+            out,
+            "  no notification was ever planned for this pair (no event named them, or it was pruned)"
+        );
+        return out;
+    }
+    for d in intents {
+        let i = &d.intent;
+        let version = i
+            .entity_version
+            .map(|v| format!(" v{v}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "\n[{}] {}  {}{version}  (key {})",
+            i.channel, i.event_type, i.occurred_at, i.key
+        );
+        let _ = writeln!(out, "  {}  event received", time(i.created_at));
+        let prefs = i
+            .preferences_version
+            .map(|v| format!(", preferences v{v}"))
+            .unwrap_or_default();
+        let reason = i
+            .reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        let to = i
+            .destination
+            .as_deref()
+            .map(|d| format!(" to {}", mask(d)))
+            .unwrap_or_default();
+        let locale = i
+            .locale
+            .as_deref()
+            .map(|l| format!(", locale {l}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "  {}  decided: {}{reason}{prefs}{to}{locale}",
+            time(i.created_at),
+            i.decision
+        );
+        if let Some(detail) = &i.detail {
+            let _ = writeln!(
+                out,
+                "  {}  note: {detail}",
+                " ".repeat(time(i.created_at).len())
+            );
+        }
+        for a in &d.attempts {
+            let _ = writeln!(out, "  {}  attempt {} started", time(a.started_at), a.n);
+            let Some(finished) = a.finished_at else {
+                let _ = writeln!(
+                    out,
+                    "  {}  attempt {} still running",
+                    " ".repeat(time(a.started_at).len()),
+                    a.n
+                );
+                continue;
+            };
+            let mut line = format!("attempt {} {}", a.n, a.outcome.as_deref().unwrap_or("?"));
+            if let Some(c) = &a.error_class {
+                let _ = write!(line, ": {c}");
+            }
+            if let Some(s) = a.provider_status {
+                let _ = write!(line, ", status {s}");
+            }
+            if let Some(m) = &a.provider_message_id {
+                let _ = write!(line, ", provider id {m}");
+            }
+            if let Some(e) = &a.error {
+                let _ = write!(line, " — {e}");
+            }
+            let _ = writeln!(out, "  {}  {line}", time(finished));
+        }
+        let link = match (&i.link_key, i.reason.as_deref()) {
+            (Some(k), Some("superseded")) => format!(", superseded by {k}"),
+            (Some(k), _) => format!(", in digest {k}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {}  now {}{reason}{link}",
+            time(i.updated_at),
+            i.state
+        );
+    }
+    out
+}

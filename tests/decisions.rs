@@ -1,0 +1,371 @@
+//! Decisions end to end: holds that wake, digests that close once, superseded
+//! versions that are never sent, preference versions, and `herald why`.
+
+mod common;
+
+use common::{FakeSms, Reply, TestApp, TestClock, TestDb, backends, sms_event};
+use herald::clock::Clock;
+use herald::deliver::digest::DigestCloser;
+use herald::render::TemplateSet;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn id_of(body: &Value) -> String {
+    body["intents"][0]["id"].as_str().unwrap().to_string()
+}
+
+/// The repository's templates plus a digest template.
+fn templates_with_digest() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/po_approved");
+    for entry in [
+        "template.toml",
+        "fixtures.json",
+        "en/sms.j2",
+        "en/in_app.j2",
+        "en/email.subject.j2",
+        "en/email.txt.j2",
+    ] {
+        let to = dir.path().join("po_approved").join(entry);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(src.join(entry), to).unwrap();
+    }
+    let digest = dir.path().join("po_digest/en");
+    std::fs::create_dir_all(&digest).unwrap();
+    std::fs::write(
+        dir.path().join("po_digest/template.toml"),
+        "revision = \"1\"\ndefault_locale = \"en\"\nsms_max_segments = 3\n",
+    )
+    .unwrap();
+    std::fs::write(
+        digest.join("sms.j2"),
+        "{{ count }} approved: {% for m in members %}{{ m.entity.id }} {% endfor %}",
+    )
+    .unwrap();
+    dir
+}
+
+const DIGEST_ROUTE: &str = r#"
+[[routes]]
+event = "purchase_order.batched"
+template = "po_approved"
+channels = ["sms"]
+digest = { window = "1h", key = "{{ entity.type }}", template = "po_digest" }
+"#;
+
+const SUPERSEDE_ROUTE: &str = r#"
+[[routes]]
+event = "purchase_order.updated"
+template = "po_approved"
+channels = ["sms"]
+skip_superseded = true
+"#;
+
+#[tokio::test]
+async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let clock = TestClock::at("2026-06-01T23:00:00Z");
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_clock(clock.clone())
+            .spawn()
+            .await;
+        let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00", "channels": ["sms"]}});
+        let (s, _) = app
+            .put(
+                "/v1/recipients/u-night",
+                &json!({"phone": "+15550000200", "timezone": "UTC", "preferences": prefs}),
+            )
+            .await;
+        assert_eq!(s, 200);
+        let mut ev = sms_event("PO-NIGHT", "+15550000200");
+        ev["recipients"] = json!([{"id": "u-night"}]);
+        let (_, b, _) = app.post_event(&ev, None).await;
+        let it = &b["intents"][0];
+        assert_eq!(
+            (
+                it["decision"].as_str(),
+                it["reason"].as_str(),
+                it["state"].as_str()
+            ),
+            (Some("hold"), Some("quiet_hours"), Some("held"))
+        );
+        let id = id_of(&b);
+        // the directory changes while it is held: the frozen destination stands
+        app.put(
+            "/v1/recipients/u-night",
+            &json!({"phone": "+15550000299", "timezone": "UTC", "preferences": prefs}),
+        )
+        .await;
+        clock.set("2026-06-02T06:59:00Z");
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(
+            sms.sent_to("+15550000200").is_empty(),
+            "{backend:?}: sent during quiet hours"
+        );
+        clock.set("2026-06-02T07:00:01Z");
+        let it = app.wait_state(&id, &["sent"]).await;
+        assert_eq!(it["preferences_version"], 1);
+        assert_eq!(sms.sent_to("+15550000200").len(), 1, "{backend:?}");
+        assert!(sms.sent_to("+15550000299").is_empty());
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_digest_window_sends_its_members_once_as_one_message() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_templates_dir(templates.path())
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE)
+            .spawn()
+            .await;
+        let phone = "+15550000201";
+        let mut members = Vec::new();
+        for (n, po) in ["PO-D1", "PO-D2", "PO-D1"].iter().enumerate() {
+            clock.set(&format!("2026-06-01T10:{:02}:00Z", 5 + n));
+            let mut ev = sms_event(po, phone);
+            ev["type"] = json!("purchase_order.batched");
+            ev["recipients"] = json!([{"id": "u-digest", "phone": phone}]);
+            let (s, b, _) = app.post_event(&ev, None).await;
+            assert_eq!(
+                s,
+                if n == 2 { 200 } else { 202 },
+                "the third is a duplicate of the first"
+            );
+            assert_eq!(b["intents"][0]["decision"], "digest");
+            members.push(id_of(&b));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            sms.sent_to(phone).is_empty(),
+            "{backend:?}: a member was sent alone"
+        );
+        clock.set("2026-06-01T11:00:00Z");
+        let member = app.wait_state(&members[0], &["digested"]).await;
+        let digest_id = member["digest_id"]
+            .as_str()
+            .expect("a link to the digest")
+            .to_string();
+        let digest = app.wait_state(&digest_id, &["sent"]).await;
+        assert_eq!(
+            digest["content"]["body"], "2 approved: PO-D1 PO-D2",
+            "{backend:?}"
+        );
+        assert_eq!(digest["template"]["id"], "po_digest");
+        let second = app.wait_state(&members[1], &["digested"]).await;
+        assert_eq!(second["digest_id"], digest_id.as_str());
+        assert_eq!(sms.sent_to(phone).len(), 1);
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn two_closers_racing_for_one_window_make_one_digest() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let templates = templates_with_digest();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        // ingest through an API-only app, then race two closers on the store
+        let app = TestApp::new(&db)
+            .with_sms(&FakeSms::start().await)
+            .with_templates_dir(templates.path())
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE)
+            .without_workers()
+            .spawn()
+            .await;
+        for po in ["PO-R1", "PO-R2", "PO-R3"] {
+            let mut ev = sms_event(po, "+15550000202");
+            ev["type"] = json!("purchase_order.batched");
+            ev["recipients"] = json!([{"id": "u-race", "phone": "+15550000202"}]);
+            app.post_event(&ev, None).await;
+        }
+        let config = TestApp::new(&db)
+            .with_templates_dir(templates.path())
+            .with_toml(DIGEST_ROUTE)
+            .config();
+        let routes: Arc<HashMap<_, _>> = Arc::new(
+            config
+                .routes
+                .iter()
+                .map(|r| (r.event.clone(), r.clone()))
+                .collect(),
+        );
+        let set = Arc::new(TemplateSet::load_dir(templates.path()).unwrap());
+        clock.set("2026-06-01T11:00:01Z");
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let closer = DigestCloser {
+                store: db.store().await,
+                templates: set.clone(),
+                routes: routes.clone(),
+                clock: clock.clone() as Arc<dyn Clock>,
+            };
+            tasks.push(tokio::spawn(
+                async move { closer.close_due().await.unwrap() },
+            ));
+        }
+        let mut closed = 0;
+        for t in tasks {
+            closed += t.await.unwrap();
+        }
+        assert_eq!(closed, 1, "{backend:?}");
+        let (_, list) = app.get("/v1/intents?entity=digest:purchase_order").await;
+        assert_eq!(
+            list["intents"].as_array().unwrap().len(),
+            1,
+            "{backend:?}: {list}"
+        );
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn an_older_version_is_never_sent_after_a_newer_one() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let phone = "+15550000203";
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_toml(SUPERSEDE_ROUTE)
+            .spawn()
+            .await;
+        let post = |version: u64, minute: u32| {
+            let mut ev = sms_event("PO-SUP", phone);
+            ev["type"] = json!("purchase_order.updated");
+            ev["entity"]["version"] = json!(version);
+            ev["occurred_at"] = json!(format!("2026-11-29T10:{minute:02}:00Z"));
+            ev
+        };
+        let (_, granted, _) = app.post_event(&post(2, 10), None).await;
+        app.wait_state(&id_of(&granted), &["sent"]).await;
+        // "requested" arrives late
+        let (_, requested, _) = app.post_event(&post(1, 5), None).await;
+        let it = app.wait_state(&id_of(&requested), &["suppressed"]).await;
+        assert_eq!(
+            (it["decision"].as_str(), it["reason"].as_str()),
+            (Some("suppress"), Some("superseded")),
+            "{backend:?}"
+        );
+        assert_eq!(it["superseded_by"], id_of(&granted).as_str());
+        assert!(it["attempts"].as_array().unwrap().is_empty());
+        assert_eq!(sms.sent_to(phone).len(), 1);
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn every_preferences_version_is_kept_and_named_by_its_decisions() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let path = "/v1/recipients/u-prefs";
+        app.put(path, &json!({"phone": "+15550000204"})).await;
+        let (_, r) = app
+            .put(
+                path,
+                &json!({"phone": "+15550000204", "preferences": {"channels": {"sms": false}}}),
+            )
+            .await;
+        assert_eq!(r["preferences_version"], 2);
+        let (s, e) = app
+            .put(path, &json!({"preferences": {"channels": {"fax": false}}}))
+            .await;
+        assert_eq!(s, 400);
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("preferences.channels.fax"),
+            "{e}"
+        );
+        let (s, v1) = app.get(&format!("{path}/preferences/1")).await;
+        assert_eq!((s, &v1["preferences"]), (200, &json!({})), "{backend:?}");
+        let (_, v2) = app.get(&format!("{path}/preferences/2")).await;
+        assert_eq!(v2["preferences"], json!({"channels": {"sms": false}}));
+        assert_eq!(app.get(&format!("{path}/preferences/9")).await.0, 404);
+        let mut ev = sms_event("PO-PREF", "+15550000204");
+        ev["recipients"] = json!([{"id": "u-prefs"}]);
+        ev["channels"] = json!(["sms", "in_app"]);
+        let (_, b, _) = app.post_event(&ev, None).await;
+        let (_, it) = app.get(&format!("/v1/intents/{}", id_of(&b))).await;
+        assert_eq!(
+            (it["reason"].as_str(), it["preferences_version"].as_i64()),
+            (Some("opted_out"), Some(2))
+        );
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn herald_why_tells_the_story_of_a_notification() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let sms = FakeSms::start().await;
+    let phone = "+15550000205";
+    sms.script(
+        phone,
+        vec![
+            Reply::status(503, json!({"error": "busy"})),
+            Reply::ok("prov-9"),
+        ],
+    );
+    let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+    let mut ev = sms_event("PO-WHY", phone);
+    ev["channels"] = json!(["sms", "email"]);
+    let (_, b, _) = app.post_event(&ev, None).await;
+    app.wait_state(&id_of(&b), &["sent"]).await;
+    app.running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("herald.toml");
+    std::fs::write(&config, format!("database_url = \"{}\"\n", db.url)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args([
+            "why",
+            "--entity",
+            "purchase_order:PO-WHY",
+            "--recipient",
+            "u-PO-WHY",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "purchase_order:PO-WHY → u-PO-WHY",
+        "[email]",
+        "decided: suppress (channel_disabled)",
+        "[sms]",
+        "to +15550****05",
+        "attempt 1 retryable: provider_5xx, status 503",
+        "attempt 2 accepted, status 200, provider id prov-9",
+        "now sent",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+        .args(["why", "--entity", "nocolon", "--recipient", "x"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--entity"));
+}
