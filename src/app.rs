@@ -14,6 +14,9 @@ use crate::config::Route;
 use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
+use crate::ops::dlq_digest::OpsDigest;
+use crate::ops::fastpath::FastPath;
+use crate::ops::retention::Retention;
 use crate::render::{TemplateSet, TemplateSetError};
 use crate::store::{self, Store, StoreError};
 use std::collections::HashMap;
@@ -36,10 +39,7 @@ pub enum AppError {
     #[error("{0}")]
     Provider(String),
     #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
+    Listen { addr: String, source: std::io::Error },
 }
 
 pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
@@ -49,19 +49,13 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
     };
     for (i, route) in config.routes.iter().enumerate() {
         if let Some(d) = route.digest.as_ref().filter(|d| !set.contains(&d.template)) {
-            return Err(AppError::Route(format!(
-                "routes[{i}].digest.template: no template {:?}",
-                d.template
-            )));
+            return Err(AppError::Route(format!("routes[{i}].digest.template: no template {:?}", d.template)));
         }
         if !set.contains(&route.template) {
             return Err(AppError::Route(format!(
                 "routes[{i}].template: no template {:?} in {}",
                 route.template,
-                config
-                    .templates_dir
-                    .as_ref()
-                    .map_or("the built-in templates".into(), |d| d.display().to_string())
+                config.templates_dir.as_ref().map_or("the built-in templates".into(), |d| d.display().to_string())
             )));
         }
     }
@@ -79,9 +73,7 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
             ),
             (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Email)),
             (None, None) => {
-                return Err(AppError::Provider(
-                    "channels.email: set smtp_url or sink".into(),
-                ));
+                return Err(AppError::Provider("channels.email: set smtp_url or sink".into()));
             }
         };
         providers.insert(Channel::Email, p);
@@ -98,11 +90,33 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Sms, p);
     }
     if let Some(hook) = &config.channels.webhook {
-        let p = Webhook::new(&hook.secret, hook.timeout)
-            .map_err(|e| AppError::Provider(e.to_string()))?;
+        let p = Webhook::new(&hook.secret, hook.timeout).map_err(|e| AppError::Provider(e.to_string()))?;
         providers.insert(Channel::Webhook, Arc::new(p));
     }
     Ok(providers)
+}
+
+/// How often each process checks whether the daily digest is due.
+const OPS_DIGEST_TICK: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn build_ops_digest(config: &Config, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<OpsDigest, AppError> {
+    let ops = config.ops.clone().unwrap_or(crate::config::OpsConfig {
+        digest_webhook: None,
+        digest_at: "08:30".into(),
+        digest_timezone: "UTC".into(),
+    });
+    let bad = |e: String| AppError::Provider(e);
+    Ok(OpsDigest {
+        store,
+        clock,
+        webhook: ops.digest_webhook.clone(),
+        at: ops.digest_at.parse().map_err(|_| bad(format!("ops.digest_at: {:?}", ops.digest_at)))?,
+        tz: jiff::tz::TimeZone::get(&ops.digest_timezone).map_err(|e| bad(format!("ops.digest_timezone: {e}")))?,
+        client: reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| bad(format!("ops webhook client: {e}")))?,
+    })
 }
 
 /// A started Herald: its address, and the handle to stop it.
@@ -148,6 +162,7 @@ pub async fn start_with(
     listener: Option<TcpListener>,
 ) -> Result<Running, AppError> {
     config.validate_dedupe_window()?;
+    crate::ops::metrics::install();
     let templates = Arc::new(load_templates(&config)?);
     let store = store::connect(&config.database_url).await?;
     store.migrate().await?;
@@ -156,18 +171,10 @@ pub async fn start_with(
         Some(l) => l,
         None => {
             let addr = config.listen_addr()?;
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| AppError::Listen {
-                    addr: config.listen.clone(),
-                    source,
-                })?
+            TcpListener::bind(addr).await.map_err(|source| AppError::Listen { addr: config.listen.clone(), source })?
         }
     };
-    let addr = listener.local_addr().map_err(|source| AppError::Listen {
-        addr: config.listen.clone(),
-        source,
-    })?;
+    let addr = listener.local_addr().map_err(|source| AppError::Listen { addr: config.listen.clone(), source })?;
     let config = Arc::new(config);
     let (shutdown, rx) = watch::channel(false);
 
@@ -180,22 +187,12 @@ pub async fn start_with(
             poll_interval: config.worker.poll_interval,
             lease: config.worker.lease,
             clock: clock.clone(),
-            supersede_types: config
-                .routes
-                .iter()
-                .filter(|r| r.skip_superseded)
-                .map(|r| r.event.clone())
-                .collect(),
+            supersede_types: config.routes.iter().filter(|r| r.skip_superseded).map(|r| r.event.clone()).collect(),
         };
         tokio::spawn(worker.run(rx.clone(), config.shutdown_grace))
     });
-    let routes: Arc<HashMap<String, Route>> = Arc::new(
-        config
-            .routes
-            .iter()
-            .map(|r| (r.event.clone(), r.clone()))
-            .collect(),
-    );
+    let routes: Arc<HashMap<String, Route>> =
+        Arc::new(config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect());
     if !config.worker.disabled && config.routes.iter().any(|r| r.digest.is_some()) {
         let closer = DigestCloser {
             store: store.clone(),
@@ -206,7 +203,30 @@ pub async fn start_with(
         tokio::spawn(closer.run(rx.clone(), config.worker.poll_interval));
     }
 
-    let app = router(AppState::new(store, config.clone(), templates, clock));
+    let ops_digest = Arc::new(build_ops_digest(&config, store.clone(), clock.clone())?);
+    if !config.worker.disabled {
+        if config.ops.as_ref().and_then(|o| o.digest_webhook.as_ref()).is_some() {
+            let scheduled = build_ops_digest(&config, store.clone(), clock.clone())?;
+            tokio::spawn(scheduled.run(rx.clone(), OPS_DIGEST_TICK));
+        }
+        if config.retention.enabled {
+            let retention = Retention {
+                store: store.clone(),
+                clock: clock.clone(),
+                config: config.retention.clone(),
+                dedupe_window: config.dedupe_window,
+            };
+            tokio::spawn(retention.run(rx.clone()));
+        }
+    }
+    let fastpath = match &config.redis_url {
+        Some(url) => Some(Arc::new(
+            FastPath::new(url, config.dedupe_window).map_err(|e| AppError::Provider(format!("redis_url: {e}")))?,
+        )),
+        None => None,
+    };
+    let state = AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest);
+    let app = router(state);
     let mut server_rx = rx;
     let server = tokio::spawn(async move {
         let stopped = async move {
@@ -216,20 +236,12 @@ pub async fn start_with(
                 }
             }
         };
-        if let Err(e) = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped)
-            .await
-        {
+        if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
             tracing::error!(error = %e, "HTTP server failed");
         }
     });
     tracing::info!(%addr, database = %redact_url(&config.database_url), "herald is listening");
-    Ok(Running {
-        addr,
-        shutdown,
-        server,
-        worker,
-    })
+    Ok(Running { addr, shutdown, server, worker })
 }
 
 /// A database URL without its password, for logs.

@@ -33,10 +33,7 @@ sink = "herald-outbox"
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{0}")]
     Invalid(String),
 }
@@ -76,6 +73,61 @@ pub struct Config {
     pub auth: AuthConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
+}
+
+/// `[retention]`: ages after which data is pruned, oldest detail first.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Attempts' error text.
+    #[serde(default = "default_diag_age", deserialize_with = "duration")]
+    pub attempt_diagnostics: Duration,
+    /// Rendered content and event bodies (intents keep the digests). A dead
+    /// letter older than this can still be read, but not replayed.
+    #[serde(default = "default_payload_age", deserialize_with = "duration")]
+    pub payloads: Duration,
+    /// Whole intents in a final state, with their attempts.
+    #[serde(default = "default_intent_age", deserialize_with = "duration")]
+    pub intents: Duration,
+    #[serde(default = "default_retention_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    /// Rows per pruning transaction.
+    #[serde(default = "default_batch")]
+    pub batch: i64,
+}
+fn yes() -> bool {
+    true
+}
+fn default_diag_age() -> Duration {
+    Duration::from_secs(14 * 86_400)
+}
+fn default_payload_age() -> Duration {
+    Duration::from_secs(30 * 86_400)
+}
+fn default_intent_age() -> Duration {
+    Duration::from_secs(90 * 86_400)
+}
+fn default_retention_interval() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_batch() -> i64 {
+    1000
+}
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            enabled: true,
+            attempt_diagnostics: default_diag_age(),
+            payloads: default_payload_age(),
+            intents: default_intent_age(),
+            interval: default_retention_interval(),
+            batch: default_batch(),
+        }
+    }
 }
 
 fn default_listen() -> String {
@@ -115,11 +167,7 @@ fn default_max() -> Duration {
 }
 impl Default for RetryConfig {
     fn default() -> Self {
-        RetryConfig {
-            attempts: default_attempts(),
-            base: default_base(),
-            max: default_max(),
-        }
+        RetryConfig { attempts: default_attempts(), base: default_base(), max: default_max() }
     }
 }
 
@@ -203,10 +251,7 @@ impl DigestRoute {
 
 impl Route {
     pub fn channels(&self) -> Vec<Channel> {
-        self.channels
-            .iter()
-            .filter_map(|c| Channel::parse(c))
-            .collect()
+        self.channels.iter().filter_map(|c| Channel::parse(c)).collect()
     }
 }
 
@@ -310,19 +355,22 @@ fn default_log_level() -> String {
 }
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig {
-            format: default_log_format(),
-            level: default_log_level(),
-        }
+        LogConfig { format: default_log_format(), level: default_log_level() }
     }
 }
 
-/// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"` (jiff's friendly format) or ISO 8601 (`PT30S`).
+/// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"`, `"14d"` (jiff's friendly format; a
+/// day is 24 hours here) or ISO 8601 (`PT30S`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d: jiff::SignedDuration = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 30s, 15m or 1h"))?;
+    let bad = || format!("{s:?} is not a duration like 30s, 15m, 1h or 14d");
+    let d: jiff::SignedDuration = match s.trim().parse() {
+        Ok(d) => d,
+        // Days are calendar units to jiff; here a day is 24 hours.
+        Err(_) => {
+            let span: jiff::Span = s.trim().parse().map_err(|_| bad())?;
+            span.to_duration(jiff::SpanRelativeTo::days_are_24_hours()).map_err(|_| bad())?
+        }
+    };
     Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
 }
 
@@ -347,7 +395,7 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
-const TOP_LEVEL_KEYS: [&str; 15] = [
+const TOP_LEVEL_KEYS: [&str; 16] = [
     "listen",
     "database_url",
     "redis_url",
@@ -363,6 +411,7 @@ const TOP_LEVEL_KEYS: [&str; 15] = [
     "auth",
     "log",
     "outbox",
+    "retention",
 ];
 
 impl Config {
@@ -372,26 +421,19 @@ impl Config {
         Config::load_with_env(path, &vars)
     }
 
-    pub fn load_with_env(
-        path: Option<&Path>,
-        env: &[(String, String)],
-    ) -> Result<Config, ConfigError> {
+    pub fn load_with_env(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigError> {
         let text = match path {
-            Some(p) => std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                path: p.to_path_buf(),
-                source,
-            })?,
+            Some(p) => {
+                std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?
+            }
             None => EMBEDDED_DEFAULT.to_string(),
         };
-        let origin = path.map_or("the embedded default".to_string(), |p| {
-            p.display().to_string()
-        });
+        let origin = path.map_or("the embedded default".to_string(), |p| p.display().to_string());
         let mut table: toml::Table =
             toml::from_str(&text).map_err(|e| invalid(format!("{origin}: {}", e.message())))?;
         apply_env(&mut table, env)?;
-        let config: Config = table
-            .try_into()
-            .map_err(|e: toml::de::Error| invalid(format!("{origin}: {}", e.message())))?;
+        let config: Config =
+            table.try_into().map_err(|e: toml::de::Error| invalid(format!("{origin}: {}", e.message())))?;
         config.validate()?;
         Ok(config)
     }
@@ -401,12 +443,9 @@ impl Config {
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|_| {
-            invalid(format!(
-                "listen: {:?} is not an address like 127.0.0.1:8080",
-                self.listen
-            ))
-        })
+        self.listen
+            .parse()
+            .map_err(|_| invalid(format!("listen: {:?} is not an address like 127.0.0.1:8080", self.listen)))
     }
 
     pub fn auth_enabled(&self) -> bool {
@@ -434,9 +473,7 @@ impl Config {
         }
         let scheme = self.database_url.split("://").next().unwrap_or_default();
         if !matches!(scheme, "sqlite" | "postgres" | "postgresql") {
-            return Err(invalid(format!(
-                "database_url: scheme {scheme:?} is not sqlite:// or postgres://"
-            )));
+            return Err(invalid(format!("database_url: scheme {scheme:?} is not sqlite:// or postgres://")));
         }
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes: must be at least 1024"));
@@ -474,19 +511,17 @@ impl Config {
         self.validate_routes()?;
         self.validate_channels()?;
         for (i, t) in self.auth.tokens.iter().enumerate() {
-            let hex_ok =
-                t.token_sha256.len() == 64 && t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            let hex_ok = t.token_sha256.len() == 64 && t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit());
             if !hex_ok {
                 return Err(invalid(format!(
                     "auth.tokens[{i}].token_sha256: must be 64 hex characters (the SHA-256 of the token)"
                 )));
             }
         }
+        self.validate_ops()?;
+        self.validate_retention()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
-            return Err(invalid(format!(
-                "log.format: {:?} must be \"text\" or \"json\"",
-                self.log.format
-            )));
+            return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }
         Ok(())
     }
@@ -506,6 +541,50 @@ impl Config {
                 format_duration(self.retry.max),
                 format_duration(horizon)
             )));
+        }
+        Ok(())
+    }
+
+    fn validate_ops(&self) -> Result<(), ConfigError> {
+        let Some(ops) = &self.ops else { return Ok(()) };
+        if ops.digest_at.len() != 5 || ops.digest_at.parse::<jiff::civil::Time>().is_err() {
+            return Err(invalid(format!("ops.digest_at: {:?} is not a time like 08:30", ops.digest_at)));
+        }
+        if jiff::tz::TimeZone::get(&ops.digest_timezone).is_err() {
+            return Err(invalid(format!("ops.digest_timezone: {:?} is not an IANA time zone", ops.digest_timezone)));
+        }
+        if let Some(url) = &ops.digest_webhook
+            && reqwest::Url::parse(url).is_err()
+        {
+            return Err(invalid(format!("ops.digest_webhook: {url:?} is not a URL")));
+        }
+        Ok(())
+    }
+
+    /// Records must outlive the dedupe window (rule 2), and content must
+    /// outlive anything still waiting for it (a digest window).
+    fn validate_retention(&self) -> Result<(), ConfigError> {
+        let r = &self.retention;
+        let window = format_duration(self.dedupe_window);
+        for (key, age) in [("retention.intents", r.intents), ("retention.payloads", r.payloads)] {
+            if age < self.dedupe_window {
+                return Err(invalid(format!(
+                    "{key}: {} is shorter than dedupe_window ({window}); a duplicate could arrive after its record was pruned",
+                    format_duration(age)
+                )));
+            }
+        }
+        let longest_digest =
+            self.routes.iter().filter_map(|r| r.digest.as_ref()).map(|d| d.window).max().unwrap_or_default();
+        if r.payloads <= longest_digest {
+            return Err(invalid(format!(
+                "retention.payloads: {} must be longer than the longest digest window ({})",
+                format_duration(r.payloads),
+                format_duration(longest_digest)
+            )));
+        }
+        if r.batch < 1 || r.interval.is_zero() {
+            return Err(invalid("retention.batch and retention.interval: must be positive"));
         }
         Ok(())
     }
@@ -531,15 +610,10 @@ impl Config {
                 return Err(invalid(format!("routes[{i}].event: must not be empty")));
             }
             if self.routes[..i].iter().any(|r| r.event == route.event) {
-                return Err(invalid(format!(
-                    "routes[{i}].event: {:?} has two routes",
-                    route.event
-                )));
+                return Err(invalid(format!("routes[{i}].event: {:?} has two routes", route.event)));
             }
             if route.channels.is_empty() {
-                return Err(invalid(format!(
-                    "routes[{i}].channels: must name at least one channel"
-                )));
+                return Err(invalid(format!("routes[{i}].channels: must name at least one channel")));
             }
             for (j, ch) in route.channels.iter().enumerate() {
                 if Channel::parse(ch).is_none() {
@@ -550,15 +624,11 @@ impl Config {
             }
             if let Some(d) = &route.digest {
                 if d.window < Duration::from_secs(1) {
-                    return Err(invalid(format!(
-                        "routes[{i}].digest.window: must be at least 1s"
-                    )));
+                    return Err(invalid(format!("routes[{i}].digest.window: must be at least 1s")));
                 }
                 for (j, ch) in d.channels.iter().flatten().enumerate() {
                     if Channel::parse(ch).is_none() {
-                        return Err(invalid(format!(
-                            "routes[{i}].digest.channels[{j}]: unknown channel {ch:?}"
-                        )));
+                        return Err(invalid(format!("routes[{i}].digest.channels[{j}]: unknown channel {ch:?}")));
                     }
                 }
             }
@@ -570,23 +640,15 @@ impl Config {
         if let Some(e) = &self.channels.email {
             match (&e.smtp_url, &e.sink) {
                 (None, None) | (Some(_), Some(_)) => {
-                    return Err(invalid(
-                        "channels.email: set exactly one of smtp_url or sink",
-                    ));
+                    return Err(invalid("channels.email: set exactly one of smtp_url or sink"));
                 }
-                (Some(url), None)
-                    if !url.starts_with("smtp://") && !url.starts_with("smtps://") =>
-                {
-                    return Err(invalid(
-                        "channels.email.smtp_url: must start with smtp:// or smtps://",
-                    ));
+                (Some(url), None) if !url.starts_with("smtp://") && !url.starts_with("smtps://") => {
+                    return Err(invalid("channels.email.smtp_url: must start with smtp:// or smtps://"));
                 }
                 _ => {}
             }
             if !e.from.contains('@') {
-                return Err(invalid(
-                    "channels.email.from: must be an address, like Herald <noreply@example.com>",
-                ));
+                return Err(invalid("channels.email.from: must be an address, like Herald <noreply@example.com>"));
             }
         }
         if let Some(s) = &self.channels.sms {
@@ -603,9 +665,7 @@ impl Config {
         if let Some(w) = &self.channels.webhook
             && !w.secret.starts_with("whsec_")
         {
-            return Err(invalid(
-                "channels.webhook.secret: must be a whsec_… secret (base64 after the prefix)",
-            ));
+            return Err(invalid("channels.webhook.secret: must be a whsec_… secret (base64 after the prefix)"));
         }
         Ok(())
     }
@@ -630,12 +690,9 @@ fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), Co
             .unwrap_or_else(|| toml::Value::String(raw.clone()));
         let mut cursor = &mut *table;
         for part in &path[..path.len() - 1] {
-            let entry = cursor
-                .entry(part.clone())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            cursor = entry
-                .as_table_mut()
-                .ok_or_else(|| invalid(format!("{name}: {part} is not a table in the config")))?;
+            let entry = cursor.entry(part.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            cursor =
+                entry.as_table_mut().ok_or_else(|| invalid(format!("{name}: {part} is not a table in the config")))?;
         }
         cursor.insert(path[path.len() - 1].clone(), value);
     }
@@ -650,10 +707,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("herald.toml");
         std::fs::write(&path, text).unwrap();
-        let env: Vec<_> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::load_with_env(Some(&path), &env)
     }
 
@@ -669,11 +723,7 @@ mod tests {
     fn environment_overrides_the_file() {
         let c = load(
             "[retry]\nattempts = 4\n",
-            &[
-                ("HERALD_RETRY__ATTEMPTS", "8"),
-                ("HERALD_WORKER__LEASE", "45s"),
-                ("HERALD_TEST_DATABASE_URL", "x"),
-            ],
+            &[("HERALD_RETRY__ATTEMPTS", "8"), ("HERALD_WORKER__LEASE", "45s"), ("HERALD_TEST_DATABASE_URL", "x")],
         )
         .unwrap();
         assert_eq!(c.retry.attempts, 8);
@@ -682,37 +732,23 @@ mod tests {
 
     #[test]
     fn errors_name_the_key() {
-        let e = load("[retry]\nbase = \"soon\"\n", &[])
-            .unwrap_err()
-            .to_string();
+        let e = load("[retry]\nbase = \"soon\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("soon") && e.contains("duration"), "{e}");
         let e = load("retyr = 1\n", &[]).unwrap_err().to_string();
         assert!(e.contains("retyr"), "{e}");
-        let e = load(
-            "[[routes]]\nevent = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]\n",
-            &[],
-        )
-        .unwrap_err()
-        .to_string();
+        let e =
+            load("[[routes]]\nevent = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]\n", &[]).unwrap_err().to_string();
         assert!(e.contains("routes[0].channels[0]"), "{e}");
-        let e = load("listen = \"0.0.0.0:8080\"\n", &[])
-            .unwrap_err()
-            .to_string();
+        let e = load("listen = \"0.0.0.0:8080\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("listen") && e.contains("tokens"), "{e}");
     }
 
     #[test]
     fn a_dedupe_window_inside_the_retry_horizon_is_refused_naming_both() {
-        let e = load(
-            "dedupe_window = \"5m\"\n[retry]\nattempts = 6\nbase = \"30s\"\nmax = \"1h\"\n",
-            &[],
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("5m") && e.contains("15m30s") && e.contains("horizon"),
-            "{e}"
-        );
+        let e = load("dedupe_window = \"5m\"\n[retry]\nattempts = 6\nbase = \"30s\"\nmax = \"1h\"\n", &[])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("5m") && e.contains("15m30s") && e.contains("horizon"), "{e}");
         assert!(load("dedupe_window = \"15m31s\"\n", &[]).is_ok());
     }
 
@@ -721,22 +757,24 @@ mod tests {
         assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
         assert_eq!(parse_duration("200ms").unwrap(), Duration::from_millis(200));
         assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("14d").unwrap(), Duration::from_secs(14 * 86_400));
         assert!(parse_duration("-5s").is_err());
         assert_eq!(format_duration(Duration::from_secs(930)), "15m30s");
         assert_eq!(format_duration(Duration::from_millis(1500)), "1s500ms");
     }
 
     #[test]
+    fn retention_never_prunes_inside_the_dedupe_window() {
+        let e = load("dedupe_window = \"48h\"\n[retention]\nintents = \"1d\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retention.intents") && e.contains("dedupe_window"), "{e}");
+        let e = load("[ops]\ndigest_at = \"8.30\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("ops.digest_at"), "{e}");
+    }
+
+    #[test]
     fn a_provider_timeout_must_fit_inside_the_lease() {
-        let e = load(
-            "[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n",
-            &[],
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("channels.sms.timeout") && e.contains("worker.lease"),
-            "{e}"
-        );
+        let e =
+            load("[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("channels.sms.timeout") && e.contains("worker.lease"), "{e}");
     }
 }

@@ -81,9 +81,6 @@ string_enum!(
 impl State {
     /// States from which nothing more will happen on its own.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            State::Sent | State::Dead | State::Suppressed | State::Digested
-        )
+        matches!(self, State::Sent | State::Dead | State::Suppressed | State::Digested)
     }
 }

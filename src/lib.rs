@@ -14,6 +14,7 @@ pub mod config;
 pub mod deliver;
 pub mod event;
 pub mod intent;
+pub mod ops;
 pub mod plan;
 pub mod preferences;
 pub mod recipient;

@@ -8,11 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "herald",
-    version,
-    about = "Domain events in; each person told once; every decision recorded."
-)]
+#[command(name = "herald", version, about = "Domain events in; each person told once; every decision recorded.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -42,10 +38,57 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Dead letters: list, show, replay.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
     /// Template commands.
     Templates {
         #[command(subcommand)]
         command: TemplatesCommand,
+    },
+}
+
+#[derive(clap::Args)]
+struct DlqScope {
+    #[arg(long, default_value = "default")]
+    tenant: String,
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Dead letters, newest first.
+    List {
+        #[arg(long)]
+        reason: Option<String>,
+        /// RFC 3339, e.g. 2026-11-29T08:30:00Z
+        #[arg(long)]
+        since: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+    /// One dead letter with its event, content and attempts (JSON).
+    Show {
+        id: String,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+    /// Put dead letters back on the queue: the same intents, key and content.
+    Replay {
+        /// Comma-separated intent ids.
+        #[arg(long, value_delimiter = ',', conflicts_with = "reason")]
+        ids: Vec<String>,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long, requires = "reason")]
+        since: Option<String>,
+        #[command(flatten)]
+        scope: DlqScope,
     },
 }
 
@@ -77,10 +120,7 @@ struct ConfigArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("herald: cannot start the async runtime: {e}");
@@ -103,33 +143,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(a.config.as_deref())?;
             let store = herald::store::connect(&config.database_url).await?;
             store.migrate().await?;
-            println!(
-                "migrations applied to {}",
-                app::redact_url(&config.database_url)
-            );
+            println!("migrations applied to {}", app::redact_url(&config.database_url));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Config {
-            command: ConfigCommand::Check(a),
-        } => config_check(a.config),
-        Command::Templates {
-            command: TemplatesCommand::Check { dir, config },
-        } => templates_check(dir, config),
-        Command::Why {
-            entity,
-            recipient,
-            tenant,
-            config,
-        } => why(&entity, &recipient, &tenant, config).await,
+        Command::Config { command: ConfigCommand::Check(a) } => config_check(a.config),
+        Command::Templates { command: TemplatesCommand::Check { dir, config } } => templates_check(dir, config),
+        Command::Dlq { command } => dlq(command).await,
+        Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, &tenant, config).await,
     }
 }
 
 fn init_logging(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HERALD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log.format == "json" {
         builder.json().init();
     } else {
@@ -156,14 +183,13 @@ async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},
@@ -184,10 +210,7 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     };
     let templates = app::load_templates(&config);
-    println!(
-        "retry horizon   {}",
-        format_duration(config.retry_policy().horizon())
-    );
+    println!("retry horizon   {}", format_duration(config.retry_policy().horizon()));
     println!("dedupe window   {}", format_duration(config.dedupe_window));
     println!("database        {}", app::redact_url(&config.database_url));
     println!("routes          {}", config.routes.len());
@@ -227,16 +250,8 @@ fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Res
     Ok(ExitCode::SUCCESS)
 }
 
-async fn why(
-    entity: &str,
-    recipient: &str,
-    tenant: &str,
-    config: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
-    let Some((kind, id)) = entity
-        .split_once(':')
-        .filter(|(k, i)| !k.is_empty() && !i.is_empty())
-    else {
+async fn why(entity: &str, recipient: &str, tenant: &str, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let Some((kind, id)) = entity.split_once(':').filter(|(k, i)| !k.is_empty() && !i.is_empty()) else {
         eprintln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
         return Ok(ExitCode::from(2));
     };
@@ -245,5 +260,71 @@ async fn why(
     store.migrate().await?;
     let history = herald::why::history(store.as_ref(), tenant, (kind, id), recipient).await?;
     print!("{}", herald::why::timeline((kind, id), recipient, &history));
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
+    use herald::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+    let scope = match &command {
+        DlqCommand::List { scope, .. } | DlqCommand::Show { scope, .. } | DlqCommand::Replay { scope, .. } => scope,
+    };
+    let config = Config::load(scope.config.as_deref())?;
+    let store = herald::store::connect(&config.database_url).await?;
+    store.migrate().await?;
+    let tenant = scope.tenant.clone();
+    let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
+        s.as_deref().map(|s| s.parse::<jiff::Timestamp>().map(|t| t.as_microsecond())).transpose().context("--since")
+    };
+    match command {
+        DlqCommand::List { reason, since, limit, .. } => {
+            let filter = DeadLetterFilter { tenant, reason, since_us: since_us(&since)?, cursor: None, limit };
+            let page = store.dead_letters_list(filter).await?;
+            println!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED");
+            for d in &page.items {
+                let i = &d.intent;
+                println!(
+                    "{:<32}  {:<8}  {:<20}  {:<24}  {}:{} → {}",
+                    i.key,
+                    i.channel,
+                    i.reason.as_deref().unwrap_or("-"),
+                    herald::clock::rfc3339(i.updated_at).unwrap_or_default(),
+                    i.entity_type,
+                    i.entity_id,
+                    i.recipient_id
+                );
+            }
+            if page.next.is_some() {
+                println!("(more: narrow with --reason or --since, or raise --limit)");
+            }
+        }
+        DlqCommand::Show { id, .. } => {
+            let Some(d) = store.intent_get(&tenant, &id).await? else {
+                eprintln!("no intent {id:?} for tenant {tenant:?}");
+                return Ok(ExitCode::FAILURE);
+            };
+            println!("{}", serde_json::to_string_pretty(&herald::api::intent_json(&d))?);
+        }
+        DlqCommand::Replay { ids, reason, since, .. } => {
+            let selector = match reason {
+                Some(reason) => ReplaySelector::Reason { reason, since_us: since_us(&since)? },
+                None if !ids.is_empty() => ReplaySelector::Ids(ids),
+                None => {
+                    eprintln!("give --ids ID,ID or --reason R [--since T]");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let now = jiff::Timestamp::now().as_microsecond();
+            let replay = Replay { tenant, selector, now_us: now, requested_by: Some("cli".into()), limit: 10_000 };
+            let results = store.dead_letters_replay(replay).await?;
+            let mut queued = 0;
+            for r in &results {
+                match &r.outcome {
+                    ReplayOutcome::Queued => queued += 1,
+                    other => println!("skipped {}: {other:?}", r.key),
+                }
+            }
+            println!("{queued} dead letter(s) back on the queue; a running herald sends them");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

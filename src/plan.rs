@@ -42,9 +42,7 @@ pub fn channels(event: &Event, route: &Route) -> Vec<Channel> {
 /// Inline fields override the directory, for this event only. The result is
 /// what the intent freezes: a later directory change never alters it.
 pub fn snapshot(inline: &RecipientSpec, entry: Option<&RecipientRow>) -> RecipientSpec {
-    let pick = |own: &Option<String>, dir: Option<&Option<String>>| {
-        own.clone().or_else(|| dir.cloned().flatten())
-    };
+    let pick = |own: &Option<String>, dir: Option<&Option<String>>| own.clone().or_else(|| dir.cloned().flatten());
     RecipientSpec {
         id: inline.id.clone(),
         email: pick(&inline.email, entry.map(|e| &e.email)),
@@ -72,9 +70,7 @@ fn preferences_of(entry: Option<&RecipientRow>) -> (Preferences, Option<i64>) {
     let Some(row) = entry else {
         return (Preferences::default(), None);
     };
-    let parsed = serde_json::from_str(&row.preferences)
-        .ok()
-        .and_then(|v| Preferences::parse(&v).ok());
+    let parsed = serde_json::from_str(&row.preferences).ok().and_then(|v| Preferences::parse(&v).ok());
     (parsed.unwrap_or_default(), Some(row.preferences_version))
 }
 
@@ -105,9 +101,7 @@ fn plan_one(
     version: Option<i64>,
 ) -> NewIntent {
     let route = input.route;
-    let key = input
-        .event
-        .notification_key(input.tenant, channel, &recipient.id);
+    let key = input.event.notification_key(input.tenant, channel, &recipient.id);
     let mut intent = NewIntent {
         key: key.to_string(),
         channel: channel.as_str().to_string(),
@@ -115,10 +109,7 @@ fn plan_one(
         destination: None,
         locale: recipient.locale.clone(),
         template_id: route.template.clone(),
-        template_revision: input
-            .templates
-            .meta(&route.template)
-            .map(|m| m.revision.clone()),
+        template_revision: input.templates.meta(&route.template).map(|m| m.revision.clone()),
         payload: None,
         decision: Decision::Send.as_str().into(),
         reason: None,
@@ -129,62 +120,31 @@ fn plan_one(
         digest: None,
     };
     if !(input.configured)(channel) {
-        set(
-            &mut intent,
-            Decision::Suppress,
-            State::Suppressed,
-            Some(Reason::ChannelDisabled),
-        );
+        set(&mut intent, Decision::Suppress, State::Suppressed, Some(Reason::ChannelDisabled));
         return intent;
     }
     if prefs.opted_out(channel) {
-        set(
-            &mut intent,
-            Decision::Suppress,
-            State::Suppressed,
-            Some(Reason::OptedOut),
-        );
+        set(&mut intent, Decision::Suppress, State::Suppressed, Some(Reason::OptedOut));
         if route.critical {
-            intent.detail =
-                Some("critical route, but an explicit opt-out is always honoured".into());
+            intent.detail = Some("critical route, but an explicit opt-out is always honoured".into());
         }
         return intent;
     }
     match destination(channel, recipient) {
         Ok(d) => intent.destination = d,
         Err(reason) => {
-            set(
-                &mut intent,
-                Decision::Suppress,
-                State::Suppressed,
-                Some(reason),
-            );
+            set(&mut intent, Decision::Suppress, State::Suppressed, Some(reason));
             return intent;
         }
     }
     // Render before committing to send (rule 6): a failure is a dead intent
     // that is recorded and never sent.
-    let rendered = input.templates.render(
-        &route.template,
-        channel,
-        input.event,
-        recipient,
-        recipient.locale.as_deref(),
-    );
-    let Rendered {
-        locale,
-        revision,
-        content,
-        over_budget,
-    } = match rendered {
+    let rendered =
+        input.templates.render(&route.template, channel, input.event, recipient, recipient.locale.as_deref());
+    let Rendered { locale, revision, content, over_budget } = match rendered {
         Ok(r) => r,
         Err(e) => {
-            set(
-                &mut intent,
-                Decision::Send,
-                State::Dead,
-                Some(Reason::TemplateError),
-            );
+            set(&mut intent, Decision::Send, State::Dead, Some(Reason::TemplateError));
             intent.detail = Some(e.to_string());
             return intent;
         }
@@ -193,12 +153,7 @@ fn plan_one(
     intent.template_revision = Some(revision);
     intent.payload = Some((content.digest(), content.to_json()));
     if let Some(b) = over_budget.filter(|b| !b.send_anyway) {
-        set(
-            &mut intent,
-            Decision::Send,
-            State::Dead,
-            Some(Reason::SmsTooLong),
-        );
+        set(&mut intent, Decision::Send, State::Dead, Some(Reason::SmsTooLong));
         intent.detail = Some(format!(
             "renders as {} {} segments; the template's budget is {} (set sms_over_budget = \"send\" to send it anyway)",
             b.segments,
@@ -209,24 +164,11 @@ fn plan_one(
     }
 
     let mut bypassed = Vec::new();
-    if let Some(q) = prefs
-        .quiet_hours
-        .as_ref()
-        .filter(|q| q.channels.contains(&channel))
-    {
-        let tz = recipient
-            .timezone
-            .as_deref()
-            .and_then(|z| TimeZone::get(z).ok())
-            .unwrap_or(TimeZone::UTC);
+    if let Some(q) = prefs.quiet_hours.as_ref().filter(|q| q.channels.contains(&channel)) {
+        let tz = recipient.timezone.as_deref().and_then(|z| TimeZone::get(z).ok()).unwrap_or(TimeZone::UTC);
         if let Some(until) = q.holds_until(&tz, input.now) {
             if !route.critical {
-                set(
-                    &mut intent,
-                    Decision::Hold,
-                    State::Held,
-                    Some(Reason::QuietHours),
-                );
+                set(&mut intent, Decision::Hold, State::Held, Some(Reason::QuietHours));
                 intent.run_at = Some(until.as_microsecond());
                 return intent;
             }
@@ -235,9 +177,7 @@ fn plan_one(
     }
     if let Some(d) = route.digest.as_ref().filter(|d| d.batches(route, channel)) {
         if prefs.digest == Some(false) {
-            intent.detail = Some(
-                "the recipient receives this route's messages one by one (digest: false)".into(),
-            );
+            intent.detail = Some("the recipient receives this route's messages one by one (digest: false)".into());
         } else if route.critical {
             bypassed.push("digest");
         } else {
@@ -248,12 +188,7 @@ fn plan_one(
                     return intent;
                 }
                 Err(e) => {
-                    set(
-                        &mut intent,
-                        Decision::Send,
-                        State::Dead,
-                        Some(Reason::TemplateError),
-                    );
+                    set(&mut intent, Decision::Send, State::Dead, Some(Reason::TemplateError));
                     intent.detail = Some(format!("digest key: {e}"));
                     return intent;
                 }
@@ -261,10 +196,7 @@ fn plan_one(
         }
     }
     if !bypassed.is_empty() {
-        intent.detail = Some(format!(
-            "critical route: bypassed {}",
-            bypassed.join(" and ")
-        ));
+        intent.detail = Some(format!("critical route: bypassed {}", bypassed.join(" and ")));
     }
     intent.run_at = Some(input.now.as_microsecond());
     intent
@@ -279,18 +211,9 @@ fn digest_window(
     intent: &NewIntent,
     d: &crate::config::DigestRoute,
 ) -> Result<NewDigest, String> {
-    let ctx = crate::render::context(
-        input.event,
-        recipient,
-        intent.locale.as_deref().unwrap_or_default(),
-    );
-    let group_key = input
-        .templates
-        .render_str(&d.key, &ctx)
-        .map_err(|e| e.to_string())?;
-    let width = i64::try_from(d.window.as_micros())
-        .unwrap_or(i64::MAX)
-        .max(1);
+    let ctx = crate::render::context(input.event, recipient, intent.locale.as_deref().unwrap_or_default());
+    let group_key = input.templates.render_str(&d.key, &ctx).map_err(|e| e.to_string())?;
+    let width = i64::try_from(d.window.as_micros()).unwrap_or(i64::MAX).max(1);
     let now = input.now.as_microsecond();
     let window_start = now.div_euclid(width) * width;
     let identity = format!(

@@ -37,28 +37,19 @@ pub struct PreferencesError {
 }
 
 fn err(field: &str, message: impl Into<String>) -> PreferencesError {
-    PreferencesError {
-        field: format!("preferences.{field}"),
-        message: message.into(),
-    }
+    PreferencesError { field: format!("preferences.{field}"), message: message.into() }
 }
 
 fn parse_time(v: Option<&Value>, field: &str) -> Result<Time, PreferencesError> {
-    let s = v
-        .and_then(Value::as_str)
-        .ok_or_else(|| err(field, "is required, as HH:MM"))?;
+    let s = v.and_then(Value::as_str).ok_or_else(|| err(field, "is required, as HH:MM"))?;
     let ok = s.len() == 5 && s.as_bytes()[2] == b':';
     let t = ok.then(|| s.parse::<Time>().ok()).flatten();
     t.ok_or_else(|| err(field, format!("{s:?} is not a time like 21:00")))
 }
 
 fn parse_channel_name(name: &str, field: &str) -> Result<Channel, PreferencesError> {
-    Channel::parse(name).ok_or_else(|| {
-        err(
-            field,
-            format!("unknown channel {name:?}; expected email, sms, in_app or webhook"),
-        )
-    })
+    Channel::parse(name)
+        .ok_or_else(|| err(field, format!("unknown channel {name:?}; expected email, sms, in_app or webhook")))
 }
 
 impl Preferences {
@@ -69,41 +60,28 @@ impl Preferences {
             Value::Null => &empty,
             Value::Object(o) => o,
             _ => {
-                return Err(PreferencesError {
-                    field: "preferences".into(),
-                    message: "must be an object".into(),
-                });
+                return Err(PreferencesError { field: "preferences".into(), message: "must be an object".into() });
             }
         };
         let mut prefs = Preferences::default();
         for (key, value) in obj {
             match key.as_str() {
                 "channels" => {
-                    let map = value.as_object().ok_or_else(|| {
-                        err("channels", "must be an object like {\"sms\": false}")
-                    })?;
+                    let map =
+                        value.as_object().ok_or_else(|| err("channels", "must be an object like {\"sms\": false}"))?;
                     for (name, on) in map {
                         let field = format!("channels.{name}");
                         let ch = parse_channel_name(name, &field)?;
-                        let on = on
-                            .as_bool()
-                            .ok_or_else(|| err(&field, "must be true or false"))?;
+                        let on = on.as_bool().ok_or_else(|| err(&field, "must be true or false"))?;
                         prefs.channels.insert(ch, on);
                     }
                 }
                 "quiet_hours" if value.is_null() => {}
                 "quiet_hours" => {
-                    let q = value.as_object().ok_or_else(|| {
-                        err("quiet_hours", "must be an object with start and end")
-                    })?;
-                    if let Some(k) = q
-                        .keys()
-                        .find(|k| !["start", "end", "channels"].contains(&k.as_str()))
-                    {
-                        return Err(err(
-                            &format!("quiet_hours.{k}"),
-                            "unknown field; expected start, end, channels",
-                        ));
+                    let q =
+                        value.as_object().ok_or_else(|| err("quiet_hours", "must be an object with start and end"))?;
+                    if let Some(k) = q.keys().find(|k| !["start", "end", "channels"].contains(&k.as_str())) {
+                        return Err(err(&format!("quiet_hours.{k}"), "unknown field; expected start, end, channels"));
                     }
                     let start = parse_time(q.get("start"), "quiet_hours.start")?;
                     let end = parse_time(q.get("end"), "quiet_hours.end")?;
@@ -123,30 +101,14 @@ impl Preferences {
                             })
                             .collect::<Result<_, _>>()?,
                         Some(_) => {
-                            return Err(err(
-                                "quiet_hours.channels",
-                                "must be a list of channel names",
-                            ));
+                            return Err(err("quiet_hours.channels", "must be a list of channel names"));
                         }
                     };
-                    prefs.quiet_hours = Some(QuietHours {
-                        start,
-                        end,
-                        channels,
-                    });
+                    prefs.quiet_hours = Some(QuietHours { start, end, channels });
                 }
-                "digest" => {
-                    prefs.digest = Some(
-                        value
-                            .as_bool()
-                            .ok_or_else(|| err("digest", "must be true or false"))?,
-                    )
-                }
+                "digest" => prefs.digest = Some(value.as_bool().ok_or_else(|| err("digest", "must be true or false"))?),
                 other => {
-                    return Err(err(
-                        other,
-                        "unknown field; expected channels, quiet_hours, digest",
-                    ));
+                    return Err(err(other, "unknown field; expected channels, quiet_hours, digest"));
                 }
             }
         }
@@ -157,11 +119,8 @@ impl Preferences {
     pub fn to_json(&self) -> Value {
         let mut out = Map::new();
         if !self.channels.is_empty() {
-            let channels: Map<String, Value> = self
-                .channels
-                .iter()
-                .map(|(c, on)| (c.as_str().to_string(), Value::Bool(*on)))
-                .collect();
+            let channels: Map<String, Value> =
+                self.channels.iter().map(|(c, on)| (c.as_str().to_string(), Value::Bool(*on))).collect();
             out.insert("channels".into(), Value::Object(channels));
         }
         if let Some(q) = &self.quiet_hours {
@@ -232,23 +191,10 @@ mod tests {
     #[test]
     fn a_daytime_window_holds_until_its_end() {
         let q = qh("12:00", "14:00");
-        assert_eq!(
-            q.holds_until(&TimeZone::UTC, at("2026-06-01T13:00:00Z")),
-            Some(at("2026-06-01T14:00:00Z"))
-        );
-        assert_eq!(
-            q.holds_until(&TimeZone::UTC, at("2026-06-01T14:00:00Z")),
-            None,
-            "the end is exclusive"
-        );
-        assert_eq!(
-            q.holds_until(&TimeZone::UTC, at("2026-06-01T11:59:59Z")),
-            None
-        );
-        assert_eq!(
-            q.holds_until(&TimeZone::UTC, at("2026-06-01T12:00:00Z")),
-            Some(at("2026-06-01T14:00:00Z"))
-        );
+        assert_eq!(q.holds_until(&TimeZone::UTC, at("2026-06-01T13:00:00Z")), Some(at("2026-06-01T14:00:00Z")));
+        assert_eq!(q.holds_until(&TimeZone::UTC, at("2026-06-01T14:00:00Z")), None, "the end is exclusive");
+        assert_eq!(q.holds_until(&TimeZone::UTC, at("2026-06-01T11:59:59Z")), None);
+        assert_eq!(q.holds_until(&TimeZone::UTC, at("2026-06-01T12:00:00Z")), Some(at("2026-06-01T14:00:00Z")));
     }
 
     #[test]
@@ -256,15 +202,9 @@ mod tests {
         let q = qh("21:00", "07:00");
         let kathmandu = tz("Asia/Kathmandu"); // UTC+05:45
         // 23:00 local on the 1st → 07:00 local on the 2nd
-        assert_eq!(
-            q.holds_until(&kathmandu, at("2026-06-01T17:15:00Z")),
-            Some(at("2026-06-02T01:15:00Z"))
-        );
+        assert_eq!(q.holds_until(&kathmandu, at("2026-06-01T17:15:00Z")), Some(at("2026-06-02T01:15:00Z")));
         // 03:00 local on the 2nd → 07:00 the same day
-        assert_eq!(
-            q.holds_until(&kathmandu, at("2026-06-01T21:15:00Z")),
-            Some(at("2026-06-02T01:15:00Z"))
-        );
+        assert_eq!(q.holds_until(&kathmandu, at("2026-06-01T21:15:00Z")), Some(at("2026-06-02T01:15:00Z")));
         // 12:00 local: outside
         assert_eq!(q.holds_until(&kathmandu, at("2026-06-02T06:15:00Z")), None);
     }
@@ -280,10 +220,7 @@ mod tests {
         // a wall-clock time inside the gap never happens, so "now" is always
         // on one side of it: 03:10 EDT is inside a 02:00–04:00 window
         let q = qh("02:00", "04:00");
-        assert_eq!(
-            q.holds_until(&ny, at("2026-03-08T07:10:00Z")),
-            Some(at("2026-03-08T08:00:00Z"))
-        );
+        assert_eq!(q.holds_until(&ny, at("2026-03-08T07:10:00Z")), Some(at("2026-03-08T08:00:00Z")));
     }
 
     #[test]
@@ -292,10 +229,7 @@ mod tests {
         let q = qh("01:00", "02:30");
         let berlin = tz("Europe/Berlin");
         // 01:30 CEST (23:30 UTC the 24th): ends at the first 02:30, CEST = 00:30 UTC
-        assert_eq!(
-            q.holds_until(&berlin, at("2026-10-24T23:30:00Z")),
-            Some(at("2026-10-25T00:30:00Z"))
-        );
+        assert_eq!(q.holds_until(&berlin, at("2026-10-24T23:30:00Z")), Some(at("2026-10-25T00:30:00Z")));
         // the second 02:15 (CET, 01:15 UTC): inside 01:00–02:30 by the clock on the wall
         assert!(q.holds_until(&berlin, at("2026-10-25T01:15:00Z")).is_some());
     }
@@ -306,23 +240,18 @@ mod tests {
         let q = qh("22:00", "08:00");
         let sydney = tz("Australia/Sydney");
         // 23:00 AEST on the 3rd (13:00 UTC) → 08:00 AEDT on the 4th (21:00 UTC on the 3rd)
-        assert_eq!(
-            q.holds_until(&sydney, at("2026-10-03T13:00:00Z")),
-            Some(at("2026-10-03T21:00:00Z"))
-        );
+        assert_eq!(q.holds_until(&sydney, at("2026-10-03T13:00:00Z")), Some(at("2026-10-03T21:00:00Z")));
     }
 
     #[test]
     fn parsing_names_the_field() {
         let e = Preferences::parse(&json!({"channels": {"fax": false}})).unwrap_err();
         assert_eq!(e.field, "preferences.channels.fax");
-        let e = Preferences::parse(&json!({"quiet_hours": {"start": "9pm", "end": "07:00"}}))
-            .unwrap_err();
+        let e = Preferences::parse(&json!({"quiet_hours": {"start": "9pm", "end": "07:00"}})).unwrap_err();
         assert_eq!(e.field, "preferences.quiet_hours.start");
-        let e = Preferences::parse(
-            &json!({"quiet_hours": {"start": "21:00", "end": "07:00", "channels": ["sms", "x"]}}),
-        )
-        .unwrap_err();
+        let e =
+            Preferences::parse(&json!({"quiet_hours": {"start": "21:00", "end": "07:00", "channels": ["sms", "x"]}}))
+                .unwrap_err();
         assert_eq!(e.field, "preferences.quiet_hours.channels[1]");
         let e = Preferences::parse(&json!({"mood": 1})).unwrap_err();
         assert_eq!(e.field, "preferences.mood");
@@ -333,10 +262,7 @@ mod tests {
         let v = json!({"channels": {"sms": false}, "quiet_hours": {"start": "21:00", "end": "07:00"}, "digest": false});
         let p = Preferences::parse(&v).unwrap();
         assert!(p.opted_out(Channel::Sms) && !p.opted_out(Channel::Email));
-        assert_eq!(
-            p.quiet_hours.as_ref().unwrap().channels,
-            DEFAULT_QUIET_CHANNELS.to_vec()
-        );
+        assert_eq!(p.quiet_hours.as_ref().unwrap().channels, DEFAULT_QUIET_CHANNELS.to_vec());
         assert_eq!(Preferences::parse(&p.to_json()).unwrap(), p);
     }
 }

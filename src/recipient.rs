@@ -15,15 +15,11 @@ pub struct DirectoryEntry {
 
 pub fn validate_email(s: &str) -> Result<String, String> {
     let s = s.trim();
-    let (local, domain) = s
-        .rsplit_once('@')
-        .ok_or("must be an email address like a@example.com")?;
+    let (local, domain) = s.rsplit_once('@').ok_or("must be an email address like a@example.com")?;
     let domain_ok = domain.contains('.')
         && !domain.starts_with('.')
         && !domain.ends_with('.')
-        && domain
-            .chars()
-            .all(|c| c.is_alphanumeric() || c == '.' || c == '-');
+        && domain.chars().all(|c| c.is_alphanumeric() || c == '.' || c == '-');
     if local.is_empty()
         || local.len() > 64
         || !domain_ok
@@ -39,16 +35,10 @@ pub fn validate_email(s: &str) -> Result<String, String> {
 /// Whether the number is *assigned* is the provider's to say (it answers
 /// `invalid_destination`); here only the form is checked.
 pub fn validate_phone(s: &str) -> Result<String, String> {
-    let digits = s
-        .strip_prefix('+')
-        .ok_or_else(|| format!("{s:?} must be in E.164 form, like +9779800000000"))?;
-    let ok = (8..=15).contains(&digits.len())
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && !digits.starts_with('0');
+    let digits = s.strip_prefix('+').ok_or_else(|| format!("{s:?} must be in E.164 form, like +9779800000000"))?;
+    let ok = (8..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
     if !ok {
-        return Err(format!(
-            "{s:?} must be in E.164 form: + and 8 to 15 digits, like +9779800000000"
-        ));
+        return Err(format!("{s:?} must be in E.164 form: + and 8 to 15 digits, like +9779800000000"));
     }
     Ok(s.to_string())
 }
@@ -59,8 +49,7 @@ pub fn validate_locale(s: &str) -> Result<String, String> {
     let ok = !s.is_empty()
         && s.len() <= 35
         && s.starts_with(|c: char| c.is_ascii_alphabetic())
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     if !ok {
         return Err(format!("{s:?} is not a locale tag like en or pt-BR"));
     }
@@ -68,8 +57,7 @@ pub fn validate_locale(s: &str) -> Result<String, String> {
 }
 
 pub fn validate_timezone(s: &str) -> Result<String, String> {
-    jiff::tz::TimeZone::get(s)
-        .map_err(|_| format!("{s:?} is not an IANA time zone like Asia/Kathmandu"))?;
+    jiff::tz::TimeZone::get(s).map_err(|_| format!("{s:?} is not an IANA time zone like Asia/Kathmandu"))?;
     Ok(s.to_string())
 }
 
@@ -111,10 +99,7 @@ mod tests {
     fn masks_keep_only_enough_to_recognise() {
         assert_eq!(mask("asha@example.com"), "a***@example.com");
         assert_eq!(mask("+9779800000000"), "+97798******00");
-        assert_eq!(
-            mask("https://hooks.example.com/secret/path?x=1"),
-            "https://hooks.example.com/***"
-        );
+        assert_eq!(mask("https://hooks.example.com/secret/path?x=1"), "https://hooks.example.com/***");
     }
 
     #[test]

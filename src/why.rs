@@ -51,65 +51,27 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
     let mut out = String::new();
     let _ = writeln!(out, "{}:{} → {recipient}", entity.0, entity.1);
     if intents.is_empty() {
-        let _ = writeln!(
-            out,
-            "  no notification was ever planned for this pair (no event named them, or it was pruned)"
-        );
+        let _ =
+            writeln!(out, "  no notification was ever planned for this pair (no event named them, or it was pruned)");
         return out;
     }
     for d in intents {
         let i = &d.intent;
-        let version = i
-            .entity_version
-            .map(|v| format!(" v{v}"))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "\n[{}] {}  {}{version}  (key {})",
-            i.channel, i.event_type, i.occurred_at, i.key
-        );
+        let version = i.entity_version.map(|v| format!(" v{v}")).unwrap_or_default();
+        let _ = writeln!(out, "\n[{}] {}  {}{version}  (key {})", i.channel, i.event_type, i.occurred_at, i.key);
         let _ = writeln!(out, "  {}  event received", time(i.created_at));
-        let prefs = i
-            .preferences_version
-            .map(|v| format!(", preferences v{v}"))
-            .unwrap_or_default();
-        let reason = i
-            .reason
-            .as_deref()
-            .map(|r| format!(" ({r})"))
-            .unwrap_or_default();
-        let to = i
-            .destination
-            .as_deref()
-            .map(|d| format!(" to {}", mask(d)))
-            .unwrap_or_default();
-        let locale = i
-            .locale
-            .as_deref()
-            .map(|l| format!(", locale {l}"))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "  {}  decided: {}{reason}{prefs}{to}{locale}",
-            time(i.created_at),
-            i.decision
-        );
+        let prefs = i.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default();
+        let reason = i.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
+        let to = i.destination.as_deref().map(|d| format!(" to {}", mask(d))).unwrap_or_default();
+        let locale = i.locale.as_deref().map(|l| format!(", locale {l}")).unwrap_or_default();
+        let _ = writeln!(out, "  {}  decided: {}{reason}{prefs}{to}{locale}", time(i.created_at), i.decision);
         if let Some(detail) = &i.detail {
-            let _ = writeln!(
-                out,
-                "  {}  note: {detail}",
-                " ".repeat(time(i.created_at).len())
-            );
+            let _ = writeln!(out, "  {}  note: {detail}", " ".repeat(time(i.created_at).len()));
         }
         for a in &d.attempts {
             let _ = writeln!(out, "  {}  attempt {} started", time(a.started_at), a.n);
             let Some(finished) = a.finished_at else {
-                let _ = writeln!(
-                    out,
-                    "  {}  attempt {} still running",
-                    " ".repeat(time(a.started_at).len()),
-                    a.n
-                );
+                let _ = writeln!(out, "  {}  attempt {} still running", " ".repeat(time(a.started_at).len()), a.n);
                 continue;
             };
             let mut line = format!("attempt {} {}", a.n, a.outcome.as_deref().unwrap_or("?"));
@@ -132,12 +94,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             (Some(k), _) => format!(", in digest {k}"),
             _ => String::new(),
         };
-        let _ = writeln!(
-            out,
-            "  {}  now {}{reason}{link}",
-            time(i.updated_at),
-            i.state
-        );
+        let _ = writeln!(out, "  {}  now {}{reason}{link}", time(i.updated_at), i.state);
     }
     out
 }

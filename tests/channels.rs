@@ -34,36 +34,17 @@ async fn an_email_carries_the_key_as_message_id_and_both_parts() {
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let smtp = FakeSmtp::start().await;
-        let app = TestApp::new(&db)
-            .with_toml(&email_toml(&smtp))
-            .spawn()
-            .await;
-        let (s, b, _) = app
-            .post_event(&email_event("PO-MAIL", "asha@example.com"), None)
-            .await;
+        let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+        let (s, b, _) = app.post_event(&email_event("PO-MAIL", "asha@example.com"), None).await;
         assert_eq!(s, 202);
         let it = app.wait_state(&id_of(&b), &["sent"]).await;
         let mails = smtp.to("asha@example.com");
         assert_eq!(mails.len(), 1, "{backend:?}");
         let key = it["key"].as_str().unwrap();
-        assert_eq!(
-            mails[0].header("message-id").as_deref(),
-            Some(format!("<{key}@herald.test>").as_str())
-        );
-        assert_eq!(
-            mails[0].header("subject").as_deref(),
-            Some("PO-MAIL was approved by Asha")
-        );
-        assert!(
-            mails[0]
-                .header("content-type")
-                .unwrap_or_default()
-                .contains("multipart/alternative")
-        );
-        assert!(
-            mails[0].raw.contains("text/html"),
-            "the built-in template has an HTML part"
-        );
+        assert_eq!(mails[0].header("message-id").as_deref(), Some(format!("<{key}@herald.test>").as_str()));
+        assert_eq!(mails[0].header("subject").as_deref(), Some("PO-MAIL was approved by Asha"));
+        assert!(mails[0].header("content-type").unwrap_or_default().contains("multipart/alternative"));
+        assert!(mails[0].raw.contains("text/html"), "the built-in template has an HTML part");
         assert_eq!(it["destination"], "a***@example.com");
         app.running.stop().await;
     }
@@ -76,28 +57,18 @@ async fn a_mailbox_error_is_a_hard_bounce_and_a_4xx_is_retried() {
         let smtp = FakeSmtp::start().await;
         smtp.refuse("gone@example.com", &["550 5.1.1 mailbox unavailable"]);
         smtp.refuse("busy@example.com", &["451 4.3.0 try again later", "250 ok"]);
-        let app = TestApp::new(&db)
-            .with_toml(&email_toml(&smtp))
-            .spawn()
-            .await;
-        let (_, b, _) = app
-            .post_event(&email_event("PO-GONE", "gone@example.com"), None)
-            .await;
+        let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+        let (_, b, _) = app.post_event(&email_event("PO-GONE", "gone@example.com"), None).await;
         let it = app.wait_state(&id_of(&b), &["dead"]).await;
         assert_eq!(it["reason"], "hard_bounce", "{backend:?}: {it}");
         assert_eq!(it["attempts"].as_array().unwrap().len(), 1);
         assert_eq!(it["attempts"][0]["provider_status"], 550);
 
-        let (_, b, _) = app
-            .post_event(&email_event("PO-BUSY", "busy@example.com"), None)
-            .await;
+        let (_, b, _) = app.post_event(&email_event("PO-BUSY", "busy@example.com"), None).await;
         let it = app.wait_state(&id_of(&b), &["sent"]).await;
         let attempts = it["attempts"].as_array().unwrap();
         assert_eq!(
-            (
-                attempts[0]["outcome"].as_str(),
-                attempts[0]["error_class"].as_str()
-            ),
+            (attempts[0]["outcome"].as_str(), attempts[0]["error_class"].as_str()),
             (Some("retryable"), Some("provider_4xx"))
         );
         assert_eq!(attempts[1]["outcome"], "accepted");
@@ -110,19 +81,10 @@ async fn a_mailbox_error_is_a_hard_bounce_and_a_4xx_is_retried() {
 async fn an_unreachable_smtp_server_is_retried_not_dropped() {
     let db = TestDb::new(common::Backend::Sqlite).await;
     // a port nothing listens on
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let toml = format!("[channels.email]\nsmtp_url = \"smtp://{closed}\"\ntimeout = \"1s\"\n");
-    let app = TestApp::new(&db)
-        .with_toml(&toml)
-        .with_retry(2, "10ms", "10ms")
-        .spawn()
-        .await;
-    let (_, b, _) = app
-        .post_event(&email_event("PO-NOSMTP", "x@example.com"), None)
-        .await;
+    let app = TestApp::new(&db).with_toml(&toml).with_retry(2, "10ms", "10ms").spawn().await;
+    let (_, b, _) = app.post_event(&email_event("PO-NOSMTP", "x@example.com"), None).await;
     let it = app.wait_state(&id_of(&b), &["dead"]).await;
     assert_eq!(it["reason"], "retries_exhausted");
     assert_eq!(it["attempts"][0]["outcome"], "retryable", "{it}");
@@ -140,8 +102,7 @@ async fn webhooks_are_signed_and_a_gone_endpoint_is_permanent() {
         let app = TestApp::new(&db).with_toml(&toml).spawn().await;
         let post = |name: &'static str| {
             let mut ev = sms_event(&format!("PO-HOOK-{name}"), "+15550000101");
-            ev["recipients"] =
-                json!([{"id": "u-hook", "webhook_url": format!("{}/hook/{name}", hooks.base)}]);
+            ev["recipients"] = json!([{"id": "u-hook", "webhook_url": format!("{}/hook/{name}", hooks.base)}]);
             ev["channels"] = json!(["webhook"]);
             ev
         };
@@ -149,29 +110,17 @@ async fn webhooks_are_signed_and_a_gone_endpoint_is_permanent() {
         let it = app.wait_state(&id_of(&b), &["sent"]).await;
         let got = hooks.received("flaky");
         assert_eq!(got.len(), 2, "{backend:?}");
-        assert!(
-            got.iter().all(|r| r.verified),
-            "every delivery verifies against the secret"
-        );
-        assert!(
-            got.iter().all(|r| r.id == it["key"].as_str().unwrap()),
-            "webhook-id is the key on every try"
-        );
+        assert!(got.iter().all(|r| r.verified), "every delivery verifies against the secret");
+        assert!(got.iter().all(|r| r.id == it["key"].as_str().unwrap()), "webhook-id is the key on every try");
         assert_eq!(got[0].body["key"], it["key"]);
         assert_eq!(got[0].body["type"], "purchase_order.approved");
         assert_eq!(got[0].body["entity"]["id"], "PO-HOOK-flaky");
-        assert_eq!(
-            got[0].body["content"]["data"]["po"]["number"], "PO-HOOK-flaky",
-            "default content is the event"
-        );
+        assert_eq!(got[0].body["content"]["data"]["po"]["number"], "PO-HOOK-flaky", "default content is the event");
 
         let (_, b, _) = app.post_event(&post("gone"), None).await;
         let it = app.wait_state(&id_of(&b), &["dead"]).await;
         assert_eq!(
-            (
-                it["reason"].as_str(),
-                it["attempts"][0]["provider_status"].as_i64()
-            ),
+            (it["reason"].as_str(), it["attempts"][0]["provider_status"].as_i64()),
             (Some("rejected"), Some(410))
         );
         assert_eq!(hooks.received("gone").len(), 1);
@@ -196,41 +145,22 @@ async fn an_sms_over_its_budget_is_recorded_not_sent_unless_the_template_allows_
         write_template(
             &dir.path().join("po_approved"),
             &[
-                (
-                    "template.toml",
-                    "revision = \"2\"\ndefault_locale = \"en\"\nsms_max_segments = 1\n",
-                ),
+                ("template.toml", "revision = \"2\"\ndefault_locale = \"en\"\nsms_max_segments = 1\n"),
                 ("en/sms.j2", "{{ po.number }} approved"),
                 ("en/in_app.j2", "{{ po.number }}"),
-                (
-                    "ne/sms.j2",
-                    "{{ po.number }} अब स्वीकृत भयो। कृपया विवरण हेर्नुहोस् र आवश्यक कारबाही गर्नुहोस्, धन्यवाद।",
-                ),
+                ("ne/sms.j2", "{{ po.number }} अब स्वीकृत भयो। कृपया विवरण हेर्नुहोस् र आवश्यक कारबाही गर्नुहोस्, धन्यवाद।"),
             ],
         );
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_templates_dir(dir.path())
-            .spawn()
-            .await;
+        let app = TestApp::new(&db).with_sms(&sms).with_templates_dir(dir.path()).spawn().await;
         let mut ev = sms_event("PO-LONG", "+15550000102");
         ev["recipients"][0]["locale"] = json!("ne");
         let (_, b, _) = app.post_event(&ev, None).await;
         assert_eq!(
-            (
-                b["intents"][0]["state"].as_str(),
-                b["intents"][0]["reason"].as_str()
-            ),
+            (b["intents"][0]["state"].as_str(), b["intents"][0]["reason"].as_str()),
             (Some("dead"), Some("sms_too_long"))
         );
         let (_, it) = app.get(&format!("/v1/intents/{}", id_of(&b))).await;
-        assert_eq!(
-            (
-                it["content"]["encoding"].as_str(),
-                it["content"]["segments"].as_i64()
-            ),
-            (Some("UCS-2"), Some(2))
-        );
+        assert_eq!((it["content"]["encoding"].as_str(), it["content"]["segments"].as_i64()), (Some("UCS-2"), Some(2)));
         assert_eq!(it["template"]["locale"], "ne");
         // a locale the template lacks falls back to the default, and says so
         let mut ev = sms_event("PO-FR", "+15550000103");
@@ -240,10 +170,7 @@ async fn an_sms_over_its_budget_is_recorded_not_sent_unless_the_template_allows_
         assert_eq!(it["template"]["locale"], "en", "{backend:?}");
         assert_eq!(it["template"]["revision"], "2");
         let wire = &sms.sent_to("+15550000103")[0].body;
-        assert_eq!(
-            (wire["encoding"].as_str(), wire["segments"].as_i64()),
-            (Some("GSM-7"), Some(1))
-        );
+        assert_eq!((wire["encoding"].as_str(), wire["segments"].as_i64()), (Some("GSM-7"), Some(1)));
         app.running.stop().await;
         assert!(sms.sent_to("+15550000102").is_empty());
 
@@ -253,11 +180,7 @@ async fn an_sms_over_its_budget_is_recorded_not_sent_unless_the_template_allows_
         )
         .unwrap();
         let db = TestDb::new(backend).await;
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_templates_dir(dir.path())
-            .spawn()
-            .await;
+        let app = TestApp::new(&db).with_sms(&sms).with_templates_dir(dir.path()).spawn().await;
         let mut ev = sms_event("PO-LONG2", "+15550000104");
         ev["recipients"][0]["locale"] = json!("ne");
         let (_, b, _) = app.post_event(&ev, None).await;
@@ -273,18 +196,8 @@ async fn a_retry_goes_to_the_destination_frozen_at_ingest() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let old = "+15550000105";
-        sms.script(
-            old,
-            vec![
-                common::Reply::status(503, json!({})),
-                common::Reply::ok("ok"),
-            ],
-        );
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_retry(3, "300ms", "300ms")
-            .spawn()
-            .await;
+        sms.script(old, vec![common::Reply::status(503, json!({})), common::Reply::ok("ok")]);
+        let app = TestApp::new(&db).with_sms(&sms).with_retry(3, "300ms", "300ms").spawn().await;
         let put = |phone: &str| {
             app.client
                 .put(format!("{}/v1/recipients/u-dir", app.base))
@@ -323,19 +236,10 @@ async fn the_directory_validates_each_field_by_name() {
         (json!({"preferences": []}), "preferences"),
         (json!({"nickname": "x"}), "nickname"),
     ] {
-        let resp = app
-            .client
-            .put(format!("{}/v1/recipients/u-v", app.base))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let resp = app.client.put(format!("{}/v1/recipients/u-v", app.base)).json(&body).send().await.unwrap();
         assert_eq!(resp.status(), 400, "{body}");
         let err: Value = resp.json().await.unwrap();
-        assert!(
-            err["error"]["message"].as_str().unwrap().starts_with(field),
-            "{err}"
-        );
+        assert!(err["error"]["message"].as_str().unwrap().starts_with(field), "{err}");
     }
     let (s, _) = app.get("/v1/recipients/u-none").await;
     assert_eq!(s, 404);
@@ -348,9 +252,6 @@ async fn the_directory_validates_each_field_by_name() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let (s, r) = app.get("/v1/recipients/u-v").await;
-    assert_eq!(
-        (s, r["timezone"].as_str(), r["preferences_version"].as_i64()),
-        (200, Some("Asia/Kathmandu"), Some(1))
-    );
+    assert_eq!((s, r["timezone"].as_str(), r["preferences_version"].as_i64()), (200, Some("Asia/Kathmandu"), Some(1)));
     app.running.stop().await;
 }

@@ -20,14 +20,9 @@ fn id_of(body: &Value) -> String {
 fn templates_with_digest() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/po_approved");
-    for entry in [
-        "template.toml",
-        "fixtures.json",
-        "en/sms.j2",
-        "en/in_app.j2",
-        "en/email.subject.j2",
-        "en/email.txt.j2",
-    ] {
+    for entry in
+        ["template.toml", "fixtures.json", "en/sms.j2", "en/in_app.j2", "en/email.subject.j2", "en/email.txt.j2"]
+    {
         let to = dir.path().join("po_approved").join(entry);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(src.join(entry), to).unwrap();
@@ -39,11 +34,8 @@ fn templates_with_digest() -> tempfile::TempDir {
         "revision = \"1\"\ndefault_locale = \"en\"\nsms_max_segments = 3\n",
     )
     .unwrap();
-    std::fs::write(
-        digest.join("sms.j2"),
-        "{{ count }} approved: {% for m in members %}{{ m.entity.id }} {% endfor %}",
-    )
-    .unwrap();
+    std::fs::write(digest.join("sms.j2"), "{{ count }} approved: {% for m in members %}{{ m.entity.id }} {% endfor %}")
+        .unwrap();
     dir
 }
 
@@ -69,17 +61,10 @@ async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content()
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let clock = TestClock::at("2026-06-01T23:00:00Z");
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_clock(clock.clone())
-            .spawn()
-            .await;
+        let app = TestApp::new(&db).with_sms(&sms).with_clock(clock.clone()).spawn().await;
         let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00", "channels": ["sms"]}});
         let (s, _) = app
-            .put(
-                "/v1/recipients/u-night",
-                &json!({"phone": "+15550000200", "timezone": "UTC", "preferences": prefs}),
-            )
+            .put("/v1/recipients/u-night", &json!({"phone": "+15550000200", "timezone": "UTC", "preferences": prefs}))
             .await;
         assert_eq!(s, 200);
         let mut ev = sms_event("PO-NIGHT", "+15550000200");
@@ -87,26 +72,16 @@ async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content()
         let (_, b, _) = app.post_event(&ev, None).await;
         let it = &b["intents"][0];
         assert_eq!(
-            (
-                it["decision"].as_str(),
-                it["reason"].as_str(),
-                it["state"].as_str()
-            ),
+            (it["decision"].as_str(), it["reason"].as_str(), it["state"].as_str()),
             (Some("hold"), Some("quiet_hours"), Some("held"))
         );
         let id = id_of(&b);
         // the directory changes while it is held: the frozen destination stands
-        app.put(
-            "/v1/recipients/u-night",
-            &json!({"phone": "+15550000299", "timezone": "UTC", "preferences": prefs}),
-        )
-        .await;
+        app.put("/v1/recipients/u-night", &json!({"phone": "+15550000299", "timezone": "UTC", "preferences": prefs}))
+            .await;
         clock.set("2026-06-02T06:59:00Z");
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert!(
-            sms.sent_to("+15550000200").is_empty(),
-            "{backend:?}: sent during quiet hours"
-        );
+        assert!(sms.sent_to("+15550000200").is_empty(), "{backend:?}: sent during quiet hours");
         clock.set("2026-06-02T07:00:01Z");
         let it = app.wait_state(&id, &["sent"]).await;
         assert_eq!(it["preferences_version"], 1);
@@ -138,30 +113,17 @@ async fn a_digest_window_sends_its_members_once_as_one_message() {
             ev["type"] = json!("purchase_order.batched");
             ev["recipients"] = json!([{"id": "u-digest", "phone": phone}]);
             let (s, b, _) = app.post_event(&ev, None).await;
-            assert_eq!(
-                s,
-                if n == 2 { 200 } else { 202 },
-                "the third is a duplicate of the first"
-            );
+            assert_eq!(s, if n == 2 { 200 } else { 202 }, "the third is a duplicate of the first");
             assert_eq!(b["intents"][0]["decision"], "digest");
             members.push(id_of(&b));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            sms.sent_to(phone).is_empty(),
-            "{backend:?}: a member was sent alone"
-        );
+        assert!(sms.sent_to(phone).is_empty(), "{backend:?}: a member was sent alone");
         clock.set("2026-06-01T11:00:00Z");
         let member = app.wait_state(&members[0], &["digested"]).await;
-        let digest_id = member["digest_id"]
-            .as_str()
-            .expect("a link to the digest")
-            .to_string();
+        let digest_id = member["digest_id"].as_str().expect("a link to the digest").to_string();
         let digest = app.wait_state(&digest_id, &["sent"]).await;
-        assert_eq!(
-            digest["content"]["body"], "2 approved: PO-D1 PO-D2",
-            "{backend:?}"
-        );
+        assert_eq!(digest["content"]["body"], "2 approved: PO-D1 PO-D2", "{backend:?}");
         assert_eq!(digest["template"]["id"], "po_digest");
         let second = app.wait_state(&members[1], &["digested"]).await;
         assert_eq!(second["digest_id"], digest_id.as_str());
@@ -191,17 +153,8 @@ async fn two_closers_racing_for_one_window_make_one_digest() {
             ev["recipients"] = json!([{"id": "u-race", "phone": "+15550000202"}]);
             app.post_event(&ev, None).await;
         }
-        let config = TestApp::new(&db)
-            .with_templates_dir(templates.path())
-            .with_toml(DIGEST_ROUTE)
-            .config();
-        let routes: Arc<HashMap<_, _>> = Arc::new(
-            config
-                .routes
-                .iter()
-                .map(|r| (r.event.clone(), r.clone()))
-                .collect(),
-        );
+        let config = TestApp::new(&db).with_templates_dir(templates.path()).with_toml(DIGEST_ROUTE).config();
+        let routes: Arc<HashMap<_, _>> = Arc::new(config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect());
         let set = Arc::new(TemplateSet::load_dir(templates.path()).unwrap());
         clock.set("2026-06-01T11:00:01Z");
         let mut tasks = Vec::new();
@@ -212,9 +165,7 @@ async fn two_closers_racing_for_one_window_make_one_digest() {
                 routes: routes.clone(),
                 clock: clock.clone() as Arc<dyn Clock>,
             };
-            tasks.push(tokio::spawn(
-                async move { closer.close_due().await.unwrap() },
-            ));
+            tasks.push(tokio::spawn(async move { closer.close_due().await.unwrap() }));
         }
         let mut closed = 0;
         for t in tasks {
@@ -222,11 +173,7 @@ async fn two_closers_racing_for_one_window_make_one_digest() {
         }
         assert_eq!(closed, 1, "{backend:?}");
         let (_, list) = app.get("/v1/intents?entity=digest:purchase_order").await;
-        assert_eq!(
-            list["intents"].as_array().unwrap().len(),
-            1,
-            "{backend:?}: {list}"
-        );
+        assert_eq!(list["intents"].as_array().unwrap().len(), 1, "{backend:?}: {list}");
         app.running.stop().await;
     }
 }
@@ -237,11 +184,7 @@ async fn an_older_version_is_never_sent_after_a_newer_one() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let phone = "+15550000203";
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_toml(SUPERSEDE_ROUTE)
-            .spawn()
-            .await;
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(SUPERSEDE_ROUTE).spawn().await;
         let post = |version: u64, minute: u32| {
             let mut ev = sms_event("PO-SUP", phone);
             ev["type"] = json!("purchase_order.updated");
@@ -274,24 +217,12 @@ async fn every_preferences_version_is_kept_and_named_by_its_decisions() {
         let app = TestApp::new(&db).with_sms(&sms).spawn().await;
         let path = "/v1/recipients/u-prefs";
         app.put(path, &json!({"phone": "+15550000204"})).await;
-        let (_, r) = app
-            .put(
-                path,
-                &json!({"phone": "+15550000204", "preferences": {"channels": {"sms": false}}}),
-            )
-            .await;
+        let (_, r) =
+            app.put(path, &json!({"phone": "+15550000204", "preferences": {"channels": {"sms": false}}})).await;
         assert_eq!(r["preferences_version"], 2);
-        let (s, e) = app
-            .put(path, &json!({"preferences": {"channels": {"fax": false}}}))
-            .await;
+        let (s, e) = app.put(path, &json!({"preferences": {"channels": {"fax": false}}})).await;
         assert_eq!(s, 400);
-        assert!(
-            e["error"]["message"]
-                .as_str()
-                .unwrap()
-                .starts_with("preferences.channels.fax"),
-            "{e}"
-        );
+        assert!(e["error"]["message"].as_str().unwrap().starts_with("preferences.channels.fax"), "{e}");
         let (s, v1) = app.get(&format!("{path}/preferences/1")).await;
         assert_eq!((s, &v1["preferences"]), (200, &json!({})), "{backend:?}");
         let (_, v2) = app.get(&format!("{path}/preferences/2")).await;
@@ -302,10 +233,7 @@ async fn every_preferences_version_is_kept_and_named_by_its_decisions() {
         ev["channels"] = json!(["sms", "in_app"]);
         let (_, b, _) = app.post_event(&ev, None).await;
         let (_, it) = app.get(&format!("/v1/intents/{}", id_of(&b))).await;
-        assert_eq!(
-            (it["reason"].as_str(), it["preferences_version"].as_i64()),
-            (Some("opted_out"), Some(2))
-        );
+        assert_eq!((it["reason"].as_str(), it["preferences_version"].as_i64()), (Some("opted_out"), Some(2)));
         app.running.stop().await;
     }
 }
@@ -315,13 +243,7 @@ async fn herald_why_tells_the_story_of_a_notification() {
     let db = TestDb::new(common::Backend::Sqlite).await;
     let sms = FakeSms::start().await;
     let phone = "+15550000205";
-    sms.script(
-        phone,
-        vec![
-            Reply::status(503, json!({"error": "busy"})),
-            Reply::ok("prov-9"),
-        ],
-    );
+    sms.script(phone, vec![Reply::status(503, json!({"error": "busy"})), Reply::ok("prov-9")]);
     let app = TestApp::new(&db).with_sms(&sms).spawn().await;
     let mut ev = sms_event("PO-WHY", phone);
     ev["channels"] = json!(["sms", "email"]);
@@ -333,23 +255,12 @@ async fn herald_why_tells_the_story_of_a_notification() {
     let config = dir.path().join("herald.toml");
     std::fs::write(&config, format!("database_url = \"{}\"\n", db.url)).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-        .args([
-            "why",
-            "--entity",
-            "purchase_order:PO-WHY",
-            "--recipient",
-            "u-PO-WHY",
-            "--config",
-        ])
+        .args(["why", "--entity", "purchase_order:PO-WHY", "--recipient", "u-PO-WHY", "--config"])
         .arg(&config)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
     for expected in [
         "purchase_order:PO-WHY → u-PO-WHY",
         "[email]",

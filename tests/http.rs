@@ -8,12 +8,8 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 fn intent_ids(body: &Value) -> Vec<String> {
-    let mut ids: Vec<String> = body["intents"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["id"].as_str().unwrap().to_string())
-        .collect();
+    let mut ids: Vec<String> =
+        body["intents"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().to_string()).collect();
     ids.sort();
     ids
 }
@@ -78,15 +74,8 @@ async fn a_duplicate_storm_creates_one_intent_and_one_sms() {
             statuses.push(s);
             ids.push(intent_ids(&b));
         }
-        assert_eq!(
-            statuses.iter().filter(|s| **s == 202).count(),
-            1,
-            "{backend:?}: {statuses:?}"
-        );
-        assert!(
-            statuses.iter().all(|s| *s == 200 || *s == 202),
-            "{statuses:?}"
-        );
+        assert_eq!(statuses.iter().filter(|s| **s == 202).count(), 1, "{backend:?}: {statuses:?}");
+        assert!(statuses.iter().all(|s| *s == 200 || *s == 202), "{statuses:?}");
         assert!(ids.windows(2).all(|w| w[0] == w[1]));
         app.wait_state(&ids[0][0], &["sent"]).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -106,38 +95,17 @@ async fn transient_failures_retry_with_the_same_key() {
         let phone = "+15550000004";
         let mut throttled = Reply::status(429, json!({"error": "slow down"}));
         throttled.retry_after = Some("0".into());
-        sms.script(
-            phone,
-            vec![
-                Reply::status(503, json!({"error": "busy"})),
-                throttled,
-                Reply::ok("ok-1"),
-            ],
-        );
+        sms.script(phone, vec![Reply::status(503, json!({"error": "busy"})), throttled, Reply::ok("ok-1")]);
         let app = TestApp::new(&db).with_sms(&sms).spawn().await;
         let (_, b, _) = app.post_event(&sms_event("PO-RETRY", phone), None).await;
-        let it = app
-            .wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"])
-            .await;
-        let outcomes: Vec<_> = it["attempts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a["outcome"].as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(
-            outcomes,
-            ["retryable", "retryable", "accepted"],
-            "{backend:?}"
-        );
+        let it = app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"]).await;
+        let outcomes: Vec<_> =
+            it["attempts"].as_array().unwrap().iter().map(|a| a["outcome"].as_str().unwrap().to_string()).collect();
+        assert_eq!(outcomes, ["retryable", "retryable", "accepted"], "{backend:?}");
         assert_eq!(it["attempts"][0]["error_class"], "provider_5xx");
         assert_eq!(it["attempts"][1]["error_class"], "throttled");
         assert_eq!(it["attempts"][2]["provider_message_id"], "ok-1");
-        let keys: Vec<_> = sms
-            .sent_to(phone)
-            .into_iter()
-            .map(|r| r.idempotency_key)
-            .collect();
+        let keys: Vec<_> = sms.sent_to(phone).into_iter().map(|r| r.idempotency_key).collect();
         assert_eq!(keys, vec![Some(it["key"].as_str().unwrap().to_string()); 3]);
         app.running.stop().await;
     }
@@ -150,21 +118,12 @@ async fn retries_run_out_as_dead_with_retries_exhausted() {
         let sms = FakeSms::start().await;
         let phone = "+15550000005";
         sms.script(phone, vec![Reply::status(500, json!({"error": "down"}))]);
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_retry(3, "10ms", "20ms")
-            .spawn()
-            .await;
+        let app = TestApp::new(&db).with_sms(&sms).with_retry(3, "10ms", "20ms").spawn().await;
         let (_, b, _) = app.post_event(&sms_event("PO-EXHAUST", phone), None).await;
-        let it = app
-            .wait_state(b["intents"][0]["id"].as_str().unwrap(), &["dead"])
-            .await;
+        let it = app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["dead"]).await;
         assert_eq!(it["reason"], "retries_exhausted", "{backend:?}");
         assert_eq!(it["attempts"].as_array().unwrap().len(), 3);
-        assert_eq!(
-            it["attempts"][2]["error_class"], "provider_5xx",
-            "the last attempt keeps the provider's class"
-        );
+        assert_eq!(it["attempts"][2]["error_class"], "provider_5xx", "the last attempt keeps the provider's class");
         app.running.stop().await;
     }
 }
@@ -175,22 +134,12 @@ async fn a_permanent_failure_is_dead_after_one_attempt() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let (bad, rejected) = ("+15550000006", "+15550000016");
-        sms.script(
-            bad,
-            vec![Reply::status(400, json!({"error": "invalid_destination"}))],
-        );
-        sms.script(
-            rejected,
-            vec![Reply::status(403, json!({"error": "blocked"}))],
-        );
+        sms.script(bad, vec![Reply::status(400, json!({"error": "invalid_destination"}))]);
+        sms.script(rejected, vec![Reply::status(403, json!({"error": "blocked"}))]);
         let app = TestApp::new(&db).with_sms(&sms).spawn().await;
         for (phone, reason) in [(bad, "invalid_destination"), (rejected, "rejected")] {
-            let (_, b, _) = app
-                .post_event(&sms_event(&format!("PO-{reason}"), phone), None)
-                .await;
-            let it = app
-                .wait_state(b["intents"][0]["id"].as_str().unwrap(), &["dead"])
-                .await;
+            let (_, b, _) = app.post_event(&sms_event(&format!("PO-{reason}"), phone), None).await;
+            let it = app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["dead"]).await;
             assert_eq!(it["reason"], reason, "{backend:?}");
             assert_eq!(it["attempts"].as_array().unwrap().len(), 1);
             assert_eq!(it["attempts"][0]["outcome"], "permanent");
@@ -205,29 +154,13 @@ async fn a_timeout_after_sending_is_unknown_and_retried_with_the_same_key() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let phone = "+15550000007";
-        sms.script(
-            phone,
-            vec![
-                Reply::ok("late").slow(Duration::from_millis(800)),
-                Reply::ok("ok-2"),
-            ],
-        );
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_lease("3s", "300ms")
-            .spawn()
-            .await;
+        sms.script(phone, vec![Reply::ok("late").slow(Duration::from_millis(800)), Reply::ok("ok-2")]);
+        let app = TestApp::new(&db).with_sms(&sms).with_lease("3s", "300ms").spawn().await;
         let (_, b, _) = app.post_event(&sms_event("PO-TIMEOUT", phone), None).await;
-        let it = app
-            .wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"])
-            .await;
+        let it = app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"]).await;
         assert_eq!(it["attempts"][0]["outcome"], "unknown", "{backend:?}: {it}");
         assert_eq!(it["attempts"][1]["outcome"], "accepted");
-        let keys: Vec<_> = sms
-            .sent_to(phone)
-            .into_iter()
-            .map(|r| r.idempotency_key.unwrap())
-            .collect();
+        let keys: Vec<_> = sms.sent_to(phone).into_iter().map(|r| r.idempotency_key.unwrap()).collect();
         assert!(keys.len() == 2 && keys.iter().all(|k| k == it["key"].as_str().unwrap()));
         app.running.stop().await;
     }
@@ -240,14 +173,8 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         let sms = FakeSms::start().await;
         let phone = "+15550000008";
         // First process: ingest only (no workers), then "crash" holding a claim.
-        let api_only = TestApp::new(&db)
-            .with_sms(&sms)
-            .without_workers()
-            .spawn()
-            .await;
-        let (_, b, _) = api_only
-            .post_event(&sms_event("PO-CRASH", phone), None)
-            .await;
+        let api_only = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        let (_, b, _) = api_only.post_event(&sms_event("PO-CRASH", phone), None).await;
         let id = b["intents"][0]["id"].as_str().unwrap().to_string();
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
@@ -271,11 +198,7 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         assert_eq!(attempts[0]["outcome"], "unknown");
         assert_eq!(attempts[0]["error_class"], "lease_expired");
         assert_eq!(attempts[1]["outcome"], "accepted");
-        assert_eq!(
-            sms.sent_to(phone).len(),
-            1,
-            "the crashed attempt never reached the provider"
-        );
+        assert_eq!(sms.sent_to(phone).len(), 1, "the crashed attempt never reached the provider");
         app.running.stop().await;
     }
 }
@@ -286,10 +209,7 @@ async fn shutdown_lets_an_attempt_in_flight_finish_and_records_it() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let phone = "+15550000009";
-        sms.script(
-            phone,
-            vec![Reply::ok("slow-ok").slow(Duration::from_millis(400))],
-        );
+        sms.script(phone, vec![Reply::ok("slow-ok").slow(Duration::from_millis(400))]);
         let app = TestApp::new(&db).with_sms(&sms).spawn().await;
         let (_, b, _) = app.post_event(&sms_event("PO-SHUTDOWN", phone), None).await;
         let id = b["intents"][0]["id"].as_str().unwrap().to_string();
@@ -313,33 +233,15 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     let db = TestDb::new(Backend::Sqlite).await;
     let app = TestApp::new(&db).spawn().await;
     let url = format!("{}/v1/events", app.base);
-    let raw = |body: &'static str, ct: &'static str| {
-        app.client
-            .post(&url)
-            .header("content-type", ct)
-            .body(body)
-            .send()
-    };
+    let raw = |body: &'static str, ct: &'static str| app.client.post(&url).header("content-type", ct).body(body).send();
     assert_eq!(raw("{", "application/json").await.unwrap().status(), 400);
     assert_eq!(raw("hello", "text/plain").await.unwrap().status(), 415);
     let big = json!({"type": "purchase_order.approved", "data": {"x": "y".repeat(300 * 1024)}});
-    assert_eq!(
-        app.client
-            .post(&url)
-            .json(&big)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        413
-    );
+    assert_eq!(app.client.post(&url).json(&big).send().await.unwrap().status(), 413);
     let mut ev = sms_event("PO-BAD", "+15550000010");
     ev["type"] = json!("no.such.event");
     let (s, b, _) = app.post_event(&ev, None).await;
-    assert_eq!(
-        (s, b["error"]["code"].as_str()),
-        (422, Some("unknown_event_type"))
-    );
+    assert_eq!((s, b["error"]["code"].as_str()), (422, Some("unknown_event_type")));
     for (path, value, field) in [
         ("/recipients/0/phone", json!("12345"), "recipients[0].phone"),
         ("/occurred_at", json!("2026-11-29"), "occurred_at"),
@@ -355,14 +257,9 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
         }
         let (s, b, _) = app.post_event(&ev, None).await;
         assert_eq!(s, 400, "{path}: {b}");
-        assert!(
-            b["error"]["message"].as_str().unwrap().starts_with(field),
-            "{path}: {b}"
-        );
+        assert!(b["error"]["message"].as_str().unwrap().starts_with(field), "{path}: {b}");
     }
-    let (s, b, _) = app
-        .post_event(&sms_event("PO-BAD", "+15550000010"), Some(""))
-        .await;
+    let (s, b, _) = app.post_event(&sms_event("PO-BAD", "+15550000010"), Some("")).await;
     assert_eq!(s, 400, "{b}");
     let (s, b) = app.get("/v1/intents/not-a-key").await;
     assert_eq!((s, b["error"]["code"].as_str()), (404, Some("not_found")));
@@ -382,28 +279,17 @@ async fn the_inbox_keeps_one_card_per_entity_at_its_highest_version() {
             ev["entity"]["version"] = json!(v);
             ev["occurred_at"] = json!(format!("2026-11-29T10:{minute}:00Z"));
             let (_, b, _) = app.post_event(&ev, None).await;
-            app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"])
-                .await;
+            app.wait_state(b["intents"][0]["id"].as_str().unwrap(), &["sent"]).await;
         }
         let (s, inbox) = app.get("/v1/recipients/u-PO-INBOX/inbox").await;
         assert_eq!(s, 200);
         let cards = inbox["cards"].as_array().unwrap();
         assert_eq!(cards.len(), 1, "{backend:?}: {inbox}");
-        assert_eq!(
-            (cards[0]["version"].as_i64(), cards[0]["collapsed"].as_i64()),
-            (Some(3), Some(2))
-        );
+        assert_eq!((cards[0]["version"].as_i64(), cards[0]["collapsed"].as_i64()), (Some(3), Some(2)));
         assert_eq!(cards[0]["read"], false);
         let card = cards[0]["id"].as_str().unwrap();
-        let resp = app
-            .client
-            .post(format!(
-                "{}/v1/recipients/u-PO-INBOX/inbox/{card}/read",
-                app.base
-            ))
-            .send()
-            .await
-            .unwrap();
+        let resp =
+            app.client.post(format!("{}/v1/recipients/u-PO-INBOX/inbox/{card}/read", app.base)).send().await.unwrap();
         assert_eq!(resp.status(), 200);
         let (_, inbox) = app.get("/v1/recipients/u-PO-INBOX/inbox").await;
         assert_eq!(inbox["cards"][0]["read"], true);
@@ -420,19 +306,16 @@ async fn intents_are_listed_by_entity_and_recipient_with_masked_destinations() {
         let mut ev = sms_event("PO-LIST", "+9779800000000");
         ev["channels"] = json!(["sms", "in_app"]);
         app.post_event(&ev, None).await;
-        let (s, page) = app
-            .get("/v1/intents?entity=purchase_order:PO-LIST&recipient=u-PO-LIST&limit=1")
-            .await;
+        let (s, page) = app.get("/v1/intents?entity=purchase_order:PO-LIST&recipient=u-PO-LIST&limit=1").await;
         assert_eq!(s, 200);
         assert_eq!(page["intents"].as_array().unwrap().len(), 1);
         let next = page["next"].as_str().expect("a second page").to_string();
-        let (_, page2) = app.get(&format!("/v1/intents?entity=purchase_order:PO-LIST&recipient=u-PO-LIST&limit=1&cursor={next}")).await;
+        let (_, page2) = app
+            .get(&format!("/v1/intents?entity=purchase_order:PO-LIST&recipient=u-PO-LIST&limit=1&cursor={next}"))
+            .await;
         assert_eq!(page2["intents"].as_array().unwrap().len(), 1, "{backend:?}");
         assert!(page2["next"].is_null());
-        let all: Vec<Value> = [page, page2]
-            .iter()
-            .flat_map(|p| p["intents"].as_array().unwrap().clone())
-            .collect();
+        let all: Vec<Value> = [page, page2].iter().flat_map(|p| p["intents"].as_array().unwrap().clone()).collect();
         let sms_intent = all.iter().find(|i| i["channel"] == "sms").unwrap();
         assert_eq!(sms_intent["destination"], "+97798******00");
         app.running.stop().await;

@@ -52,13 +52,7 @@ fn key(n: u32) -> String {
 }
 
 fn claim(now: i64, limit: u32) -> Claim {
-    Claim {
-        now_us: now,
-        limit,
-        lease_until_us: now + 1_000_000,
-        max_attempts: 3,
-        supersede_types: vec![],
-    }
+    Claim { now_us: now, limit, lease_until_us: now + 1_000_000, max_attempts: 3, supersede_types: vec![] }
 }
 
 fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) -> FinishedAttempt {
@@ -95,30 +89,15 @@ async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
         suppressed.decision = "suppress".into();
         suppressed.reason = Some("no_destination".into());
         let out = store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0)), suppressed],
-            ))
+            .events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0)), suppressed]))
             .await
             .unwrap();
-        let IngestOutcome::Accepted {
-            response,
-            any_created,
-        } = out
-        else {
-            panic!("{out:?}")
-        };
+        let IngestOutcome::Accepted { response, any_created } = out else { panic!("{out:?}") };
         assert!(any_created);
         assert_eq!(response.intents.len(), 2);
         assert!(response.intents.iter().all(|i| i.created));
         let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
-        assert_eq!(
-            jobs.iter()
-                .map(|j| j.intent.key.clone())
-                .collect::<Vec<_>>(),
-            vec![key(1)]
-        );
+        assert_eq!(jobs.iter().map(|j| j.intent.key.clone()).collect::<Vec<_>>(), vec![key(1)]);
         assert_eq!(jobs[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
     })
     .await;
@@ -127,54 +106,21 @@ async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
 #[tokio::test]
 async fn the_request_identity_decides_replay_or_mismatch() {
     each_backend(|store| async move {
-        let first = store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
-        let replay = store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
-        let (IngestOutcome::Accepted { response: a, .. }, IngestOutcome::Replayed { response: b }) =
-            (first, replay)
+        let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let replay =
+            store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let (IngestOutcome::Accepted { response: a, .. }, IngestOutcome::Replayed { response: b }) = (first, replay)
         else {
             panic!("want accepted then replayed")
         };
         assert!(b.replayed);
         assert_eq!(a.intents, b.intents);
-        let mismatch = store
-            .events_ingest(ingest(
-                "r1",
-                "fp2",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
+        let mismatch =
+            store.events_ingest(ingest("r1", "fp2", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         assert_eq!(mismatch, IngestOutcome::Mismatch);
         // another identity for the same intents: accepted, nothing created, no second job
-        let other = store
-            .events_ingest(ingest(
-                "r2",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
-        let IngestOutcome::Accepted {
-            response,
-            any_created,
-        } = other
-        else {
-            panic!()
-        };
+        let other = store.events_ingest(ingest("r2", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let IngestOutcome::Accepted { response, any_created } = other else { panic!() };
         assert!(!any_created && !response.intents[0].created);
         assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 1);
     })
@@ -188,22 +134,13 @@ async fn concurrent_ingests_of_one_identity_create_once() {
         for _ in 0..16 {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                store
-                    .events_ingest(ingest(
-                        "storm",
-                        "fp",
-                        vec![new_intent(&key(9), "sms", Some(T0))],
-                    ))
-                    .await
-                    .unwrap()
+                store.events_ingest(ingest("storm", "fp", vec![new_intent(&key(9), "sms", Some(T0))])).await.unwrap()
             }));
         }
         let mut accepted = 0;
         for t in tasks {
             match t.await.unwrap() {
-                IngestOutcome::Accepted {
-                    any_created: true, ..
-                } => accepted += 1,
+                IngestOutcome::Accepted { any_created: true, .. } => accepted += 1,
                 IngestOutcome::Replayed { .. } => {}
                 other => panic!("{other:?}"),
             }
@@ -216,14 +153,7 @@ async fn concurrent_ingests_of_one_identity_create_once() {
 #[tokio::test]
 async fn a_claim_writes_the_attempt_row_before_anything_is_sent() {
     each_backend(|store| async move {
-        store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
         assert_eq!(jobs[0].intent.attempts, 1);
         assert_eq!(jobs[0].intent.state, "sending");
@@ -231,13 +161,7 @@ async fn a_claim_writes_the_attempt_row_before_anything_is_sent() {
         assert_eq!(d.attempts.len(), 1);
         assert_eq!((d.attempts[0].n, d.attempts[0].finished_at), (1, None));
         // leased: not claimed again while the lease holds
-        assert!(
-            store
-                .jobs_claim(claim(T0 + 500_000, 10))
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(store.jobs_claim(claim(T0 + 500_000, 10)).await.unwrap().is_empty());
     })
     .await;
 }
@@ -245,23 +169,9 @@ async fn a_claim_writes_the_attempt_row_before_anything_is_sent() {
 #[tokio::test]
 async fn a_job_is_not_claimed_before_its_run_at() {
     each_backend(|store| async move {
-        store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0 + 5_000_000))],
-            ))
-            .await
-            .unwrap();
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0 + 5_000_000))])).await.unwrap();
         assert!(store.jobs_claim(claim(T0, 10)).await.unwrap().is_empty());
-        assert_eq!(
-            store
-                .jobs_claim(claim(T0 + 5_000_000, 10))
-                .await
-                .unwrap()
-                .len(),
-            1
-        );
+        assert_eq!(store.jobs_claim(claim(T0 + 5_000_000, 10)).await.unwrap().len(), 1);
     })
     .await;
 }
@@ -269,13 +179,8 @@ async fn a_job_is_not_claimed_before_its_run_at() {
 #[tokio::test]
 async fn outcomes_move_intents_and_jobs() {
     each_backend(|store| async move {
-        let intents = (1..=3)
-            .map(|n| new_intent(&key(n), "sms", Some(T0)))
-            .collect();
-        store
-            .events_ingest(ingest("r1", "fp1", intents))
-            .await
-            .unwrap();
+        let intents = (1..=3).map(|n| new_intent(&key(n), "sms", Some(T0))).collect();
+        store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 3);
         let report = store
             .attempts_finish(&[
@@ -284,54 +189,24 @@ async fn outcomes_move_intents_and_jobs() {
                     &key(2),
                     1,
                     OutcomeClass::Retryable,
-                    Transition::Retry {
-                        run_at_us: T0 + 2_000_000,
-                        state: State::Queued,
-                    },
+                    Transition::Retry { run_at_us: T0 + 2_000_000, state: State::Queued },
                 ),
-                finished(
-                    &key(3),
-                    1,
-                    OutcomeClass::Permanent,
-                    Transition::Dead {
-                        reason: Reason::Rejected,
-                    },
-                ),
+                finished(&key(3), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }),
             ])
             .await
             .unwrap();
-        assert_eq!(
-            report,
-            FinishReport {
-                applied: 3,
-                stale: vec![]
-            }
-        );
+        assert_eq!(report, FinishReport { applied: 3, stale: vec![] });
         let state = |k: String| {
             let store = store.clone();
             async move { store.intent_get("default", &k).await.unwrap().unwrap() }
         };
         assert_eq!(state(key(1)).await.intent.state, "sent");
-        assert_eq!(
-            state(key(1)).await.attempts[0]
-                .provider_message_id
-                .as_deref(),
-            Some("m-1")
-        );
+        assert_eq!(state(key(1)).await.attempts[0].provider_message_id.as_deref(), Some("m-1"));
         assert_eq!(state(key(2)).await.intent.state, "queued");
         let dead = state(key(3)).await;
-        assert_eq!(
-            (dead.intent.state.as_str(), dead.intent.reason.as_deref()),
-            ("dead", Some("rejected"))
-        );
+        assert_eq!((dead.intent.state.as_str(), dead.intent.reason.as_deref()), ("dead", Some("rejected")));
         // only the retry is left, and only once it is due
-        assert!(
-            store
-                .jobs_claim(claim(T0 + 1_000_000, 10))
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap().is_empty());
         let again = store.jobs_claim(claim(T0 + 2_000_000, 10)).await.unwrap();
         assert_eq!((again.len(), again[0].intent.attempts), (1, 2));
     })
@@ -341,14 +216,7 @@ async fn outcomes_move_intents_and_jobs() {
 #[tokio::test]
 async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcome_is_skipped() {
     each_backend(|store| async move {
-        store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         store.jobs_claim(claim(T0, 10)).await.unwrap();
         let retaken = store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap();
         assert_eq!(retaken[0].intent.attempts, 2);
@@ -356,26 +224,10 @@ async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcom
         assert_eq!(d.attempts[0].outcome.as_deref(), Some("unknown"));
         assert_eq!(d.attempts[0].error_class.as_deref(), Some("lease_expired"));
         // the first worker reports after all: its attempt was already rescued
-        let report = store
-            .attempts_finish(&[finished(
-                &key(1),
-                1,
-                OutcomeClass::Accepted,
-                Transition::Sent,
-            )])
-            .await
-            .unwrap();
+        let report =
+            store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
         assert_eq!(report.stale, vec![(key(1), 1)]);
-        assert_eq!(
-            store
-                .intent_get("default", &key(1))
-                .await
-                .unwrap()
-                .unwrap()
-                .intent
-                .state,
-            "sending"
-        );
+        assert_eq!(store.intent_get("default", &key(1)).await.unwrap().unwrap().intent.state, "sending");
     })
     .await;
 }
@@ -383,14 +235,7 @@ async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcom
 #[tokio::test]
 async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
     each_backend(|store| async move {
-        store
-            .events_ingest(ingest(
-                "r1",
-                "fp1",
-                vec![new_intent(&key(1), "sms", Some(T0))],
-            ))
-            .await
-            .unwrap();
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         let mut now = T0;
         for _ in 0..3 {
             assert_eq!(store.jobs_claim(claim(now, 10)).await.unwrap().len(), 1);
@@ -398,16 +243,9 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
         }
         assert!(store.jobs_claim(claim(now, 10)).await.unwrap().is_empty());
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
-        assert_eq!(
-            (d.intent.state.as_str(), d.intent.reason.as_deref()),
-            ("dead", Some("retries_exhausted"))
-        );
+        assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
         assert_eq!(d.attempts.len(), 3);
-        assert!(
-            d.attempts
-                .iter()
-                .all(|a| a.outcome.as_deref() == Some("unknown"))
-        );
+        assert!(d.attempts.iter().all(|a| a.outcome.as_deref() == Some("unknown")));
     })
     .await;
 }
@@ -415,13 +253,8 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
 #[tokio::test]
 async fn concurrent_claims_never_hand_out_one_job_twice() {
     each_backend(|store| async move {
-        let intents: Vec<_> = (0..200)
-            .map(|n| new_intent(&key(n), "sms", Some(T0)))
-            .collect();
-        store
-            .events_ingest(ingest("r1", "fp1", intents))
-            .await
-            .unwrap();
+        let intents: Vec<_> = (0..200).map(|n| new_intent(&key(n), "sms", Some(T0))).collect();
+        store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         let mut tasks = Vec::new();
         for _ in 0..8 {
             let store = store.clone();
@@ -465,19 +298,9 @@ async fn the_inbox_is_idempotent_per_intent_and_collapses_older_versions() {
         store.inbox_deliver(deliver(key(1), 1)).await.unwrap();
         let page = store.inbox_list("default", "u-1", None, 10).await.unwrap();
         assert_eq!(page.items.len(), 1);
-        assert_eq!(
-            (page.items[0].version, page.items[0].collapsed),
-            (Some(2), 1)
-        );
+        assert_eq!((page.items[0].version, page.items[0].collapsed), (Some(2), 1));
         assert_eq!(page.items[0].intent_key, key(2));
-        assert!(
-            store
-                .inbox_list("other", "u-1", None, 10)
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-        );
+        assert!(store.inbox_list("other", "u-1", None, 10).await.unwrap().items.is_empty());
     })
     .await;
 }
@@ -496,34 +319,11 @@ async fn a_preferences_version_names_one_set_of_preferences() {
             preferences: prefs.into(),
             now_us: T0,
         };
-        assert_eq!(
-            store
-                .recipient_put(put("{}", "a@example.com"))
-                .await
-                .unwrap()
-                .preferences_version,
-            1
-        );
-        assert_eq!(
-            store
-                .recipient_put(put("{}", "b@example.com"))
-                .await
-                .unwrap()
-                .preferences_version,
-            1
-        );
-        let row = store
-            .recipient_put(put(r#"{"channels":{"sms":false}}"#, "b@example.com"))
-            .await
-            .unwrap();
-        assert_eq!(
-            (row.preferences_version, row.email.as_deref()),
-            (2, Some("b@example.com"))
-        );
-        let rows = store
-            .recipients_get("default", &["u-1".into(), "u-2".into()])
-            .await
-            .unwrap();
+        assert_eq!(store.recipient_put(put("{}", "a@example.com")).await.unwrap().preferences_version, 1);
+        assert_eq!(store.recipient_put(put("{}", "b@example.com")).await.unwrap().preferences_version, 1);
+        let row = store.recipient_put(put(r#"{"channels":{"sms":false}}"#, "b@example.com")).await.unwrap();
+        assert_eq!((row.preferences_version, row.email.as_deref()), (2, Some("b@example.com")));
+        let rows = store.recipients_get("default", &["u-1".into(), "u-2".into()]).await.unwrap();
         assert_eq!(rows.len(), 1);
     })
     .await;
@@ -533,10 +333,7 @@ async fn a_preferences_version_names_one_set_of_preferences() {
 async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
     each_backend(|store| async move {
         let intents = (1..=5).map(|n| new_intent(&key(n), "sms", None)).collect();
-        store
-            .events_ingest(ingest("r1", "fp1", intents))
-            .await
-            .unwrap();
+        store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         assert!(store.intent_get("other", &key(1)).await.unwrap().is_none());
         let filter = |cursor: Option<String>| IntentFilter {
             tenant: "default".into(),

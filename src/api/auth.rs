@@ -29,14 +29,9 @@ impl Scope {
     }
 
     fn parse(s: &str) -> Option<Scope> {
-        [
-            Scope::EventsWrite,
-            Scope::IntentsRead,
-            Scope::RecipientsWrite,
-            Scope::Ops,
-        ]
-        .into_iter()
-        .find(|x| x.as_str() == s)
+        [Scope::EventsWrite, Scope::IntentsRead, Scope::RecipientsWrite, Scope::Ops]
+            .into_iter()
+            .find(|x| x.as_str() == s)
     }
 }
 
@@ -80,11 +75,7 @@ impl TokenTable {
         let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
         let mut found = None;
         for t in &self.tokens {
-            let diff = t
-                .sha256
-                .iter()
-                .zip(digest.iter())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+            let diff = t.sha256.iter().zip(digest.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b));
             if diff == 0 && found.is_none() {
                 found = Some(t);
             }
@@ -106,10 +97,7 @@ impl Caller {
         match &self.scopes {
             None => Ok(()),
             Some(s) if s.contains(&scope) => Ok(()),
-            Some(_) => Err(ApiError::Forbidden(format!(
-                "this token lacks the {} scope",
-                scope.as_str()
-            ))),
+            Some(_) => Err(ApiError::Forbidden(format!("this token lacks the {} scope", scope.as_str()))),
         }
     }
 }
@@ -119,32 +107,15 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
         if !state.tokens.enabled() {
-            return Ok(Caller {
-                tenant: Tenant::default_tenant(),
-                name: None,
-                scopes: None,
-            });
+            return Ok(Caller { tenant: Tenant::default_tenant(), name: None, scopes: None });
         }
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
+        let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let presented = header
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
+            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
             .map(str::trim)
             .ok_or_else(|| ApiError::Unauthorized("send Authorization: Bearer TOKEN".into()))?;
-        let token = state
-            .tokens
-            .find(presented)
-            .ok_or_else(|| ApiError::Unauthorized("unknown token".into()))?;
-        Ok(Caller {
-            tenant: token.tenant.clone(),
-            name: Some(token.name.clone()),
-            scopes: Some(token.scopes.clone()),
-        })
+        let token = state.tokens.find(presented).ok_or_else(|| ApiError::Unauthorized("unknown token".into()))?;
+        Ok(Caller { tenant: token.tenant.clone(), name: Some(token.name.clone()), scopes: Some(token.scopes.clone()) })
     }
 }
 
@@ -161,12 +132,7 @@ mod tests {
                 token_sha256: sha("tok-a"),
                 scopes: vec!["events:write".into()],
             },
-            TokenConfig {
-                name: "b".into(),
-                tenant: "globex".into(),
-                token_sha256: sha("tok-b"),
-                scopes: vec![],
-            },
+            TokenConfig { name: "b".into(), tenant: "globex".into(), token_sha256: sha("tok-b"), scopes: vec![] },
         ])
     }
 
@@ -183,15 +149,8 @@ mod tests {
     fn scopes_are_enforced() {
         let t = table();
         let tok = t.find("tok-a").unwrap();
-        let caller = Caller {
-            tenant: tok.tenant.clone(),
-            name: None,
-            scopes: Some(tok.scopes.clone()),
-        };
+        let caller = Caller { tenant: tok.tenant.clone(), name: None, scopes: Some(tok.scopes.clone()) };
         assert!(caller.require(Scope::EventsWrite).is_ok());
-        assert!(matches!(
-            caller.require(Scope::Ops),
-            Err(ApiError::Forbidden(_))
-        ));
+        assert!(matches!(caller.require(Scope::Ops), Err(ApiError::Forbidden(_))));
     }
 }

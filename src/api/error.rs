@@ -27,43 +27,33 @@ pub enum ApiError {
     Unauthorized(String),
     #[error("{0}")]
     Forbidden(String),
+    /// A downstream service (the ops webhook) refused; says which, not why inside.
+    #[error("{0}")]
+    BadGateway(String),
     #[error("internal error")]
     Internal(#[from] StoreError),
 }
 
 impl ApiError {
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::BadRequest {
-            code: "invalid_request",
-            message: message.into(),
-        }
+        ApiError::BadRequest { code: "invalid_request", message: message.into() }
     }
 
     pub fn invalid_field(field: &str, message: &str) -> ApiError {
-        ApiError::BadRequest {
-            code: "invalid_field",
-            message: format!("{field}: {message}"),
-        }
+        ApiError::BadRequest { code: "invalid_field", message: format!("{field}: {message}") }
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),
-            ApiError::PayloadTooLarge { .. } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
-            }
-            ApiError::UnsupportedMediaType(_) => {
-                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
-            }
-            ApiError::UnknownEventType(_) => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "unknown_event_type")
-            }
-            ApiError::IdempotencyMismatch => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_mismatch")
-            }
+            ApiError::PayloadTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::UnknownEventType(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_event_type"),
+            ApiError::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_mismatch"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -84,16 +74,9 @@ impl IntoResponse for ApiError {
             }
             other => other.to_string(),
         };
-        let mut resp = (
-            status,
-            Json(json!({"error": {"code": code, "message": message}})),
-        )
-            .into_response();
+        let mut resp = (status, Json(json!({"error": {"code": code, "message": message}}))).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            resp.headers_mut().insert(
-                "www-authenticate",
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
+            resp.headers_mut().insert("www-authenticate", axum::http::HeaderValue::from_static("Bearer"));
         }
         resp
     }

@@ -3,8 +3,9 @@
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::micros;
 use crate::event::{canonical_json, parse_event};
+use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
-use crate::store::{Ingest, IngestOutcome};
+use crate::store::{Ingest, IngestOutcome, IngestResponse};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -26,9 +27,7 @@ pub async fn post_event(
     require_json(&headers)?;
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge {
-                limit: app.config.max_body_bytes,
-            }
+            ApiError::PayloadTooLarge { limit: app.config.max_body_bytes }
         } else {
             ApiError::bad_request(format!("could not read the request body: {rejection}"))
         }
@@ -39,24 +38,28 @@ pub async fn post_event(
     })?;
     let event = parse_event(&json).map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
     let route = app.routes.get(&event.event_type).ok_or_else(|| {
-        ApiError::UnknownEventType(format!(
-            "type: no route is configured for event type {:?}",
-            event.event_type
-        ))
+        ApiError::UnknownEventType(format!("type: no route is configured for event type {:?}", event.event_type))
     })?;
     let identity = match idempotency_key(&headers)? {
         Some(k) => format!("key:{k}"),
         None => format!("event:{}", event.event_key(&caller.tenant)),
     };
 
+    let fingerprint = event.fingerprint();
+    if let Some(fast) = &app.fastpath
+        && let Some(seen) = fast.lookup(caller.tenant.as_str(), &identity).await
+        && seen.fingerprint == fingerprint
+        && let Ok(response) = serde_json::from_str::<IngestResponse>(&seen.response)
+    {
+        // Answered from Redis; a mismatch or anything unreadable falls through
+        // to the database, which stays the authority.
+        metrics::idempotency_conflict("duplicate");
+        return Ok(replayed(response));
+    }
+
     let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
-    let directory: HashMap<_, _> = app
-        .store
-        .recipients_get(caller.tenant.as_str(), &ids)
-        .await?
-        .into_iter()
-        .map(|r| (r.id.clone(), r))
-        .collect();
+    let directory: HashMap<_, _> =
+        app.store.recipients_get(caller.tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
     let now = app.clock.now();
     let now_us = micros(now);
     let configured = |c| app.config.channel_configured(c);
@@ -72,7 +75,7 @@ pub async fn post_event(
     let ingest = Ingest {
         tenant: caller.tenant.as_str().to_string(),
         identity,
-        fingerprint: event.fingerprint(),
+        fingerprint: fingerprint.clone(),
         event_key: event.event_key(&caller.tenant),
         event_type: event.event_type.clone(),
         entity_type: event.entity.kind.clone(),
@@ -83,58 +86,71 @@ pub async fn post_event(
         intents,
         now_us,
     };
-    match app.store.events_ingest(ingest).await? {
-        IngestOutcome::Accepted {
-            response,
-            any_created,
-        } => {
+    let tenant = ingest.tenant.clone();
+    let identity = ingest.identity.clone();
+    let outcome = app.store.events_ingest(ingest).await?;
+    let remember = |response: &IngestResponse| {
+        let fast = app.fastpath.clone();
+        let text = serde_json::to_string(&IngestResponse { replayed: true, ..response.clone() }).unwrap_or_default();
+        let (tenant, identity, fingerprint) = (tenant.clone(), identity.clone(), fingerprint.clone());
+        async move {
+            if let Some(fast) = fast {
+                fast.remember(&tenant, &identity, &fingerprint, &text).await;
+            }
+        }
+    };
+    match outcome {
+        IngestOutcome::Accepted { response, any_created } => {
             for i in response.intents.iter() {
                 tracing::info!(
                     intent = %i.key,
                     channel = %i.channel,
                     decision = %i.decision,
+                    reason = i.reason.as_deref().unwrap_or(""),
                     state = %i.state,
                     created = i.created,
                     "intent recorded"
                 );
+                if i.created {
+                    metrics::intent_created(&i.channel, &i.decision, i.reason.as_deref());
+                    if i.state == "dead" {
+                        metrics::dead_letter(i.reason.as_deref().unwrap_or("unknown"));
+                    }
+                }
             }
-            let status = if any_created {
-                StatusCode::ACCEPTED
-            } else {
-                StatusCode::OK
-            };
+            if !any_created {
+                metrics::idempotency_conflict("duplicate");
+            }
+            remember(&response).await;
+            let status = if any_created { StatusCode::ACCEPTED } else { StatusCode::OK };
             Ok((status, Json(response)).into_response())
         }
         IngestOutcome::Replayed { response } => {
-            let mut resp = (StatusCode::OK, Json(response)).into_response();
-            resp.headers_mut()
-                .insert("idempotent-replayed", HeaderValue::from_static("true"));
-            Ok(resp)
+            metrics::idempotency_conflict("duplicate");
+            remember(&response).await;
+            Ok(replayed(response))
         }
-        IngestOutcome::Mismatch => Err(ApiError::IdempotencyMismatch),
+        IngestOutcome::Mismatch => {
+            metrics::idempotency_conflict("mismatch");
+            Err(ApiError::IdempotencyMismatch)
+        }
     }
+}
+
+fn replayed(response: IngestResponse) -> Response {
+    let mut resp = (StatusCode::OK, Json(IngestResponse { replayed: true, ..response })).into_response();
+    resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    resp
 }
 
 /// `application/json`, or any `application/…+json`.
 fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let ct = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let mime = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json")) {
         return Ok(());
     }
-    let got = if ct.is_empty() {
-        "no Content-Type".to_string()
-    } else {
-        format!("Content-Type {ct:?}")
-    };
+    let got = if ct.is_empty() { "no Content-Type".to_string() } else { format!("Content-Type {ct:?}") };
     Err(ApiError::UnsupportedMediaType(format!(
         "send the event as JSON with Content-Type: application/json (got {got})"
     )))
@@ -151,10 +167,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
         )
     };
     let s = v.to_str().map_err(|_| bad())?.trim();
-    if s.is_empty()
-        || s.len() > MAX_IDEMPOTENCY_KEY
-        || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
-    {
+    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
         return Err(bad());
     }
     Ok(Some(s.to_string()))

@@ -23,15 +23,7 @@ pub async fn list(
     caller.require(Scope::IntentsRead)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = page_limit(q.limit)?;
-    let page = app
-        .store
-        .inbox_list(
-            caller.tenant.as_str(),
-            &recipient,
-            q.cursor.as_deref(),
-            limit,
-        )
-        .await?;
+    let page = app.store.inbox_list(caller.tenant.as_str(), &recipient, q.cursor.as_deref(), limit).await?;
     let cards: Vec<Value> = page.items.iter().map(views::card).collect();
     Ok(Json(json!({"cards": cards, "next": page.next})))
 }
@@ -43,14 +35,8 @@ pub async fn mark_read(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RecipientsWrite)?;
     let now = micros(app.clock.now());
-    if !app
-        .store
-        .inbox_mark_read(caller.tenant.as_str(), &recipient, &card, now)
-        .await?
-    {
-        return Err(ApiError::NotFound(format!(
-            "no card {card:?} in the inbox of {recipient:?}"
-        )));
+    if !app.store.inbox_mark_read(caller.tenant.as_str(), &recipient, &card, now).await? {
+        return Err(ApiError::NotFound(format!("no card {card:?} in the inbox of {recipient:?}")));
     }
     Ok(Json(json!({"id": card, "read": true})))
 }

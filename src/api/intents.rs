@@ -21,11 +21,7 @@ pub async fn get_one(
     let not_found = || ApiError::NotFound(format!("no intent {id:?}"));
     // The id of an intent is its key: one identifier, derived from the event.
     let key = NotificationKey::parse(&id).ok_or_else(not_found)?;
-    let detail = app
-        .store
-        .intent_get(caller.tenant.as_str(), key.as_str())
-        .await?
-        .ok_or_else(not_found)?;
+    let detail = app.store.intent_get(caller.tenant.as_str(), key.as_str()).await?.ok_or_else(not_found)?;
     Ok(Json(views::intent_detail(&detail)))
 }
 
@@ -51,12 +47,7 @@ pub async fn list(
             let (kind, id) = e
                 .split_once(':')
                 .filter(|(k, i)| !k.is_empty() && !i.is_empty())
-                .ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "entity",
-                        "must be TYPE:ID, like purchase_order:PO-4482",
-                    )
-                })?;
+                .ok_or_else(|| ApiError::invalid_field("entity", "must be TYPE:ID, like purchase_order:PO-4482"))?;
             Some((kind.to_string(), id.to_string()))
         }
     };
@@ -86,9 +77,6 @@ pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     match limit {
         None => Ok(DEFAULT_PAGE),
         Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
-        Some(_) => Err(ApiError::invalid_field(
-            "limit",
-            &format!("must be between 1 and {MAX_PAGE}"),
-        )),
+        Some(_) => Err(ApiError::invalid_field("limit", &format!("must be between 1 and {MAX_PAGE}"))),
     }
 }

@@ -2,18 +2,27 @@
 //! errors become responses in exactly one place, [`ApiError`].
 
 mod auth;
+mod dead_letters;
 mod error;
 mod events;
 mod inbox;
 mod intents;
+mod ops;
 mod recipients;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
 pub use error::ApiError;
 
+/// An intent with its content and attempts, as the API shows it.
+pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
+    views::intent_detail(d)
+}
+
 use crate::clock::Clock;
 use crate::config::{Config, Route};
+use crate::ops::dlq_digest::OpsDigest;
+use crate::ops::fastpath::FastPath;
 use crate::render::TemplateSet;
 use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, State};
@@ -34,6 +43,8 @@ pub struct AppState {
     pub routes: Arc<HashMap<String, Route>>,
     pub tokens: Arc<TokenTable>,
     pub clock: Arc<dyn Clock>,
+    pub fastpath: Option<Arc<FastPath>>,
+    pub ops_digest: Arc<OpsDigest>,
 }
 
 impl AppState {
@@ -42,12 +53,10 @@ impl AppState {
         config: Arc<Config>,
         templates: Arc<TemplateSet>,
         clock: Arc<dyn Clock>,
+        fastpath: Option<Arc<FastPath>>,
+        ops_digest: Arc<OpsDigest>,
     ) -> AppState {
-        let routes = config
-            .routes
-            .iter()
-            .map(|r| (r.event.clone(), r.clone()))
-            .collect();
+        let routes = config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect();
         let tokens = TokenTable::from_config(&config.auth.tokens);
         AppState {
             store,
@@ -56,6 +65,8 @@ impl AppState {
             routes: Arc::new(routes),
             tokens: Arc::new(tokens),
             clock,
+            fastpath,
+            ops_digest,
         }
     }
 }
@@ -65,22 +76,18 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(ops::scrape))
+        .route("/v1/ops/dlq-digest", post(ops::dlq_digest))
+        .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/dead-letters/summary", get(dead_letters::summary))
+        .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route("/v1/events", post(events::post_event))
         .route("/v1/intents", get(intents::list))
         .route("/v1/intents/{id}", get(intents::get_one))
-        .route(
-            "/v1/recipients/{id}",
-            put(recipients::put_one).get(recipients::get_one),
-        )
-        .route(
-            "/v1/recipients/{id}/preferences/{version}",
-            get(recipients::preferences_version),
-        )
+        .route("/v1/recipients/{id}", put(recipients::put_one).get(recipients::get_one))
+        .route("/v1/recipients/{id}/preferences/{version}", get(recipients::preferences_version))
         .route("/v1/recipients/{id}/inbox", get(inbox::list))
-        .route(
-            "/v1/recipients/{id}/inbox/{card}/read",
-            post(inbox::mark_read),
-        )
+        .route("/v1/recipients/{id}/inbox/{card}/read", post(inbox::mark_read))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
@@ -95,10 +102,7 @@ async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
         Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: database unreachable");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "database unreachable"})),
-            )
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unreachable"})))
         }
     }
 }

@@ -4,9 +4,7 @@ use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::event::canonical_json;
 use crate::preferences::Preferences;
-use crate::recipient::{
-    validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url,
-};
+use crate::recipient::{validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url};
 use crate::store::RecipientPut;
 use axum::Json;
 use axum::body::Bytes;
@@ -14,14 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-const FIELDS: [&str; 6] = [
-    "email",
-    "phone",
-    "locale",
-    "timezone",
-    "webhook_url",
-    "preferences",
-];
+const FIELDS: [&str; 6] = ["email", "phone", "locale", "timezone", "webhook_url", "preferences"];
 
 pub async fn put_one(
     State(app): State<AppState>,
@@ -31,32 +22,20 @@ pub async fn put_one(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require(Scope::RecipientsWrite)?;
     if id.is_empty() || id.len() > 256 || id.contains('|') {
-        return Err(ApiError::invalid_field(
-            "id",
-            "must be 1 to 256 characters without '|'",
-        ));
+        return Err(ApiError::invalid_field("id", "must be 1 to 256 characters without '|'"));
     }
     let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
         code: "malformed_json",
         message: format!("body is not valid JSON: {e}"),
     })?;
-    let obj = json
-        .as_object()
-        .ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
+    let obj = json.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
-        return Err(ApiError::invalid_field(
-            unknown,
-            &format!("unknown field; expected one of {}", FIELDS.join(", ")),
-        ));
+        return Err(ApiError::invalid_field(unknown, &format!("unknown field; expected one of {}", FIELDS.join(", "))));
     }
-    let field = |name: &str,
-                 check: fn(&str) -> Result<String, String>|
-     -> Result<Option<String>, ApiError> {
+    let field = |name: &str, check: fn(&str) -> Result<String, String>| -> Result<Option<String>, ApiError> {
         match obj.get(name) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => check(s)
-                .map(Some)
-                .map_err(|m| ApiError::invalid_field(name, &m)),
+            Some(Value::String(s)) => check(s).map(Some).map_err(|m| ApiError::invalid_field(name, &m)),
             Some(_) => Err(ApiError::invalid_field(name, "must be a string")),
         }
     };
@@ -83,13 +62,8 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::RecipientsWrite)?;
-    let rows = app
-        .store
-        .recipients_get(caller.tenant.as_str(), std::slice::from_ref(&id))
-        .await?;
-    let row = rows
-        .first()
-        .ok_or_else(|| ApiError::NotFound(format!("no recipient {id:?}")))?;
+    let rows = app.store.recipients_get(caller.tenant.as_str(), std::slice::from_ref(&id)).await?;
+    let row = rows.first().ok_or_else(|| ApiError::NotFound(format!("no recipient {id:?}")))?;
     Ok(Json(views::recipient(row)))
 }
 
@@ -101,16 +75,9 @@ pub async fn preferences_version(
     Path((id, version)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::IntentsRead)?;
-    let n: i64 = version
-        .parse()
-        .map_err(|_| ApiError::invalid_field("version", "must be a whole number"))?;
-    let found = app
-        .store
-        .recipient_preferences_get(caller.tenant.as_str(), &id, n)
-        .await?;
-    let v = found.ok_or_else(|| {
-        ApiError::NotFound(format!("recipient {id:?} has no preferences version {n}"))
-    })?;
+    let n: i64 = version.parse().map_err(|_| ApiError::invalid_field("version", "must be a whole number"))?;
+    let found = app.store.recipient_preferences_get(caller.tenant.as_str(), &id, n).await?;
+    let v = found.ok_or_else(|| ApiError::NotFound(format!("recipient {id:?} has no preferences version {n}")))?;
     Ok(Json(json!({
         "recipient_id": id,
         "version": v.version,

@@ -7,8 +7,7 @@ use crate::store::{AttemptRow, InboxCard, IntentDetail, IntentRow, RecipientRow}
 use serde_json::{Value, json};
 
 fn content_value(text: Option<&str>) -> Value {
-    text.and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null)
+    text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null)
 }
 
 pub fn intent(row: &IntentRow) -> Value {
@@ -35,11 +34,7 @@ pub fn intent(row: &IntentRow) -> Value {
     // The link says what it is: the newer version that superseded this intent,
     // or the digest this member was batched into.
     if let Some(link) = &row.link_key {
-        let name = if row.reason.as_deref() == Some("superseded") {
-            "superseded_by"
-        } else {
-            "digest_id"
-        };
+        let name = if row.reason.as_deref() == Some("superseded") { "superseded_by" } else { "digest_id" };
         v[name] = Value::String(link.clone());
     }
     v

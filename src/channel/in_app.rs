@@ -40,10 +40,7 @@ impl Provider for InApp {
             now_us: crate::clock::micros(jiff::Timestamp::now()),
         };
         match self.store.inbox_deliver(delivery).await {
-            Ok(()) => Outcome::Accepted {
-                status: None,
-                message_id: None,
-            },
+            Ok(()) => Outcome::Accepted { status: None, message_id: None },
             Err(e) => Outcome::Retryable {
                 class: Reason::Unreachable,
                 status: None,

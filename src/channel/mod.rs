@@ -47,7 +47,9 @@ pub enum Outcome {
     },
     /// The request may or may not have been acted on (a timeout after it was
     /// sent). Retried with the same downstream key.
-    Unknown { error: String },
+    Unknown {
+        error: String,
+    },
     Permanent {
         reason: Reason,
         status: Option<u16>,
@@ -73,10 +75,7 @@ pub trait Provider: Send + Sync {
 
 /// Provider error text as stored on the attempt: bounded, one line.
 pub fn short_error(text: &str) -> String {
-    let one_line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let one_line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
     let mut out: String = one_line.chars().take(300).collect();
     if one_line.chars().count() > 300 {
         out.push('…');
@@ -102,18 +101,9 @@ mod tests {
     #[test]
     fn retry_after_takes_seconds_or_a_date() {
         let now: jiff::Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
-        assert_eq!(
-            parse_retry_after("120", now),
-            Some(Duration::from_secs(120))
-        );
-        assert_eq!(
-            parse_retry_after("Mon, 30 Nov 2026 10:01:00 GMT", now),
-            Some(Duration::from_secs(60))
-        );
-        assert_eq!(
-            parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now),
-            Some(Duration::ZERO)
-        );
+        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Mon, 30 Nov 2026 10:01:00 GMT", now), Some(Duration::from_secs(60)));
+        assert_eq!(parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
     }
 

@@ -27,10 +27,7 @@ impl DirectorySink {
         let mut out = String::new();
         out.push_str(&format!("Key: {}\n", d.key));
         out.push_str(&format!("Channel: {}\n", self.channel));
-        out.push_str(&format!(
-            "To: {}\n",
-            d.destination.as_deref().unwrap_or("-")
-        ));
+        out.push_str(&format!("To: {}\n", d.destination.as_deref().unwrap_or("-")));
         out.push_str(&format!("Recipient: {}\n", d.recipient_id));
         out.push_str(&format!("Entity: {}:{}", d.entity_type, d.entity_id));
         if let Some(v) = d.entity_version {
@@ -69,10 +66,7 @@ impl Provider for DirectorySink {
             tokio::fs::rename(&tmp, &path).await
         };
         match write.await {
-            Ok(()) => Outcome::Accepted {
-                status: None,
-                message_id: Some(path.display().to_string()),
-            },
+            Ok(()) => Outcome::Accepted { status: None, message_id: Some(path.display().to_string()) },
             Err(e) => Outcome::Retryable {
                 class: Reason::Unreachable,
                 status: None,

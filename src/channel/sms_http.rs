@@ -15,20 +15,10 @@ pub struct SmsHttp {
 }
 
 impl SmsHttp {
-    pub fn new(
-        url: String,
-        auth_token: Option<String>,
-        timeout: Duration,
-    ) -> Result<SmsHttp, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()?;
-        Ok(SmsHttp {
-            client,
-            url,
-            auth_token,
-        })
+    pub fn new(url: String, auth_token: Option<String>, timeout: Duration) -> Result<SmsHttp, reqwest::Error> {
+        let client =
+            reqwest::Client::builder().timeout(timeout).connect_timeout(timeout.min(Duration::from_secs(5))).build()?;
+        Ok(SmsHttp { client, url, auth_token })
     }
 }
 
@@ -36,11 +26,7 @@ impl SmsHttp {
 impl Provider for SmsHttp {
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(to) = &d.destination else {
-            return Outcome::Permanent {
-                reason: Reason::NoDestination,
-                status: None,
-                error: "no phone number".into(),
-            };
+            return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no phone number".into() };
         };
         let body = json!({
             "to": to,
@@ -48,11 +34,7 @@ impl Provider for SmsHttp {
             "encoding": d.content.encoding,
             "segments": d.content.segments,
         });
-        let mut req = self
-            .client
-            .post(&self.url)
-            .header("Idempotency-Key", &d.key)
-            .json(&body);
+        let mut req = self.client.post(&self.url).header("Idempotency-Key", &d.key).json(&body);
         if let Some(token) = &self.auth_token {
             req = req.bearer_auth(token);
         }
@@ -74,14 +56,9 @@ pub fn classify_error(e: &reqwest::Error) -> Outcome {
             retry_after: None,
         };
     }
-    let what = if e.is_timeout() {
-        "timed out after the request was sent"
-    } else {
-        "failed after the request was sent"
-    };
-    Outcome::Unknown {
-        error: short_error(&format!("{what}: {e}")),
-    }
+    let what =
+        if e.is_timeout() { "timed out after the request was sent" } else { "failed after the request was sent" };
+    Outcome::Unknown { error: short_error(&format!("{what}: {e}")) }
 }
 
 async fn classify_response(resp: reqwest::Response) -> Outcome {
@@ -96,61 +73,29 @@ async fn classify_response(resp: reqwest::Response) -> Outcome {
         Ok(t) => t,
         // The provider answered with a status; only its body was lost.
         Err(e) if status.is_success() => {
-            return Outcome::Accepted {
-                status: code,
-                message_id: None,
-            }
-            .with_note(&e);
+            return Outcome::Accepted { status: code, message_id: None }.with_note(&e);
         }
         Err(e) => e.to_string(),
     };
     let json: Option<Value> = serde_json::from_str(&text).ok();
     if status.is_success() {
-        let message_id = json
-            .as_ref()
-            .and_then(|j| j.get("id"))
-            .and_then(|v| match v {
-                Value::String(s) => Some(s.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            });
-        return Outcome::Accepted {
-            status: code,
-            message_id,
-        };
+        let message_id = json.as_ref().and_then(|j| j.get("id")).and_then(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            _ => None,
+        });
+        return Outcome::Accepted { status: code, message_id };
     }
     let error = short_error(&format!("HTTP {}: {text}", status.as_u16()));
     if status.as_u16() == 429 {
-        return Outcome::Retryable {
-            class: Reason::Throttled,
-            status: code,
-            error,
-            retry_after,
-        };
+        return Outcome::Retryable { class: Reason::Throttled, status: code, error, retry_after };
     }
     if status.is_server_error() {
-        return Outcome::Retryable {
-            class: Reason::Provider5xx,
-            status: code,
-            error,
-            retry_after,
-        };
+        return Outcome::Retryable { class: Reason::Provider5xx, status: code, error, retry_after };
     }
-    let invalid = json
-        .as_ref()
-        .and_then(|j| j.get("error"))
-        .and_then(Value::as_str)
-        == Some("invalid_destination");
-    let reason = if invalid {
-        Reason::InvalidDestination
-    } else {
-        Reason::Rejected
-    };
-    Outcome::Permanent {
-        reason,
-        status: code,
-        error,
-    }
+    let invalid = json.as_ref().and_then(|j| j.get("error")).and_then(Value::as_str) == Some("invalid_destination");
+    let reason = if invalid { Reason::InvalidDestination } else { Reason::Rejected };
+    Outcome::Permanent { reason, status: code, error }
 }
 
 impl Outcome {

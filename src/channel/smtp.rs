@@ -26,43 +26,26 @@ pub enum SmtpConfigError {
 }
 
 impl Smtp {
-    pub fn new(
-        url: &str,
-        from: &str,
-        message_id_domain: &str,
-        timeout: Duration,
-    ) -> Result<Smtp, SmtpConfigError> {
+    pub fn new(url: &str, from: &str, message_id_domain: &str, timeout: Duration) -> Result<Smtp, SmtpConfigError> {
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
             .map_err(|e| SmtpConfigError::Url(e.to_string()))?
             .timeout(Some(timeout))
             .build();
-        let from: Mailbox = from
-            .parse()
-            .map_err(|e: lettre::address::AddressError| SmtpConfigError::From(e.to_string()))?;
-        Ok(Smtp {
-            transport,
-            from,
-            message_id_domain: message_id_domain.to_string(),
-        })
+        let from: Mailbox =
+            from.parse().map_err(|e: lettre::address::AddressError| SmtpConfigError::From(e.to_string()))?;
+        Ok(Smtp { transport, from, message_id_domain: message_id_domain.to_string() })
     }
 
     fn message(&self, d: &Delivery, to: &str) -> Result<Message, String> {
-        let to: Mailbox = to
-            .parse()
-            .map_err(|e: lettre::address::AddressError| format!("recipient address: {e}"))?;
+        let to: Mailbox = to.parse().map_err(|e: lettre::address::AddressError| format!("recipient address: {e}"))?;
         let builder = Message::builder()
             .from(self.from.clone())
             .to(to)
             .subject(d.content.subject.clone().unwrap_or_default())
             .message_id(Some(format!("<{}@{}>", d.key, self.message_id_domain)));
         let built = match &d.content.html {
-            Some(html) => builder.multipart(MultiPart::alternative_plain_html(
-                d.content.body.clone(),
-                html.clone(),
-            )),
-            None => builder
-                .header(ContentType::TEXT_PLAIN)
-                .body(d.content.body.clone()),
+            Some(html) => builder.multipart(MultiPart::alternative_plain_html(d.content.body.clone(), html.clone())),
+            None => builder.header(ContentType::TEXT_PLAIN).body(d.content.body.clone()),
         };
         built.map_err(|e| e.to_string())
     }
@@ -81,11 +64,7 @@ impl Provider for Smtp {
         let message = match self.message(d, to) {
             Ok(m) => m,
             Err(e) => {
-                return Outcome::Permanent {
-                    reason: Reason::Rejected,
-                    status: None,
-                    error: short_error(&e),
-                };
+                return Outcome::Permanent { reason: Reason::Rejected, status: None, error: short_error(&e) };
             }
         };
         match self.transport.send(message).await {
@@ -105,35 +84,17 @@ pub fn classify(e: &SmtpError) -> Outcome {
     let status: Option<u16> = e.status().and_then(|c| c.to_string().parse().ok());
     let error = short_error(&e.to_string());
     if e.is_permanent() {
-        let reason = if is_hard_bounce(status, &error) {
-            Reason::HardBounce
-        } else {
-            Reason::Rejected
-        };
-        return Outcome::Permanent {
-            reason,
-            status,
-            error,
-        };
+        let reason = if is_hard_bounce(status, &error) { Reason::HardBounce } else { Reason::Rejected };
+        return Outcome::Permanent { reason, status, error };
     }
     if e.is_transient() {
-        return Outcome::Retryable {
-            class: Reason::Provider4xx,
-            status,
-            error,
-            retry_after: None,
-        };
+        return Outcome::Retryable { class: Reason::Provider4xx, status, error, retry_after: None };
     }
     if e.is_timeout() {
         return Outcome::Unknown { error };
     }
     if refused(e) {
-        return Outcome::Retryable {
-            class: Reason::Unreachable,
-            status,
-            error,
-            retry_after: None,
-        };
+        return Outcome::Retryable { class: Reason::Unreachable, status, error, retry_after: None };
     }
     Outcome::Unknown { error }
 }
@@ -147,10 +108,7 @@ fn refused(e: &SmtpError) -> bool {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-            );
+            return matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound);
         }
         source = s.source();
     }
@@ -164,13 +122,7 @@ mod tests {
     #[test]
     fn mailbox_errors_are_hard_bounces() {
         assert!(is_hard_bounce(Some(550), "550 5.1.1 mailbox unavailable"));
-        assert!(is_hard_bounce(
-            Some(554),
-            "permanent: 554 5.2.1 mailbox disabled"
-        ));
-        assert!(!is_hard_bounce(
-            Some(554),
-            "554 5.7.1 message refused as spam"
-        ));
+        assert!(is_hard_bounce(Some(554), "permanent: 554 5.2.1 mailbox disabled"));
+        assert!(!is_hard_bounce(Some(554), "554 5.7.1 message refused as spam"));
     }
 }

@@ -25,12 +25,8 @@ pub struct SecretError(String);
 
 /// The key bytes of a `whsec_<base64>` secret.
 pub fn decode_secret(secret: &str) -> Result<Vec<u8>, SecretError> {
-    let b64 = secret
-        .strip_prefix("whsec_")
-        .ok_or_else(|| SecretError("must start with whsec_".into()))?;
-    let key = STANDARD
-        .decode(b64)
-        .map_err(|e| SecretError(format!("the part after whsec_ is not base64: {e}")))?;
+    let b64 = secret.strip_prefix("whsec_").ok_or_else(|| SecretError("must start with whsec_".into()))?;
+    let key = STANDARD.decode(b64).map_err(|e| SecretError(format!("the part after whsec_ is not base64: {e}")))?;
     if key.len() < 16 {
         return Err(SecretError("must hold at least 16 bytes of key".into()));
     }
@@ -58,8 +54,8 @@ impl Webhook {
     /// `{type, entity, content, key}`; the content is the frozen rendering,
     /// parsed back into JSON when the template produced JSON.
     fn body(d: &Delivery) -> String {
-        let content: Value = serde_json::from_str(&d.content.body)
-            .unwrap_or_else(|_| Value::String(d.content.body.clone()));
+        let content: Value =
+            serde_json::from_str(&d.content.body).unwrap_or_else(|_| Value::String(d.content.body.clone()));
         json!({
             "type": d.event_type,
             "entity": {"type": d.entity_type, "id": d.entity_id, "version": d.entity_version},
@@ -74,11 +70,7 @@ impl Webhook {
 impl Provider for Webhook {
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(url) = &d.destination else {
-            return Outcome::Permanent {
-                reason: Reason::NoDestination,
-                status: None,
-                error: "no webhook_url".into(),
-            };
+            return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no webhook_url".into() };
         };
         let body = Webhook::body(d);
         let timestamp = jiff::Timestamp::now().as_second();
@@ -98,10 +90,7 @@ impl Provider for Webhook {
         let status = resp.status();
         let code = Some(status.as_u16());
         if status.is_success() {
-            return Outcome::Accepted {
-                status: code,
-                message_id: None,
-            };
+            return Outcome::Accepted { status: code, message_id: None };
         }
         let retry_after = resp
             .headers()
@@ -111,24 +100,10 @@ impl Provider for Webhook {
         let text = resp.text().await.unwrap_or_default();
         let error = short_error(&format!("HTTP {}: {text}", status.as_u16()));
         match status.as_u16() {
-            429 => Outcome::Retryable {
-                class: Reason::Throttled,
-                status: code,
-                error,
-                retry_after,
-            },
-            500..=599 => Outcome::Retryable {
-                class: Reason::Provider5xx,
-                status: code,
-                error,
-                retry_after,
-            },
+            429 => Outcome::Retryable { class: Reason::Throttled, status: code, error, retry_after },
+            500..=599 => Outcome::Retryable { class: Reason::Provider5xx, status: code, error, retry_after },
             // 410: the receiver says this endpoint is gone for good.
-            _ => Outcome::Permanent {
-                reason: Reason::Rejected,
-                status: code,
-                error,
-            },
+            _ => Outcome::Permanent { reason: Reason::Rejected, status: code, error },
         }
     }
 }
@@ -141,12 +116,7 @@ mod tests {
     fn the_standard_webhooks_example_signature() {
         // The worked example of the Standard Webhooks specification.
         let key = decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
-        let sig = sign(
-            &key,
-            "msg_p5jXN8AQM9LWM0D4loKWxJek",
-            1614265330,
-            r#"{"test": 2432232314}"#,
-        );
+        let sig = sign(&key, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, r#"{"test": 2432232314}"#);
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     }
 

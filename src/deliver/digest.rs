@@ -10,9 +10,7 @@ use crate::event::identity::sha256_hex;
 use crate::event::{Channel, OccurredAt, canonical_json};
 use crate::intent::{Decision, Reason, State};
 use crate::render::TemplateSet;
-use crate::store::{
-    DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, Store, StoreResult,
-};
+use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, Store, StoreResult};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,8 +25,7 @@ pub struct DigestCloser {
 }
 
 fn parse_json(text: Option<&str>) -> Value {
-    text.and_then(|t| serde_json::from_str(t).ok())
-        .unwrap_or(Value::Null)
+    text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null)
 }
 
 impl DigestCloser {
@@ -77,17 +74,10 @@ impl DigestCloser {
     /// Renders the digest intent from its members.
     fn prepare(&self, d: &DigestRow, members: &[DigestMember], now_us: i64) -> DigestClose {
         let route = self.routes.get(&d.event_type);
-        let template = route
-            .and_then(|r| r.digest.as_ref())
-            .map(|g| g.template.clone())
-            .unwrap_or_default();
+        let template = route.and_then(|r| r.digest.as_ref()).map(|g| g.template.clone()).unwrap_or_default();
         let channel = Channel::parse(&d.channel).unwrap_or(Channel::Email);
-        let locale = self
-            .templates
-            .resolve_locale(&template, d.locale.as_deref(), channel)
-            .unwrap_or_default();
-        let closes =
-            jiff::Timestamp::from_microsecond(d.closes_at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let locale = self.templates.resolve_locale(&template, d.locale.as_deref(), channel).unwrap_or_default();
+        let closes = jiff::Timestamp::from_microsecond(d.closes_at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
         let items: Vec<Value> = members
             .iter()
             .map(|m| {
@@ -127,10 +117,7 @@ impl DigestCloser {
             preferences_version: None,
             digest: None,
         };
-        match self
-            .templates
-            .render_context(&template, channel, &locale, &ctx)
-        {
+        match self.templates.render_context(&template, channel, &locale, &ctx) {
             Ok(r) => intent.payload = Some((r.content.digest(), r.content.to_json())),
             Err(e) => {
                 intent.state = State::Dead.as_str().into();

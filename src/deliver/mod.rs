@@ -93,10 +93,7 @@ impl Worker {
         }
         // Stop claiming; wait (bounded) for the attempts in flight.
         let all = u32::try_from(this.concurrency).unwrap_or(u32::MAX);
-        if tokio::time::timeout(grace, permits.acquire_many(all))
-            .await
-            .is_err()
-        {
+        if tokio::time::timeout(grace, permits.acquire_many(all)).await.is_err() {
             tracing::warn!(
                 "shutdown grace ran out with attempts in flight; their leases will expire and they will be retried"
             );
@@ -123,24 +120,24 @@ impl Worker {
     async fn attempt(&self, job: ClaimedJob, rng: &Mutex<SmallRng>) -> FinishedAttempt {
         let n = job.intent.attempts;
         let channel = Channel::parse(&job.intent.channel);
+        crate::ops::metrics::attempt_started(&job.intent.channel);
+        let started = std::time::Instant::now();
         let outcome = match (channel.and_then(|c| self.providers.get(&c)), delivery(&job)) {
             (None, _) => Outcome::Permanent {
                 reason: Reason::ChannelDisabled,
                 status: None,
-                error: format!(
-                    "no provider is configured for channel {}",
-                    job.intent.channel
-                ),
+                error: format!("no provider is configured for channel {}", job.intent.channel),
             },
-            (_, Err(e)) => Outcome::Permanent {
-                reason: Reason::TemplateError,
-                status: None,
-                error: e,
-            },
+            (_, Err(e)) => Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e },
             (Some(provider), Ok(d)) => provider.send(&d).await,
         };
         let now = self.clock.now();
-        let transition = self.transition(&outcome, n, now, rng);
+        // The policy counts the tries since the last replay from the dead letters.
+        let transition = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        crate::ops::metrics::attempt_finished(&job.intent.channel, outcome.class().as_str(), started.elapsed());
+        if let Transition::Dead { reason } = &transition {
+            crate::ops::metrics::dead_letter(reason.as_str());
+        }
         tracing::info!(
             intent = %job.intent.key,
             attempt = n,
@@ -152,13 +149,7 @@ impl Worker {
         finished(job.intent.key, n, micros(now), outcome, transition)
     }
 
-    fn transition(
-        &self,
-        outcome: &Outcome,
-        n: i64,
-        now: jiff::Timestamp,
-        rng: &Mutex<SmallRng>,
-    ) -> Transition {
+    fn transition(&self, outcome: &Outcome, n: i64, now: jiff::Timestamp, rng: &Mutex<SmallRng>) -> Transition {
         let (retry_after, state) = match outcome {
             Outcome::Accepted { .. } => return Transition::Sent,
             Outcome::Permanent { reason, .. } => return Transition::Dead { reason: *reason },
@@ -171,25 +162,16 @@ impl Worker {
             self.policy.next_delay(made, retry_after, &mut *rng)
         };
         match delay {
-            Some(d) => Transition::Retry {
-                run_at_us: micros(now.checked_add(d).unwrap_or(now)),
-                state,
-            },
-            None => Transition::Dead {
-                reason: Reason::RetriesExhausted,
-            },
+            Some(d) => Transition::Retry { run_at_us: micros(now.checked_add(d).unwrap_or(now)), state },
+            None => Transition::Dead { reason: Reason::RetriesExhausted },
         }
     }
 }
 
 fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
     let i = &job.intent;
-    let text = job
-        .content
-        .as_deref()
-        .ok_or("the intent has no rendered content")?;
-    let content: Content =
-        serde_json::from_str(text).map_err(|e| format!("stored content is unreadable: {e}"))?;
+    let text = job.content.as_deref().ok_or("the intent has no rendered content")?;
+    let content: Content = serde_json::from_str(text).map_err(|e| format!("stored content is unreadable: {e}"))?;
     Ok(Delivery {
         key: i.key.clone(),
         tenant: i.tenant.clone(),
@@ -206,28 +188,13 @@ fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
     })
 }
 
-fn finished(
-    key: String,
-    n: i64,
-    at: i64,
-    outcome: Outcome,
-    transition: Transition,
-) -> FinishedAttempt {
+fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transition) -> FinishedAttempt {
     let class = outcome.class();
     let (error_class, status, message_id, error) = match outcome {
         Outcome::Accepted { status, message_id } => (None, status, message_id, None),
-        Outcome::Retryable {
-            class,
-            status,
-            error,
-            ..
-        } => (Some(class), status, None, Some(error)),
+        Outcome::Retryable { class, status, error, .. } => (Some(class), status, None, Some(error)),
         Outcome::Unknown { error } => (Some(Reason::Timeout), None, None, Some(error)),
-        Outcome::Permanent {
-            reason,
-            status,
-            error,
-        } => (Some(reason), status, None, Some(error)),
+        Outcome::Permanent { reason, status, error } => (Some(reason), status, None, Some(error)),
     };
     FinishedAttempt {
         key,

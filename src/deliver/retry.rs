@@ -14,20 +14,14 @@ pub struct RetryPolicy {
 
 impl RetryPolicy {
     pub fn new(attempts: u32, base: Duration, max: Duration) -> RetryPolicy {
-        RetryPolicy {
-            attempts,
-            base,
-            max,
-        }
+        RetryPolicy { attempts, base, max }
     }
 
     /// The upper bound of the delay before retry `n` (n = 1 … attempts−1):
     /// min(max, base·2^(n−1)).
     pub fn window(&self, n: u32) -> Duration {
         let factor = 2u32.checked_pow(n.saturating_sub(1)).unwrap_or(u32::MAX);
-        self.base
-            .checked_mul(factor)
-            .map_or(self.max, |d| d.min(self.max))
+        self.base.checked_mul(factor).map_or(self.max, |d| d.min(self.max))
     }
 
     /// Σ window(n) over every retry: the longest a retry chain can run, and so
@@ -82,8 +76,7 @@ mod tests {
         assert_eq!(p.window(99), Duration::from_secs(3600));
         assert_eq!(
             p.horizon(),
-            Duration::from_secs(30 + 60 + 120 + 240 + 480 + 960 + 1920)
-                + Duration::from_secs(3600) * 92
+            Duration::from_secs(30 + 60 + 120 + 240 + 480 + 960 + 1920) + Duration::from_secs(3600) * 92
         );
     }
 
@@ -93,9 +86,7 @@ mod tests {
         assert!(policy().next_delay(5, None, &mut rng).is_some());
         assert!(policy().next_delay(6, None, &mut rng).is_none());
         assert!(
-            RetryPolicy::new(1, Duration::from_secs(1), Duration::from_secs(1))
-                .next_delay(1, None, &mut rng)
-                .is_none()
+            RetryPolicy::new(1, Duration::from_secs(1), Duration::from_secs(1)).next_delay(1, None, &mut rng).is_none()
         );
     }
 
@@ -104,16 +95,11 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(7);
         for n in 1..6 {
             let window = policy().window(n);
-            let delays: Vec<Duration> = (0..2000)
-                .map(|_| policy().next_delay(n, None, &mut rng).unwrap())
-                .collect();
+            let delays: Vec<Duration> = (0..2000).map(|_| policy().next_delay(n, None, &mut rng).unwrap()).collect();
             assert!(delays.iter().all(|d| *d <= window));
             // full jitter: both halves of the window are used, not a fixed point
             let low = delays.iter().filter(|d| **d < window / 2).count();
-            assert!(
-                (700..1300).contains(&low),
-                "retry {n}: {low} of 2000 in the lower half"
-            );
+            assert!((700..1300).contains(&low), "retry {n}: {low} of 2000 in the lower half");
         }
     }
 

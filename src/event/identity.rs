@@ -40,9 +40,9 @@ impl OccurredAt {
     /// Accepts RFC 3339 with an offset (`Z` or `±HH:MM`); a bare local time is
     /// ambiguous and refused.
     pub fn parse(s: &str) -> Result<OccurredAt, String> {
-        s.parse::<Timestamp>()
-            .map(OccurredAt)
-            .map_err(|_| format!("must be an RFC 3339 timestamp with an offset, like 2026-11-29T10:15:00+05:45; got {s:?}"))
+        s.parse::<Timestamp>().map(OccurredAt).map_err(|_| {
+            format!("must be an RFC 3339 timestamp with an offset, like 2026-11-29T10:15:00+05:45; got {s:?}")
+        })
     }
 
     pub fn from_timestamp(ts: Timestamp) -> OccurredAt {
@@ -167,8 +167,7 @@ mod tests {
     #[test]
     fn the_key_is_the_design_formula() {
         // sha256("default|purchase_order.approved|purchase_order|PO-4482|2026-11-29T04:30:00.000000000Z|sms|u-19")
-        let event_key =
-            "default|purchase_order.approved|purchase_order|PO-4482|2026-11-29T04:30:00.000000000Z";
+        let event_key = "default|purchase_order.approved|purchase_order|PO-4482|2026-11-29T04:30:00.000000000Z";
         let key = NotificationKey::derive(event_key, Channel::Sms, "u-19");
         let want = sha256_hex(format!("{event_key}|sms|u-19").as_bytes());
         assert_eq!(key.as_str(), &want[..32]);
@@ -187,10 +186,7 @@ mod tests {
     #[test]
     fn canonical_json_sorts_keys_at_every_depth() {
         let a = json!({"b": 1, "a": {"z": [1, {"y": 2, "x": 1}], "c": "é"}});
-        assert_eq!(
-            canonical_json(&a),
-            r#"{"a":{"c":"é","z":[1,{"x":1,"y":2}]},"b":1}"#
-        );
+        assert_eq!(canonical_json(&a), r#"{"a":{"c":"é","z":[1,{"x":1,"y":2}]},"b":1}"#);
     }
 
     #[test]

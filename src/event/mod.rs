@@ -22,12 +22,7 @@ pub enum Channel {
 }
 
 impl Channel {
-    pub const ALL: [Channel; 4] = [
-        Channel::Email,
-        Channel::Sms,
-        Channel::InApp,
-        Channel::Webhook,
-    ];
+    pub const ALL: [Channel; 4] = [Channel::Email, Channel::Sms, Channel::InApp, Channel::Webhook];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -119,22 +114,10 @@ impl Event {
     /// `tenant|type|entity.type|entity.id|occurred_at`: the request identity when
     /// no `Idempotency-Key` is sent.
     pub fn event_key(&self, tenant: &Tenant) -> String {
-        [
-            tenant.as_str(),
-            &self.event_type,
-            &self.entity.kind,
-            &self.entity.id,
-            &self.occurred_at.canonical(),
-        ]
-        .join("|")
+        [tenant.as_str(), &self.event_type, &self.entity.kind, &self.entity.id, &self.occurred_at.canonical()].join("|")
     }
 
-    pub fn notification_key(
-        &self,
-        tenant: &Tenant,
-        channel: Channel,
-        recipient_id: &str,
-    ) -> NotificationKey {
+    pub fn notification_key(&self, tenant: &Tenant, channel: Channel, recipient_id: &str) -> NotificationKey {
         NotificationKey::derive(&self.event_key(tenant), channel, recipient_id)
     }
 }

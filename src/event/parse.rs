@@ -2,9 +2,7 @@
 //! in the path form a sender can find in its own payload (`recipients[1].phone`).
 
 use super::{Channel, EntityRef, Event, OccurredAt, RecipientSpec};
-use crate::recipient::{
-    validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url,
-};
+use crate::recipient::{validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url};
 use serde_json::{Map, Value};
 
 /// A field that is missing or invalid.
@@ -16,10 +14,7 @@ pub struct EventError {
 }
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> EventError {
-    EventError {
-        field: field.into(),
-        message: message.into(),
-    }
+    EventError { field: field.into(), message: message.into() }
 }
 
 /// Names the template context reserves; `data` may not use them.
@@ -29,32 +24,17 @@ const MAX_RECIPIENTS: usize = 1000;
 const MAX_ID_LEN: usize = 256;
 
 pub fn parse_event(body: &Value) -> Result<Event, EventError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| err("body", "must be a JSON object"))?;
-    let known = [
-        "type",
-        "entity",
-        "occurred_at",
-        "data",
-        "recipients",
-        "channels",
-    ];
+    let obj = body.as_object().ok_or_else(|| err("body", "must be a JSON object"))?;
+    let known = ["type", "entity", "occurred_at", "data", "recipients", "channels"];
     if let Some(unknown) = obj.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(err(
-            unknown.clone(),
-            format!("unknown field; expected one of {}", known.join(", ")),
-        ));
+        return Err(err(unknown.clone(), format!("unknown field; expected one of {}", known.join(", "))));
     }
 
     let event_type = identifier(obj, "type", "type")?;
     let entity = parse_entity(obj.get("entity"))?;
     let occurred_at = match obj.get("occurred_at") {
         None | Some(Value::Null) => {
-            return Err(err(
-                "occurred_at",
-                "is required (the sender's time of the event; never defaulted)",
-            ));
+            return Err(err("occurred_at", "is required (the sender's time of the event; never defaulted)"));
         }
         Some(Value::String(s)) => OccurredAt::parse(s).map_err(|m| err("occurred_at", m))?,
         Some(_) => return Err(err("occurred_at", "must be a string")),
@@ -67,21 +47,12 @@ pub fn parse_event(body: &Value) -> Result<Event, EventError> {
     if let Some(name) = RESERVED_DATA_NAMES.iter().find(|n| data.contains_key(**n)) {
         return Err(err(
             format!("data.{name}"),
-            format!(
-                "`{name}` is reserved for the template context (event, entity, recipient); rename it"
-            ),
+            format!("`{name}` is reserved for the template context (event, entity, recipient); rename it"),
         ));
     }
     let recipients = parse_recipients(obj.get("recipients"))?;
     let channels = parse_channels(obj.get("channels"))?;
-    Ok(Event {
-        event_type,
-        entity,
-        occurred_at,
-        data,
-        recipients,
-        channels,
-    })
+    Ok(Event { event_type, entity, occurred_at, data, recipients, channels })
 }
 
 /// A non-empty string without `|` (the separator of the identity formula: a `|`
@@ -115,14 +86,8 @@ fn parse_entity(v: Option<&Value>) -> Result<EntityRef, EventError> {
         Some(Value::Object(o)) => o,
         Some(_) => return Err(err("entity", "must be an object")),
     };
-    if let Some(unknown) = obj
-        .keys()
-        .find(|k| !["type", "id", "version"].contains(&k.as_str()))
-    {
-        return Err(err(
-            format!("entity.{unknown}"),
-            "unknown field; expected type, id, version",
-        ));
+    if let Some(unknown) = obj.keys().find(|k| !["type", "id", "version"].contains(&k.as_str())) {
+        return Err(err(format!("entity.{unknown}"), "unknown field; expected type, id, version"));
     }
     let kind = identifier(obj, "type", "entity.type")?;
     let id = identifier(obj, "id", "entity.id")?;
@@ -147,19 +112,13 @@ fn parse_recipients(v: Option<&Value>) -> Result<Vec<RecipientSpec>, EventError>
         return Err(err("recipients", "must not be empty"));
     }
     if items.len() > MAX_RECIPIENTS {
-        return Err(err(
-            "recipients",
-            format!("at most {MAX_RECIPIENTS} per event"),
-        ));
+        return Err(err("recipients", format!("at most {MAX_RECIPIENTS} per event")));
     }
     let mut out: Vec<RecipientSpec> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let r = parse_recipient(item, &format!("recipients[{i}]"))?;
         if out.iter().any(|o| o.id == r.id) {
-            return Err(err(
-                format!("recipients[{i}].id"),
-                format!("{:?} is listed twice", r.id),
-            ));
+            return Err(err(format!("recipients[{i}].id"), format!("{:?} is listed twice", r.id)));
         }
         out.push(r);
     }
@@ -167,15 +126,10 @@ fn parse_recipients(v: Option<&Value>) -> Result<Vec<RecipientSpec>, EventError>
 }
 
 fn parse_recipient(v: &Value, path: &str) -> Result<RecipientSpec, EventError> {
-    let obj = v
-        .as_object()
-        .ok_or_else(|| err(path, "must be an object with an id"))?;
+    let obj = v.as_object().ok_or_else(|| err(path, "must be an object with an id"))?;
     let known = ["id", "email", "phone", "locale", "timezone", "webhook_url"];
     if let Some(unknown) = obj.keys().find(|k| !known.contains(&k.as_str())) {
-        return Err(err(
-            format!("{path}.{unknown}"),
-            format!("unknown field; expected one of {}", known.join(", ")),
-        ));
+        return Err(err(format!("{path}.{unknown}"), format!("unknown field; expected one of {}", known.join(", "))));
     }
     let field = |name: &str| -> Result<Option<&str>, EventError> {
         match obj.get(name) {
@@ -184,12 +138,8 @@ fn parse_recipient(v: &Value, path: &str) -> Result<RecipientSpec, EventError> {
             Some(_) => Err(err(format!("{path}.{name}"), "must be a string")),
         }
     };
-    let checked = |name: &str,
-                   check: fn(&str) -> Result<String, String>|
-     -> Result<Option<String>, EventError> {
-        field(name)?
-            .map(|s| check(s).map_err(|m| err(format!("{path}.{name}"), m)))
-            .transpose()
+    let checked = |name: &str, check: fn(&str) -> Result<String, String>| -> Result<Option<String>, EventError> {
+        field(name)?.map(|s| check(s).map_err(|m| err(format!("{path}.{name}"), m))).transpose()
     };
     Ok(RecipientSpec {
         id: identifier(obj, "id", &format!("{path}.id"))?,
@@ -208,19 +158,13 @@ fn parse_channels(v: Option<&Value>) -> Result<Option<Vec<Channel>>, EventError>
         Some(_) => return Err(err("channels", "must be a list of channel names")),
     };
     if items.is_empty() {
-        return Err(err(
-            "channels",
-            "must not be empty when given (omit it to use the route's channels)",
-        ));
+        return Err(err("channels", "must not be empty when given (omit it to use the route's channels)"));
     }
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let name = item.as_str().unwrap_or_default();
         let ch = Channel::parse(name).ok_or_else(|| {
-            err(
-                format!("channels[{i}]"),
-                format!("unknown channel {item}; expected email, sms, in_app or webhook"),
-            )
+            err(format!("channels[{i}]"), format!("unknown channel {item}; expected email, sms, in_app or webhook"))
         })?;
         if !out.contains(&ch) {
             out.push(ch);
@@ -254,10 +198,7 @@ mod tests {
         let e = parse_event(&sample()).unwrap();
         assert_eq!(e.entity.version, Some(3));
         assert_eq!(e.recipients[1].phone.as_deref(), Some("+9779800000000"));
-        assert_eq!(
-            e.channels.unwrap(),
-            vec![Channel::Email, Channel::Sms, Channel::InApp]
-        );
+        assert_eq!(e.channels.unwrap(), vec![Channel::Email, Channel::Sms, Channel::InApp]);
     }
 
     #[test]

@@ -31,12 +31,7 @@ fn night() -> Timestamp {
     "2026-06-01T23:00:00Z".parse().unwrap()
 }
 
-fn run_at(
-    ev: &Event,
-    r: &Route,
-    dir: &HashMap<String, RecipientRow>,
-    now: Timestamp,
-) -> Vec<NewIntent> {
+fn run_at(ev: &Event, r: &Route, dir: &HashMap<String, RecipientRow>, now: Timestamp) -> Vec<NewIntent> {
     let templates = TemplateSet::built_in();
     let tenant = Tenant::default_tenant();
     plan(&PlanInput {
@@ -79,47 +74,24 @@ fn decision(i: &NewIntent) -> (&str, &str, Option<&str>) {
 
 #[test]
 fn one_intent_per_channel_and_recipient() {
-    let ev = event(
-        json!([{"id": "u-1", "phone": "+9779800000000", "email": "a@example.com"}, {"id": "u-2"}]),
-    );
+    let ev = event(json!([{"id": "u-1", "phone": "+9779800000000", "email": "a@example.com"}, {"id": "u-2"}]));
     let out = run(&ev, &route(&["email", "sms", "in_app"]), &HashMap::new());
     assert_eq!(out.len(), 6);
-    let queued: Vec<_> = out
-        .iter()
-        .filter(|i| i.state == "queued")
-        .map(|i| (&i.recipient_id[..], &i.channel[..]))
-        .collect();
-    assert_eq!(
-        queued,
-        vec![
-            ("u-1", "email"),
-            ("u-1", "sms"),
-            ("u-1", "in_app"),
-            ("u-2", "in_app")
-        ]
-    );
+    let queued: Vec<_> =
+        out.iter().filter(|i| i.state == "queued").map(|i| (&i.recipient_id[..], &i.channel[..])).collect();
+    assert_eq!(queued, vec![("u-1", "email"), ("u-1", "sms"), ("u-1", "in_app"), ("u-2", "in_app")]);
     assert!(
         out.iter()
             .filter(|i| i.state == "queued")
             .all(|i| i.run_at == Some(night().as_microsecond()) && i.payload.is_some())
     );
-    assert!(
-        out.iter().all(|i| i.preferences_version.is_none()),
-        "nobody here is in the directory"
-    );
+    assert!(out.iter().all(|i| i.preferences_version.is_none()), "nobody here is in the directory");
 }
 
 #[test]
 fn a_recipient_without_address_is_recorded_as_no_destination() {
-    let out = run(
-        &event(json!([{"id": "u-2"}])),
-        &route(&["sms"]),
-        &HashMap::new(),
-    );
-    assert_eq!(
-        decision(&out[0]),
-        ("suppress", "suppressed", Some("no_destination"))
-    );
+    let out = run(&event(json!([{"id": "u-2"}])), &route(&["sms"]), &HashMap::new());
+    assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("no_destination")));
     assert_eq!(out[0].run_at, None);
 }
 
@@ -144,18 +116,10 @@ fn an_unconfigured_channel_is_channel_disabled() {
 #[test]
 fn inline_fields_override_the_directory_and_are_frozen() {
     let ev = event(json!([{"id": "u-1", "phone": "+15550000001"}]));
-    let out = run(
-        &ev,
-        &route(&["sms", "email"]),
-        &dir(row("u-1", json!({}), 1)),
-    );
+    let out = run(&ev, &route(&["sms", "email"]), &dir(row("u-1", json!({}), 1)));
     assert_eq!(out[0].destination.as_deref(), Some("+15550000001"));
     assert_eq!(out[1].destination.as_deref(), Some("dir@example.com"));
-    assert_eq!(
-        out[0].locale.as_deref(),
-        Some("ne"),
-        "locale comes from the directory"
-    );
+    assert_eq!(out[0].locale.as_deref(), Some("ne"), "locale comes from the directory");
     assert_eq!(out[0].preferences_version, Some(1));
 }
 
@@ -182,15 +146,8 @@ fn the_event_can_narrow_the_route_channels() {
 #[test]
 fn an_opt_out_suppresses_with_the_preferences_version() {
     let ev = event(json!([{"id": "u-1"}]));
-    let out = run(
-        &ev,
-        &route(&["sms", "email"]),
-        &dir(row("u-1", json!({"channels": {"sms": false}}), 4)),
-    );
-    assert_eq!(
-        decision(&out[0]),
-        ("suppress", "suppressed", Some("opted_out"))
-    );
+    let out = run(&ev, &route(&["sms", "email"]), &dir(row("u-1", json!({"channels": {"sms": false}}), 4)));
+    assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("opted_out")));
     assert_eq!(out[0].preferences_version, Some(4));
     assert_eq!(decision(&out[1]), ("send", "queued", None));
 }
@@ -202,50 +159,27 @@ fn an_opt_out_wins_over_a_critical_route_and_a_missing_address() {
     let mut entry = row("u-1", json!({"channels": {"sms": false}}), 2);
     entry.phone = None;
     let out = run(&event(json!([{"id": "u-1"}])), &r, &dir(entry));
-    assert_eq!(
-        decision(&out[0]),
-        ("suppress", "suppressed", Some("opted_out"))
-    );
+    assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("opted_out")));
     assert!(out[0].detail.as_deref().unwrap().contains("critical"));
 }
 
 #[test]
 fn quiet_hours_hold_until_the_window_ends_in_the_recipients_zone() {
     let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00"}});
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &route(&["sms", "email", "in_app"]),
-        &dir(row("u-1", prefs, 3)),
-    );
+    let out = run(&event(json!([{"id": "u-1"}])), &route(&["sms", "email", "in_app"]), &dir(row("u-1", prefs, 3)));
     let end: Timestamp = "2026-06-02T07:00:00Z".parse().unwrap();
     for i in &out[..2] {
-        assert_eq!(
-            decision(i),
-            ("hold", "held", Some("quiet_hours")),
-            "{}",
-            i.channel
-        );
+        assert_eq!(decision(i), ("hold", "held", Some("quiet_hours")), "{}", i.channel);
         assert_eq!(i.run_at, Some(end.as_microsecond()));
-        assert!(
-            i.payload.is_some(),
-            "content is frozen at ingest, not at wake-up"
-        );
+        assert!(i.payload.is_some(), "content is frozen at ingest, not at wake-up");
     }
-    assert_eq!(
-        decision(&out[2]),
-        ("send", "queued", None),
-        "in-app is not held unless listed"
-    );
+    assert_eq!(decision(&out[2]), ("send", "queued", None), "in-app is not held unless listed");
     // outside the window: sent now
     let noon: Timestamp = "2026-06-01T12:00:00Z".parse().unwrap();
     let out = run_at(
         &event(json!([{"id": "u-1"}])),
         &route(&["sms"]),
-        &dir(row(
-            "u-1",
-            json!({"quiet_hours": {"start": "21:00", "end": "07:00"}}),
-            3,
-        )),
+        &dir(row("u-1", json!({"quiet_hours": {"start": "21:00", "end": "07:00"}}), 3)),
         noon,
     );
     assert_eq!(decision(&out[0]), ("send", "queued", None));
@@ -261,10 +195,7 @@ fn quiet_hours_use_the_inline_timezone_over_the_directory() {
     assert_eq!(out[0].run_at, Some(end.as_microsecond()));
     // In Los Angeles it is 16:00: no hold.
     let ev = event(json!([{"id": "u-1", "timezone": "America/Los_Angeles"}]));
-    assert_eq!(
-        decision(&run(&ev, &route(&["sms"]), &dir(row("u-1", prefs, 1)))[0]),
-        ("send", "queued", None)
-    );
+    assert_eq!(decision(&run(&ev, &route(&["sms"]), &dir(row("u-1", prefs, 1)))[0]), ("send", "queued", None));
 }
 
 #[test]
@@ -272,16 +203,9 @@ fn a_critical_route_bypasses_quiet_hours_and_says_so() {
     let mut r = route(&["sms"]);
     r.critical = true;
     let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00"}});
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &r,
-        &dir(row("u-1", prefs, 1)),
-    );
+    let out = run(&event(json!([{"id": "u-1"}])), &r, &dir(row("u-1", prefs, 1)));
     assert_eq!(decision(&out[0]), ("send", "queued", None));
-    assert_eq!(
-        out[0].detail.as_deref(),
-        Some("critical route: bypassed quiet hours")
-    );
+    assert_eq!(out[0].detail.as_deref(), Some("critical route: bypassed quiet hours"));
 }
 
 fn digest_route() -> Route {
@@ -297,37 +221,18 @@ fn digest_route() -> Route {
 
 #[test]
 fn a_digest_route_batches_by_window_and_key() {
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &digest_route(),
-        &dir(row("u-1", json!({}), 1)),
-    );
+    let out = run(&event(json!([{"id": "u-1"}])), &digest_route(), &dir(row("u-1", json!({}), 1)));
     assert_eq!(decision(&out[0]), ("digest", "held", None));
     let d = out[0].digest.as_ref().unwrap();
     assert_eq!(d.group_key, "Asha");
-    assert_eq!(
-        d.window_start,
-        "2026-06-01T23:00:00Z"
-            .parse::<Timestamp>()
-            .unwrap()
-            .as_microsecond()
-    );
+    assert_eq!(d.window_start, "2026-06-01T23:00:00Z".parse::<Timestamp>().unwrap().as_microsecond());
     assert_eq!(d.closes_at - d.window_start, 3_600_000_000);
-    assert!(
-        out[0].run_at.is_none(),
-        "members are sent as part of the digest, not alone"
-    );
-    assert_eq!(
-        decision(&out[1]),
-        ("send", "queued", None),
-        "in-app is not batched by default"
-    );
+    assert!(out[0].run_at.is_none(), "members are sent as part of the digest, not alone");
+    assert_eq!(decision(&out[1]), ("send", "queued", None), "in-app is not batched by default");
     // the same recipient, key and window: the same digest
     let mut ev2 = event(json!([{"id": "u-1"}]));
     ev2.entity.id = "PO-2".into();
-    let later = night()
-        .checked_add(jiff::SignedDuration::from_mins(30))
-        .unwrap();
+    let later = night().checked_add(jiff::SignedDuration::from_mins(30)).unwrap();
     let again = run_at(&ev2, &digest_route(), &dir(row("u-1", json!({}), 1)), later);
     assert_eq!(again[0].digest.as_ref().unwrap().key, d.key);
     assert_ne!(again[0].key, out[0].key);
@@ -337,31 +242,16 @@ fn a_digest_route_batches_by_window_and_key() {
 fn digests_yield_to_critical_routes_and_to_recipients_who_decline_them() {
     let mut r = digest_route();
     r.critical = true;
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &r,
-        &dir(row("u-1", json!({}), 1)),
-    );
+    let out = run(&event(json!([{"id": "u-1"}])), &r, &dir(row("u-1", json!({}), 1)));
     assert_eq!(decision(&out[0]), ("send", "queued", None));
-    assert_eq!(
-        out[0].detail.as_deref(),
-        Some("critical route: bypassed digest")
-    );
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &digest_route(),
-        &dir(row("u-1", json!({"digest": false}), 2)),
-    );
+    assert_eq!(out[0].detail.as_deref(), Some("critical route: bypassed digest"));
+    let out = run(&event(json!([{"id": "u-1"}])), &digest_route(), &dir(row("u-1", json!({"digest": false}), 2)));
     assert_eq!(decision(&out[0]), ("send", "queued", None));
 }
 
 #[test]
 fn quiet_hours_come_before_digests() {
     let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00"}});
-    let out = run(
-        &event(json!([{"id": "u-1"}])),
-        &digest_route(),
-        &dir(row("u-1", prefs, 1)),
-    );
+    let out = run(&event(json!([{"id": "u-1"}])), &digest_route(), &dir(row("u-1", prefs, 1)));
     assert_eq!(decision(&out[0]), ("hold", "held", Some("quiet_hours")));
 }

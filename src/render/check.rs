@@ -38,31 +38,16 @@ impl CheckRow {
 
 /// The template context a fixture stands for.
 fn fixture_context(template: &str, fixtures: &Value, locale: &str) -> Value {
-    let mut ctx: Map<String, Value> = fixtures
-        .get("data")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    let entity = fixtures
-        .get("entity")
-        .cloned()
-        .unwrap_or_else(|| json!({"type": "fixture", "id": "fixture"}));
+    let mut ctx: Map<String, Value> = fixtures.get("data").and_then(Value::as_object).cloned().unwrap_or_default();
+    let entity = fixtures.get("entity").cloned().unwrap_or_else(|| json!({"type": "fixture", "id": "fixture"}));
     let mut entity = entity.as_object().cloned().unwrap_or_default();
     entity.entry("version").or_insert(Value::Null);
     ctx.insert("entity".into(), Value::Object(entity));
-    let event = fixtures
-        .get("event")
-        .cloned()
-        .unwrap_or_else(|| json!({"type": template}));
+    let event = fixtures.get("event").cloned().unwrap_or_else(|| json!({"type": template}));
     let mut event = event.as_object().cloned().unwrap_or_default();
-    event
-        .entry("occurred_at")
-        .or_insert_with(|| json!("2026-01-01T00:00:00.000000000Z"));
+    event.entry("occurred_at").or_insert_with(|| json!("2026-01-01T00:00:00.000000000Z"));
     ctx.insert("event".into(), Value::Object(event));
-    ctx.insert(
-        "recipient".into(),
-        json!({"id": "fixture-recipient", "locale": locale}),
-    );
+    ctx.insert("recipient".into(), json!({"id": "fixture-recipient", "locale": locale}));
     Value::Object(ctx)
 }
 
@@ -103,10 +88,7 @@ pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
                             row.verdict = if b.send_anyway {
                                 Verdict::OverBudgetAllowed
                             } else {
-                                Verdict::Fail(format!(
-                                    "{} segments over a budget of {}",
-                                    b.segments, b.budget
-                                ))
+                                Verdict::Fail(format!("{} segments over a budget of {}", b.segments, b.budget))
                             };
                         }
                     }
@@ -140,10 +122,7 @@ pub fn report(rows: &[CheckRow]) -> String {
             ]
         })
         .collect();
-    let header = [
-        "TEMPLATE", "LOCALE", "CHANNEL", "ENCODING", "SEGMENTS", "BUDGET", "VERDICT",
-    ]
-    .map(String::from);
+    let header = ["TEMPLATE", "LOCALE", "CHANNEL", "ENCODING", "SEGMENTS", "BUDGET", "VERDICT"].map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for row in &table {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -151,11 +130,7 @@ pub fn report(rows: &[CheckRow]) -> String {
         }
     }
     for row in std::iter::once(&header).chain(table.iter()) {
-        let line: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let line: Vec<String> = row.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     let failures: Vec<&CheckRow> = rows.iter().filter(|r| r.failed()).collect();
@@ -166,16 +141,8 @@ pub fn report(rows: &[CheckRow]) -> String {
         let Verdict::Fail(why) = &r.verdict else {
             continue;
         };
-        let enc = r
-            .encoding
-            .as_deref()
-            .map(|e| format!(" ({e})"))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "- {} locale {} {}{enc}: {why}",
-            r.template, r.locale, r.channel
-        );
+        let enc = r.encoding.as_deref().map(|e| format!(" ({e})")).unwrap_or_default();
+        let _ = writeln!(out, "- {} locale {} {}{enc}: {why}", r.template, r.locale, r.channel);
         if !r.culprits.is_empty() {
             let _ = writeln!(out, "  forced to UCS-2 by: {}", culprit_list(&r.culprits));
         }
@@ -196,23 +163,11 @@ fn culprit_list(culprits: &[Culprit]) -> String {
         .iter()
         .take(12)
         .map(|(ch, pos, n)| {
-            let code = Culprit {
-                ch: *ch,
-                position: *pos,
-            }
-            .code_point();
-            let times = if *n > 1 {
-                format!(" (×{n})")
-            } else {
-                String::new()
-            };
+            let code = Culprit { ch: *ch, position: *pos }.code_point();
+            let times = if *n > 1 { format!(" (×{n})") } else { String::new() };
             format!("{code} '{ch}' at {pos}{times}")
         })
         .collect();
-    let more = if seen.len() > 12 {
-        format!(", and {} more", seen.len() - 12)
-    } else {
-        String::new()
-    };
+    let more = if seen.len() > 12 { format!(", and {} more", seen.len() - 12) } else { String::new() };
     format!("{}{more}", shown.join(", "))
 }

@@ -53,11 +53,7 @@ pub enum RenderError {
     #[error("no template {0:?} is loaded")]
     UnknownTemplate(String),
     #[error("template {template} has no {file} in locale {locale} (nor in its default locale)")]
-    MissingFile {
-        template: String,
-        locale: String,
-        file: String,
-    },
+    MissingFile { template: String, locale: String, file: String },
     #[error("{0}")]
     Template(String),
 }
@@ -66,18 +62,12 @@ pub enum RenderError {
 /// `entity` and `recipient` objects.
 pub fn context(event: &Event, recipient: &RecipientSpec, locale: &str) -> Value {
     let mut ctx: Map<String, Value> = event.data.clone();
-    ctx.insert(
-        "event".into(),
-        json!({"type": event.event_type, "occurred_at": event.occurred_at.canonical()}),
-    );
+    ctx.insert("event".into(), json!({"type": event.event_type, "occurred_at": event.occurred_at.canonical()}));
     ctx.insert(
         "entity".into(),
         json!({"type": event.entity.kind, "id": event.entity.id, "version": event.entity.version}),
     );
-    ctx.insert(
-        "recipient".into(),
-        json!({"id": recipient.id, "locale": locale}),
-    );
+    ctx.insert("recipient".into(), json!({"id": recipient.id, "locale": locale}));
     Value::Object(ctx)
 }
 

@@ -233,16 +233,10 @@ struct SegmentLimits {
 }
 
 /// 140 octets = 160 septets; the 6-octet concatenation UDH leaves 153.
-const GSM7_LIMITS: SegmentLimits = SegmentLimits {
-    single: 160,
-    concatenated: 153,
-};
+const GSM7_LIMITS: SegmentLimits = SegmentLimits { single: 160, concatenated: 153 };
 
 /// 140 octets = 70 UTF-16 units; the 6-octet concatenation UDH leaves 67.
-const UCS2_LIMITS: SegmentLimits = SegmentLimits {
-    single: 70,
-    concatenated: 67,
-};
+const UCS2_LIMITS: SegmentLimits = SegmentLimits { single: 70, concatenated: 67 };
 
 /// Septets `ch` costs in GSM-7, or `None` if GSM-7 cannot carry it.
 /// Returning the cost rather than a bool keeps the table lookup and the
@@ -316,17 +310,9 @@ pub fn analyse(text: &str) -> SmsAnalysis {
         let widths = text.chars().map(|ch| gsm7_septets(ch).unwrap_or(1));
         (Encoding::Gsm7, measure(widths, GSM7_LIMITS))
     } else {
-        (
-            Encoding::Ucs2,
-            measure(text.chars().map(ucs2_units), UCS2_LIMITS),
-        )
+        (Encoding::Ucs2, measure(text.chars().map(ucs2_units), UCS2_LIMITS))
     };
-    SmsAnalysis {
-        encoding,
-        segments,
-        units,
-        culprits,
-    }
+    SmsAnalysis { encoding, segments, units, culprits }
 }
 
 #[cfg(test)]
@@ -381,11 +367,7 @@ mod tests {
 
     #[test]
     fn whole_basic_table_is_gsm7_one_septet_each() {
-        for ch in GSM7_BASIC
-            .iter()
-            .copied()
-            .filter(|&c| c != GSM7_ESCAPE_SLOT)
-        {
+        for ch in GSM7_BASIC.iter().copied().filter(|&c| c != GSM7_ESCAPE_SLOT) {
             let a = analyse(&ch.to_string());
             assert_eq!(a.encoding, Encoding::Gsm7, "{ch:?}");
             assert_eq!(a.units, 1, "{ch:?}");
@@ -463,13 +445,7 @@ mod tests {
         assert_eq!(a.encoding, Encoding::Ucs2);
         assert_eq!(a.units, 12);
         assert_eq!(a.segments, 1);
-        assert_eq!(
-            a.culprits,
-            vec![Culprit {
-                ch: '\u{2019}',
-                position: 3
-            }]
-        );
+        assert_eq!(a.culprits, vec![Culprit { ch: '\u{2019}', position: 3 }]);
         assert_eq!(a.culprits[0].code_point(), "U+2019");
     }
 
@@ -551,9 +527,7 @@ mod tests {
         /// Naive model: literally builds the list of segments char by char.
         fn reference(text: &str) -> Reference {
             let chars: Vec<char> = text.chars().collect();
-            let gsm = chars
-                .iter()
-                .all(|&c| REF_BASIC.contains(c) || REF_EXT.contains(c));
+            let gsm = chars.iter().all(|&c| REF_BASIC.contains(c) || REF_EXT.contains(c));
             let width = |c: char| -> u32 {
                 if gsm {
                     if REF_EXT.contains(c) { 2 } else { 1 }
@@ -580,11 +554,7 @@ mod tests {
                 }
                 list.len() as u32
             };
-            Reference {
-                encoding: if gsm { Encoding::Gsm7 } else { Encoding::Ucs2 },
-                units,
-                segments,
-            }
+            Reference { encoding: if gsm { Encoding::Gsm7 } else { Encoding::Ucs2 }, units, segments }
         }
 
         fn basic_char() -> impl Strategy<Value = char> {
@@ -596,11 +566,7 @@ mod tests {
         }
 
         fn bmp_char() -> impl Strategy<Value = char> {
-            prop_oneof![
-                Just('\u{2019}'),
-                Just('ç'),
-                prop::char::range('\u{0100}', '\u{FFFD}'),
-            ]
+            prop_oneof![Just('\u{2019}'), Just('ç'), prop::char::range('\u{0100}', '\u{FFFD}'),]
         }
 
         fn astral_char() -> impl Strategy<Value = char> {
@@ -626,10 +592,7 @@ mod tests {
             prop_oneof![
                 prop::collection::vec(gsm_char(), 0..400),
                 prop::collection::vec(any_char(), 0..400),
-                prop::collection::vec(
-                    prop_oneof![3 => bmp_char(), 1 => astral_char(), 1 => basic_char()],
-                    0..250
-                ),
+                prop::collection::vec(prop_oneof![3 => bmp_char(), 1 => astral_char(), 1 => basic_char()], 0..250),
             ]
             .prop_map(|v| v.into_iter().collect())
         }
@@ -641,11 +604,7 @@ mod tests {
             let mut prose: Vec<char> = REF_BASIC.chars().collect();
             prose.sort_unstable();
             prose.dedup();
-            let mut table: Vec<char> = GSM7_BASIC
-                .iter()
-                .copied()
-                .filter(|&c| c != GSM7_ESCAPE_SLOT)
-                .collect();
+            let mut table: Vec<char> = GSM7_BASIC.iter().copied().filter(|&c| c != GSM7_ESCAPE_SLOT).collect();
             table.sort_unstable();
             assert_eq!(prose.len(), 127);
             assert_eq!(prose, table);

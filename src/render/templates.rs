@@ -45,10 +45,7 @@ fn one() -> u32 {
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateSetError {
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
 }
@@ -69,76 +66,33 @@ pub struct TemplateSet {
 
 /// The built-in example templates (the repository's `templates/` directory).
 const BUILT_IN: &[(&str, &str)] = &[
-    (
-        "po_approved/template.toml",
-        include_str!("../../templates/po_approved/template.toml"),
-    ),
-    (
-        "po_approved/fixtures.json",
-        include_str!("../../templates/po_approved/fixtures.json"),
-    ),
-    (
-        "po_approved/en/email.subject.j2",
-        include_str!("../../templates/po_approved/en/email.subject.j2"),
-    ),
-    (
-        "po_approved/en/email.txt.j2",
-        include_str!("../../templates/po_approved/en/email.txt.j2"),
-    ),
-    (
-        "po_approved/en/email.html.j2",
-        include_str!("../../templates/po_approved/en/email.html.j2"),
-    ),
-    (
-        "po_approved/en/sms.j2",
-        include_str!("../../templates/po_approved/en/sms.j2"),
-    ),
-    (
-        "po_approved/en/in_app.j2",
-        include_str!("../../templates/po_approved/en/in_app.j2"),
-    ),
-    (
-        "po_approved/ne/email.subject.j2",
-        include_str!("../../templates/po_approved/ne/email.subject.j2"),
-    ),
-    (
-        "po_approved/ne/email.txt.j2",
-        include_str!("../../templates/po_approved/ne/email.txt.j2"),
-    ),
-    (
-        "po_approved/ne/sms.j2",
-        include_str!("../../templates/po_approved/ne/sms.j2"),
-    ),
-    (
-        "po_approved/ne/in_app.j2",
-        include_str!("../../templates/po_approved/ne/in_app.j2"),
-    ),
+    ("po_approved/template.toml", include_str!("../../templates/po_approved/template.toml")),
+    ("po_approved/fixtures.json", include_str!("../../templates/po_approved/fixtures.json")),
+    ("po_approved/en/email.subject.j2", include_str!("../../templates/po_approved/en/email.subject.j2")),
+    ("po_approved/en/email.txt.j2", include_str!("../../templates/po_approved/en/email.txt.j2")),
+    ("po_approved/en/email.html.j2", include_str!("../../templates/po_approved/en/email.html.j2")),
+    ("po_approved/en/sms.j2", include_str!("../../templates/po_approved/en/sms.j2")),
+    ("po_approved/en/in_app.j2", include_str!("../../templates/po_approved/en/in_app.j2")),
+    ("po_approved/ne/email.subject.j2", include_str!("../../templates/po_approved/ne/email.subject.j2")),
+    ("po_approved/ne/email.txt.j2", include_str!("../../templates/po_approved/ne/email.txt.j2")),
+    ("po_approved/ne/sms.j2", include_str!("../../templates/po_approved/ne/sms.j2")),
+    ("po_approved/ne/in_app.j2", include_str!("../../templates/po_approved/ne/in_app.j2")),
 ];
 
 fn new_env() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     // HTML is escaped in `.html.j2` only: escaping an SMS would send `&amp;`.
-    env.set_auto_escape_callback(|name| {
-        if name.ends_with(".html.j2") {
-            AutoEscape::Html
-        } else {
-            AutoEscape::None
-        }
-    });
+    env.set_auto_escape_callback(|name| if name.ends_with(".html.j2") { AutoEscape::Html } else { AutoEscape::None });
     env.set_keep_trailing_newline(false);
     env
 }
 
 impl TemplateSet {
     pub fn built_in() -> TemplateSet {
-        let files = BUILT_IN
-            .iter()
-            .map(|(p, s)| (PathBuf::from(p), s.to_string()))
-            .collect();
+        let files = BUILT_IN.iter().map(|(p, s)| (PathBuf::from(p), s.to_string())).collect();
         // The built-in set is checked by a unit test; failing here is a build defect.
-        TemplateSet::from_files(Path::new("<built-in>"), files)
-            .expect("built-in templates are valid")
+        TemplateSet::from_files(Path::new("<built-in>"), files).expect("built-in templates are valid")
     }
 
     pub fn load_dir(dir: &Path) -> Result<TemplateSet, TemplateSetError> {
@@ -148,27 +102,17 @@ impl TemplateSet {
     }
 
     /// `files` are (path relative to the root, text).
-    fn from_files(
-        root: &Path,
-        files: Vec<(PathBuf, String)>,
-    ) -> Result<TemplateSet, TemplateSetError> {
+    fn from_files(root: &Path, files: Vec<(PathBuf, String)>) -> Result<TemplateSet, TemplateSetError> {
         let mut env = new_env();
         let mut metas: BTreeMap<String, TemplateMeta> = BTreeMap::new();
         let mut fixtures: BTreeMap<String, Value> = BTreeMap::new();
         let mut locales: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
         for (rel, text) in files {
-            let parts: Vec<String> = rel
-                .iter()
-                .map(|p| p.to_string_lossy().into_owned())
-                .collect();
-            let bad = |message: String| TemplateSetError::Invalid {
-                path: root.join(&rel),
-                message,
-            };
+            let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+            let bad = |message: String| TemplateSetError::Invalid { path: root.join(&rel), message };
             match parts.as_slice() {
                 [id, f] if f == "template.toml" => {
-                    let meta: TemplateMeta =
-                        toml::from_str(&text).map_err(|e| bad(e.message().to_string()))?;
+                    let meta: TemplateMeta = toml::from_str(&text).map_err(|e| bad(e.message().to_string()))?;
                     metas.insert(id.clone(), meta);
                 }
                 [id, f] if f == "fixtures.json" => {
@@ -177,14 +121,8 @@ impl TemplateSet {
                 }
                 [id, locale, file] if file.ends_with(".j2") => {
                     let name = format!("{id}/{locale}/{file}");
-                    env.add_template_owned(name, text)
-                        .map_err(|e| bad(describe(&e)))?;
-                    locales
-                        .entry(id.clone())
-                        .or_default()
-                        .entry(locale.clone())
-                        .or_default()
-                        .insert(file.clone());
+                    env.add_template_owned(name, text).map_err(|e| bad(describe(&e)))?;
+                    locales.entry(id.clone()).or_default().entry(locale.clone()).or_default().insert(file.clone());
                 }
                 _ => {}
             }
@@ -193,7 +131,8 @@ impl TemplateSet {
         for (id, locs) in locales {
             let meta = metas.remove(&id).ok_or_else(|| TemplateSetError::Invalid {
                 path: root.join(&id).join("template.toml"),
-                message: "missing: every template directory needs a template.toml with revision and default_locale".into(),
+                message: "missing: every template directory needs a template.toml with revision and default_locale"
+                    .into(),
             })?;
             if !locs.contains_key(&meta.default_locale) {
                 return Err(TemplateSetError::Invalid {
@@ -201,14 +140,7 @@ impl TemplateSet {
                     message: format!("default_locale {:?} has no directory", meta.default_locale),
                 });
             }
-            templates.insert(
-                id.clone(),
-                Template {
-                    meta,
-                    locales: locs,
-                    fixtures: fixtures.remove(&id),
-                },
-            );
+            templates.insert(id.clone(), Template { meta, locales: locs, fixtures: fixtures.remove(&id) });
         }
         Ok(TemplateSet { env, templates })
     }
@@ -230,29 +162,18 @@ impl TemplateSet {
     }
 
     pub fn locales(&self, id: &str) -> Vec<&str> {
-        self.templates
-            .get(id)
-            .map(|t| t.locales.keys().map(String::as_str).collect())
-            .unwrap_or_default()
+        self.templates.get(id).map(|t| t.locales.keys().map(String::as_str).collect()).unwrap_or_default()
     }
 
     /// Whether `locale` of template `id` has its own files for `channel`.
     pub fn has_channel(&self, id: &str, locale: &str, channel: Channel) -> bool {
         let first = files_for(channel)[0];
-        self.templates
-            .get(id)
-            .and_then(|t| t.locales.get(locale))
-            .is_some_and(|f| f.contains(first))
+        self.templates.get(id).and_then(|t| t.locales.get(locale)).is_some_and(|f| f.contains(first))
     }
 
     /// The recipient's locale when the template has it for this channel, else
     /// the template's default locale.
-    pub fn resolve_locale(
-        &self,
-        id: &str,
-        wanted: Option<&str>,
-        channel: Channel,
-    ) -> Option<String> {
+    pub fn resolve_locale(&self, id: &str, wanted: Option<&str>, channel: Channel) -> Option<String> {
         let t = self.templates.get(id)?;
         match wanted {
             Some(l) if self.has_channel(id, l, channel) => Some(l.to_string()),
@@ -269,25 +190,15 @@ impl TemplateSet {
         recipient: &RecipientSpec,
         wanted_locale: Option<&str>,
     ) -> Result<Rendered, RenderError> {
-        let t = self
-            .templates
-            .get(id)
-            .ok_or_else(|| RenderError::UnknownTemplate(id.to_string()))?;
-        let locale = self
-            .resolve_locale(id, wanted_locale, channel)
-            .unwrap_or_else(|| t.meta.default_locale.clone());
+        let t = self.templates.get(id).ok_or_else(|| RenderError::UnknownTemplate(id.to_string()))?;
+        let locale = self.resolve_locale(id, wanted_locale, channel).unwrap_or_else(|| t.meta.default_locale.clone());
         let ctx = super::context(event, recipient, &locale);
-        self.render_with(id, t, channel, &locale, &ctx, || {
-            default_webhook_body(event)
-        })
+        self.render_with(id, t, channel, &locale, &ctx, || default_webhook_body(event))
     }
 
     /// Renders a one-off template string (a digest key) with strict undefined.
     pub fn render_str(&self, source: &str, ctx: &Value) -> Result<String, RenderError> {
-        self.env
-            .render_str(source, ctx)
-            .map(|s| s.trim().to_string())
-            .map_err(|e| RenderError::Template(describe(&e)))
+        self.env.render_str(source, ctx).map(|s| s.trim().to_string()).map_err(|e| RenderError::Template(describe(&e)))
     }
 
     /// Renders one message from a fixture context (`templates check`).
@@ -298,13 +209,8 @@ impl TemplateSet {
         locale: &str,
         ctx: &Value,
     ) -> Result<Rendered, RenderError> {
-        let t = self
-            .templates
-            .get(id)
-            .ok_or_else(|| RenderError::UnknownTemplate(id.to_string()))?;
-        self.render_with(id, t, channel, locale, ctx, || {
-            crate::event::canonical_json(ctx)
-        })
+        let t = self.templates.get(id).ok_or_else(|| RenderError::UnknownTemplate(id.to_string()))?;
+        self.render_with(id, t, channel, locale, ctx, || crate::event::canonical_json(ctx))
     }
 
     fn render_with(
@@ -324,9 +230,7 @@ impl TemplateSet {
                 .env
                 .get_template(&format!("{id}/{locale}/{file}"))
                 .map_err(|e| RenderError::Template(describe(&e)))?;
-            tpl.render(ctx)
-                .map(Some)
-                .map_err(|e| RenderError::Template(describe(&e)))
+            tpl.render(ctx).map(Some).map_err(|e| RenderError::Template(describe(&e)))
         };
         let required = |file: &str| -> Result<String, RenderError> {
             render_file(file)?.ok_or_else(|| RenderError::MissingFile {
@@ -335,13 +239,7 @@ impl TemplateSet {
                 file: file.to_string(),
             })
         };
-        let mut content = Content {
-            subject: None,
-            body: String::new(),
-            html: None,
-            encoding: None,
-            segments: None,
-        };
+        let mut content = Content { subject: None, body: String::new(), html: None, encoding: None, segments: None };
         let mut over_budget = None;
         match channel {
             Channel::Email => {
@@ -363,16 +261,9 @@ impl TemplateSet {
                 }
             }
             Channel::InApp => content.body = required("in_app.j2")?.trim().to_string(),
-            Channel::Webhook => {
-                content.body = render_file("webhook.j2")?.unwrap_or_else(webhook_default)
-            }
+            Channel::Webhook => content.body = render_file("webhook.j2")?.unwrap_or_else(webhook_default),
         }
-        Ok(Rendered {
-            locale: locale.to_string(),
-            revision: t.meta.revision.clone(),
-            content,
-            over_budget,
-        })
+        Ok(Rendered { locale: locale.to_string(), revision: t.meta.revision.clone(), content, over_budget })
     }
 }
 
@@ -387,19 +278,12 @@ fn describe(e: &minijinja::Error) -> String {
     msg
 }
 
-fn collect(
-    root: &Path,
-    dir: &Path,
-    out: &mut Vec<(PathBuf, String)>,
-) -> Result<(), TemplateSetError> {
+fn collect(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) -> Result<(), TemplateSetError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| TemplateSetError::Io { path, source }
     };
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io(dir))?
-        .collect::<Result<_, _>>()
-        .map_err(io(dir))?;
+    let mut entries: Vec<_> = std::fs::read_dir(dir).map_err(io(dir))?.collect::<Result<_, _>>().map_err(io(dir))?;
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let path = entry.path();
@@ -431,36 +315,23 @@ mod tests {
     }
 
     fn set(files: &[(&str, &str)]) -> TemplateSet {
-        let files = files
-            .iter()
-            .map(|(p, s)| (PathBuf::from(p), s.to_string()))
-            .collect();
+        let files = files.iter().map(|(p, s)| (PathBuf::from(p), s.to_string())).collect();
         TemplateSet::from_files(Path::new("t"), files).unwrap()
     }
 
     fn recipient() -> RecipientSpec {
-        RecipientSpec {
-            id: "u-1".into(),
-            ..Default::default()
-        }
+        RecipientSpec { id: "u-1".into(), ..Default::default() }
     }
 
     #[test]
     fn the_built_in_templates_render_every_channel_and_locale() {
         let set = TemplateSet::built_in();
-        let ev =
-            event(json!({"po": {"number": "PO-1", "total": "9"}, "approver": {"name": "Asha"}}));
+        let ev = event(json!({"po": {"number": "PO-1", "total": "9"}, "approver": {"name": "Asha"}}));
         for locale in ["en", "ne"] {
             for ch in [Channel::Email, Channel::Sms, Channel::InApp] {
-                let r = set
-                    .render("po_approved", ch, &ev, &recipient(), Some(locale))
-                    .unwrap();
+                let r = set.render("po_approved", ch, &ev, &recipient(), Some(locale)).unwrap();
                 assert_eq!(r.locale, locale);
-                assert!(
-                    r.content.body.contains("PO-1"),
-                    "{ch} {locale}: {:?}",
-                    r.content
-                );
+                assert!(r.content.body.contains("PO-1"), "{ch} {locale}: {:?}", r.content);
                 assert!(r.over_budget.is_none());
             }
         }
@@ -469,38 +340,22 @@ mod tests {
     #[test]
     fn a_missing_variable_is_an_error_not_an_empty_string() {
         let set = set(&[
-            (
-                "a/template.toml",
-                "revision = \"1\"\ndefault_locale = \"en\"",
-            ),
+            ("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""),
             ("a/en/sms.j2", "Hi {{ who.name }}"),
         ]);
-        let e = set
-            .render("a", Channel::Sms, &event(json!({})), &recipient(), None)
-            .unwrap_err();
+        let e = set.render("a", Channel::Sms, &event(json!({})), &recipient(), None).unwrap_err();
         assert!(matches!(e, RenderError::Template(_)), "{e:?}");
     }
 
     #[test]
     fn html_is_escaped_and_text_is_not() {
         let set = set(&[
-            (
-                "a/template.toml",
-                "revision = \"1\"\ndefault_locale = \"en\"",
-            ),
+            ("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""),
             ("a/en/email.subject.j2", "  {{ x }}  \n"),
             ("a/en/email.txt.j2", "{{ x }}"),
             ("a/en/email.html.j2", "<p>{{ x }}</p>"),
         ]);
-        let r = set
-            .render(
-                "a",
-                Channel::Email,
-                &event(json!({"x": "<b>&"})),
-                &recipient(),
-                None,
-            )
-            .unwrap();
+        let r = set.render("a", Channel::Email, &event(json!({"x": "<b>&"})), &recipient(), None).unwrap();
         assert_eq!(r.content.subject.as_deref(), Some("<b>&"));
         assert_eq!(r.content.body, "<b>&");
         assert_eq!(r.content.html.as_deref(), Some("<p>&lt;b&gt;&amp;</p>"));
@@ -509,90 +364,44 @@ mod tests {
     #[test]
     fn a_missing_locale_falls_back_to_the_default() {
         let set = TemplateSet::built_in();
-        let ev =
-            event(json!({"po": {"number": "PO-1", "total": "9"}, "approver": {"name": "Asha"}}));
-        let r = set
-            .render("po_approved", Channel::Sms, &ev, &recipient(), Some("fr"))
-            .unwrap();
+        let ev = event(json!({"po": {"number": "PO-1", "total": "9"}, "approver": {"name": "Asha"}}));
+        let r = set.render("po_approved", Channel::Sms, &ev, &recipient(), Some("fr")).unwrap();
         assert_eq!(r.locale, "en");
     }
 
     #[test]
     fn reserved_names_are_in_the_context() {
         let set = set(&[
-            (
-                "a/template.toml",
-                "revision = \"3\"\ndefault_locale = \"en\"",
-            ),
-            (
-                "a/en/in_app.j2",
-                "{{ event.type }} {{ entity.id }} v{{ entity.version }} for {{ recipient.id }}",
-            ),
+            ("a/template.toml", "revision = \"3\"\ndefault_locale = \"en\""),
+            ("a/en/in_app.j2", "{{ event.type }} {{ entity.id }} v{{ entity.version }} for {{ recipient.id }}"),
         ]);
-        let r = set
-            .render("a", Channel::InApp, &event(json!({})), &recipient(), None)
-            .unwrap();
+        let r = set.render("a", Channel::InApp, &event(json!({})), &recipient(), None).unwrap();
         assert_eq!(r.content.body, "purchase_order.approved PO-1 v2 for u-1");
         assert_eq!(r.revision, "3");
     }
 
     #[test]
     fn an_sms_over_budget_is_flagged_with_its_segments() {
-        let set = set(&[
-            (
-                "a/template.toml",
-                "revision = \"1\"\ndefault_locale = \"en\"",
-            ),
-            ("a/en/sms.j2", "{{ x }}"),
-        ]);
-        let r = set
-            .render(
-                "a",
-                Channel::Sms,
-                &event(json!({"x": "a".repeat(161)})),
-                &recipient(),
-                None,
-            )
-            .unwrap();
+        let set = set(&[("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""), ("a/en/sms.j2", "{{ x }}")]);
+        let r = set.render("a", Channel::Sms, &event(json!({"x": "a".repeat(161)})), &recipient(), None).unwrap();
         assert_eq!(r.content.segments, Some(2));
-        assert_eq!(
-            r.over_budget,
-            Some(OverBudget {
-                segments: 2,
-                budget: 1,
-                send_anyway: false
-            })
-        );
+        assert_eq!(r.over_budget, Some(OverBudget { segments: 2, budget: 1, send_anyway: false }));
     }
 
     #[test]
     fn a_syntax_error_names_the_file() {
         let files = vec![
-            (
-                PathBuf::from("a/template.toml"),
-                "revision = \"1\"\ndefault_locale = \"en\"".to_string(),
-            ),
+            (PathBuf::from("a/template.toml"), "revision = \"1\"\ndefault_locale = \"en\"".to_string()),
             (PathBuf::from("a/en/sms.j2"), "{{ x ".to_string()),
         ];
-        let e = TemplateSet::from_files(Path::new("t"), files)
-            .err()
-            .unwrap()
-            .to_string();
+        let e = TemplateSet::from_files(Path::new("t"), files).err().unwrap().to_string();
         assert!(e.contains("sms.j2"), "{e}");
     }
 
     #[test]
     fn a_webhook_without_template_carries_the_event() {
         let set = TemplateSet::built_in();
-        let r = set
-            .render(
-                "po_approved",
-                Channel::Webhook,
-                &event(json!({"k": 1})),
-                &recipient(),
-                None,
-            )
-            .unwrap();
+        let r = set.render("po_approved", Channel::Webhook, &event(json!({"k": 1})), &recipient(), None).unwrap();
         let body: Value = serde_json::from_str(&r.content.body).unwrap();
         assert_eq!(body["entity"]["id"], "PO-1");
         assert_eq!(body["data"]["k"], 1);

@@ -90,13 +90,41 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Page<InboxCard>>;
 
     /// Returns false when no such card exists for that recipient.
-    async fn inbox_mark_read(
+    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool>;
+
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>>;
+
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>>;
+
+    /// (reason, count) of dead letters updated in [since, until); every tenant when `tenant` is None.
+    async fn dead_letters_summary(
         &self,
-        tenant: &str,
-        recipient_id: &str,
-        card_id: &str,
-        now_us: i64,
-    ) -> StoreResult<bool>;
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
+    async fn dead_letters_examples(
+        &self,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>>;
+
+    /// Puts dead letters back on the queue with the same key and frozen content.
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>>;
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>>;
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()>;
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>>;
+
+    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats>;
+
+    /// One small batch of one retention step, in its own short transaction.
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64>;
 
     /// A future that resolves when new work may be due (or after `timeout`).
     async fn wait_for_work(&self, timeout: Duration);

@@ -15,12 +15,7 @@ fn keys_arg(keys: &[String]) -> Vec<String> {
 }
 
 mod q {
-    super::super::common::shared_queries!(
-        sqlx::Postgres,
-        "= ANY($1)",
-        super::keys_arg,
-        " FOR UPDATE"
-    );
+    super::super::common::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg, " FOR UPDATE");
 }
 
 pub struct PostgresStore {
@@ -30,11 +25,8 @@ pub struct PostgresStore {
 
 impl PostgresStore {
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
-        let pool = PgPoolOptions::new()
-            .max_connections(24)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
-            .await?;
+        let pool =
+            PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10)).connect(url).await?;
         let wake = Arc::new(Notify::new());
         // Other processes' new jobs wake this one through LISTEN; polling stays
         // the fallback if the listener's connection drops.
@@ -65,9 +57,7 @@ impl PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("migrations/postgres")
-            .run(&self.pool)
-            .await?;
+        sqlx::migrate!("migrations/postgres").run(&self.pool).await?;
         Ok(())
     }
 
@@ -116,19 +106,10 @@ impl Store for PostgresStore {
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
         let mut tx = self.pool.begin().await?;
         let outcome = q::ingest(&mut tx, &ingest).await?;
-        let queued = matches!(
-            &outcome,
-            IngestOutcome::Accepted {
-                any_created: true,
-                ..
-            }
-        );
+        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
         if queued {
             // Delivered to listeners when the transaction commits.
-            sqlx::query("SELECT pg_notify($1, '')")
-                .bind(CHANNEL)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         if queued {
@@ -222,10 +203,7 @@ impl Store for PostgresStore {
         .bind(&at)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)")
-            .bind(&done)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)").bind(&done).execute(&mut *tx).await?;
         sqlx::query(
             "UPDATE jobs j SET run_at = u.run_at, locked_until = NULL
              FROM UNNEST($1::text[], $2::bigint[]) AS u(k, run_at) WHERE j.intent_key = u.k",
@@ -255,14 +233,63 @@ impl Store for PostgresStore {
         q::inbox_list(&self.pool, tenant, recipient_id, cursor, limit).await
     }
 
-    async fn inbox_mark_read(
-        &self,
-        tenant: &str,
-        recipient_id: &str,
-        card_id: &str,
-        now_us: i64,
-    ) -> StoreResult<bool> {
+    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {
         q::inbox_mark_read(&self.pool, tenant, recipient_id, card_id, now_us).await
+    }
+
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+        q::dead_letters_list(&self.pool, &filter).await
+    }
+
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        q::attempts_of(&self.pool, keys).await
+    }
+
+    async fn dead_letters_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        q::dead_letters_summary(&self.pool, tenant, since_us, until_us).await
+    }
+
+    async fn dead_letters_examples(
+        &self,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>> {
+        q::dead_letters_examples(&self.pool, reason, since_us, until_us, limit).await
+    }
+
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+        let mut tx = self.pool.begin().await?;
+        let out = q::dead_letters_replay(&mut tx, &replay).await?;
+        tx.commit().await?;
+        self.wake.notify_one();
+        Ok(out)
+    }
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        q::ops_digest_claim(&self.pool, &claim).await
+    }
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+        q::ops_digest_posted(&self.pool, slot, now_us, total).await
+    }
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+        q::ops_digest_last_until(&self.pool).await
+    }
+
+    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
+        q::queue_stats(&self.pool, now_us).await
+    }
+
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+        q::retention_batch(&self.pool, step, cutoff_us, batch).await
     }
 
     async fn wait_for_work(&self, timeout: Duration) {

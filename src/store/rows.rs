@@ -115,10 +115,7 @@ pub struct IngestResponse {
 pub enum IngestOutcome {
     /// This request was new. `any_created` is false when every intent existed
     /// already (the same event under another `Idempotency-Key`).
-    Accepted {
-        response: IngestResponse,
-        any_created: bool,
-    },
+    Accepted { response: IngestResponse, any_created: bool },
     /// The same identity and fingerprint were seen before: the stored response.
     Replayed { response: IngestResponse },
     /// The same identity arrived with another event.
@@ -152,6 +149,9 @@ pub struct IntentRow {
     pub preferences_version: Option<i64>,
     /// The newer intent that superseded this one, or the digest it joined.
     pub link_key: Option<String>,
+    /// `attempts` when the intent was last replayed from the dead letters: the
+    /// retry policy counts the tries since then.
+    pub retry_base: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -333,12 +333,87 @@ pub struct InboxCard {
 }
 
 /// One card per (tenant, recipient, entity).
-pub fn inbox_card_id(
-    tenant: &str,
-    recipient_id: &str,
-    entity_type: &str,
-    entity_id: &str,
-) -> String {
+pub fn inbox_card_id(tenant: &str, recipient_id: &str, entity_type: &str, entity_id: &str) -> String {
     let input = format!("inbox|{tenant}|{recipient_id}|{entity_type}|{entity_id}");
     crate::event::identity::sha256_hex(input.as_bytes())[..32].to_string()
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeadLetterFilter {
+    pub tenant: String,
+    pub reason: Option<String>,
+    pub since_us: Option<i64>,
+    pub cursor: Option<String>,
+    pub limit: u32,
+}
+
+/// A dead intent with what an operator needs to read it: the original event
+/// and the frozen content (attempts come separately).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeadLetter {
+    #[sqlx(flatten)]
+    pub intent: IntentRow,
+    pub content: Option<String>,
+    pub event_body: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum ReplaySelector {
+    Ids(Vec<String>),
+    Reason { reason: String, since_us: Option<i64> },
+}
+
+#[derive(Debug, Clone)]
+pub struct Replay {
+    pub tenant: String,
+    pub selector: ReplaySelector,
+    pub now_us: i64,
+    pub requested_by: Option<String>,
+    /// The most a reason-wide replay takes in one call.
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayOutcome {
+    Queued,
+    NotFound,
+    /// Not a dead letter (any more): its state.
+    NotDead(String),
+    /// Died before it had content (a template error): nothing to resend.
+    NoContent(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayResult {
+    pub key: String,
+    pub outcome: ReplayOutcome,
+}
+
+#[derive(Debug, Clone)]
+pub struct OpsDigestClaim {
+    pub slot: String,
+    pub since_us: i64,
+    pub until_us: i64,
+    pub now_us: i64,
+    pub lease_until_us: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Jobs due now.
+    pub due: i64,
+    /// Jobs in the queue, due or scheduled.
+    pub total: i64,
+    pub oldest_due_us: Option<i64>,
+}
+
+/// Retention, in the order it runs: verbose attempt text first, then content
+/// bodies (their digests stay on the intents), then whole intents, then
+/// request records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneStep {
+    AttemptDiagnostics,
+    Payloads,
+    Intents,
+    Requests,
 }

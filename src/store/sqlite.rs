@@ -4,9 +4,7 @@
 
 use super::common::{report, transition_columns};
 use super::*;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -16,12 +14,7 @@ fn keys_arg(keys: &[String]) -> String {
 }
 
 mod q {
-    super::super::common::shared_queries!(
-        sqlx::Sqlite,
-        "IN (SELECT value FROM json_each($1))",
-        super::keys_arg,
-        ""
-    );
+    super::super::common::shared_queries!(sqlx::Sqlite, "IN (SELECT value FROM json_each($1))", super::keys_arg, "");
 }
 
 pub struct SqliteStore {
@@ -37,28 +30,16 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10));
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        Ok(SqliteStore {
-            writer,
-            reader,
-            wake: Arc::new(Notify::new()),
-        })
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()) })
     }
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("migrations/sqlite")
-            .run(&self.writer)
-            .await?;
+        sqlx::migrate!("migrations/sqlite").run(&self.writer).await?;
         Ok(())
     }
 
@@ -108,13 +89,7 @@ impl Store for SqliteStore {
         let mut tx = self.writer.begin().await?;
         let outcome = q::ingest(&mut tx, &ingest).await?;
         tx.commit().await?;
-        if matches!(
-            &outcome,
-            IngestOutcome::Accepted {
-                any_created: true,
-                ..
-            }
-        ) {
+        if matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. }) {
             self.wake.notify_one();
         }
         Ok(outcome)
@@ -180,21 +155,17 @@ impl Store for SqliteStore {
             }
             applied.push(f.key.clone());
             let (state, reason, run_at) = transition_columns(&f.transition);
-            sqlx::query(
-                "UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1",
-            )
-            .bind(&f.key)
-            .bind(state.as_str())
-            .bind(reason)
-            .bind(f.finished_at_us)
-            .execute(&mut *tx)
-            .await?;
-            match run_at {
-                Some(t) => sqlx::query(
-                    "UPDATE jobs SET run_at = $2, locked_until = NULL WHERE intent_key = $1",
-                )
+            sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
                 .bind(&f.key)
-                .bind(t),
+                .bind(state.as_str())
+                .bind(reason)
+                .bind(f.finished_at_us)
+                .execute(&mut *tx)
+                .await?;
+            match run_at {
+                Some(t) => sqlx::query("UPDATE jobs SET run_at = $2, locked_until = NULL WHERE intent_key = $1")
+                    .bind(&f.key)
+                    .bind(t),
                 None => sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&f.key),
             }
             .execute(&mut *tx)
@@ -221,14 +192,63 @@ impl Store for SqliteStore {
         q::inbox_list(&self.reader, tenant, recipient_id, cursor, limit).await
     }
 
-    async fn inbox_mark_read(
-        &self,
-        tenant: &str,
-        recipient_id: &str,
-        card_id: &str,
-        now_us: i64,
-    ) -> StoreResult<bool> {
+    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {
         q::inbox_mark_read(&self.writer, tenant, recipient_id, card_id, now_us).await
+    }
+
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+        q::dead_letters_list(&self.reader, &filter).await
+    }
+
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        q::attempts_of(&self.reader, keys).await
+    }
+
+    async fn dead_letters_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        q::dead_letters_summary(&self.reader, tenant, since_us, until_us).await
+    }
+
+    async fn dead_letters_examples(
+        &self,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>> {
+        q::dead_letters_examples(&self.reader, reason, since_us, until_us, limit).await
+    }
+
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+        let mut tx = self.writer.begin().await?;
+        let out = q::dead_letters_replay(&mut tx, &replay).await?;
+        tx.commit().await?;
+        self.wake.notify_one();
+        Ok(out)
+    }
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        q::ops_digest_claim(&self.writer, &claim).await
+    }
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+        q::ops_digest_posted(&self.writer, slot, now_us, total).await
+    }
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+        q::ops_digest_last_until(&self.reader).await
+    }
+
+    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
+        q::queue_stats(&self.reader, now_us).await
+    }
+
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+        q::retention_batch(&self.writer, step, cutoff_us, batch).await
     }
 
     async fn wait_for_work(&self, timeout: Duration) {

@@ -52,15 +52,10 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temp dir");
                 let url = format!("sqlite://{}", dir.path().join("herald.db").display());
-                TestDb {
-                    url,
-                    backend,
-                    _dir: Some(dir),
-                }
+                TestDb { url, backend, _dir: Some(dir) }
             }
             Backend::Postgres => {
-                let admin =
-                    std::env::var("HERALD_TEST_DATABASE_URL").expect("HERALD_TEST_DATABASE_URL");
+                let admin = std::env::var("HERALD_TEST_DATABASE_URL").expect("HERALD_TEST_DATABASE_URL");
                 // A database per test, named from the process and a counter.
                 let name = format!(
                     "herald_test_{}_{}_{}",
@@ -76,15 +71,8 @@ impl TestDb {
                     .execute(&mut conn)
                     .await
                     .unwrap_or_else(|e| panic!("cannot create test database {name}: {e}"));
-                let base = admin
-                    .rsplit_once('/')
-                    .map_or(admin.as_str(), |(b, _)| b)
-                    .to_string();
-                TestDb {
-                    url: format!("{base}/{name}"),
-                    backend,
-                    _dir: None,
-                }
+                let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b).to_string();
+                TestDb { url: format!("{base}/{name}"), backend, _dir: None }
             }
         }
     }
@@ -107,20 +95,10 @@ pub struct Reply {
 
 impl Reply {
     pub fn ok(id: &str) -> Reply {
-        Reply {
-            status: 200,
-            body: json!({"id": id}),
-            retry_after: None,
-            delay: Duration::ZERO,
-        }
+        Reply { status: 200, body: json!({"id": id}), retry_after: None, delay: Duration::ZERO }
     }
     pub fn status(status: u16, body: Value) -> Reply {
-        Reply {
-            status,
-            body,
-            retry_after: None,
-            delay: Duration::ZERO,
-        }
+        Reply { status, body, retry_after: None, delay: Duration::ZERO }
     }
     pub fn slow(mut self, delay: Duration) -> Reply {
         self.delay = delay;
@@ -152,12 +130,8 @@ pub struct FakeSms {
 impl FakeSms {
     pub async fn start() -> FakeSms {
         let state = Arc::new(Mutex::new(FakeState::default()));
-        let app = axum::Router::new()
-            .route("/sms", axum::routing::post(sms_handler))
-            .with_state(state.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let app = axum::Router::new().route("/sms", axum::routing::post(sms_handler)).with_state(state.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/sms", listener.local_addr().expect("addr"));
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -166,20 +140,12 @@ impl FakeSms {
     }
 
     pub fn script(&self, to: &str, replies: Vec<Reply>) {
-        self.state
-            .lock()
-            .unwrap()
-            .scripts
-            .insert(to.to_string(), replies.into());
+        self.state.lock().unwrap().scripts.insert(to.to_string(), replies.into());
     }
 
     pub fn sent_to(&self, to: &str) -> Vec<SmsRequest> {
         let s = self.state.lock().unwrap();
-        s.requests
-            .iter()
-            .filter(|r| r.body["to"] == to)
-            .cloned()
-            .collect()
+        s.requests.iter().filter(|r| r.body["to"] == to).cloned().collect()
     }
 }
 
@@ -191,10 +157,7 @@ async fn sms_handler(
     let reply = {
         let mut s = state.lock().unwrap();
         s.requests.push(SmsRequest {
-            idempotency_key: headers
-                .get("idempotency-key")
-                .and_then(|v| v.to_str().ok())
-                .map(String::from),
+            idempotency_key: headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(String::from),
             body: body.clone(),
         });
         s.counter += 1;
@@ -209,14 +172,9 @@ async fn sms_handler(
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
-    let mut resp = (
-        StatusCode::from_u16(reply.status).unwrap(),
-        Json(reply.body),
-    )
-        .into_response();
+    let mut resp = (StatusCode::from_u16(reply.status).unwrap(), Json(reply.body)).into_response();
     if let Some(ra) = reply.retry_after {
-        resp.headers_mut()
-            .insert("retry-after", ra.parse().unwrap());
+        resp.headers_mut().insert("retry-after", ra.parse().unwrap());
     }
     resp
 }
@@ -345,10 +303,7 @@ channels = ["sms", "in_app"]
                 .unwrap_or_default(),
         );
         if let Some(url) = &self.sms_url {
-            toml.push_str(&format!(
-                "[channels.sms]\nurl = \"{url}\"\ntimeout = \"{}\"\n",
-                self.sms_timeout
-            ));
+            toml.push_str(&format!("[channels.sms]\nurl = \"{url}\"\ntimeout = \"{}\"\n", self.sms_timeout));
         }
         toml.push_str(&self.extra);
         let dir = tempfile::tempdir().expect("temp dir");
@@ -358,32 +313,17 @@ channels = ["sms", "in_app"]
     }
 
     pub async fn spawn(self) -> Spawned {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let clock = self.clock.clone().unwrap_or_else(|| Arc::new(SystemClock));
-        let running = start_with(self.config(), clock, Some(listener))
-            .await
-            .expect("herald starts");
+        let running = start_with(self.config(), clock, Some(listener)).await.expect("herald starts");
         let base = format!("http://{}", running.addr);
-        Spawned {
-            running,
-            base,
-            client: reqwest::Client::new(),
-        }
+        Spawned { running, base, client: reqwest::Client::new() }
     }
 }
 
 impl Spawned {
-    pub async fn post_event(
-        &self,
-        event: &Value,
-        idempotency_key: Option<&str>,
-    ) -> (u16, Value, HeaderMap) {
-        let mut req = self
-            .client
-            .post(format!("{}/v1/events", self.base))
-            .json(event);
+    pub async fn post_event(&self, event: &Value, idempotency_key: Option<&str>) -> (u16, Value, HeaderMap) {
+        let mut req = self.client.post(format!("{}/v1/events", self.base)).json(event);
         if let Some(k) = idempotency_key {
             req = req.header("idempotency-key", k);
         }
@@ -394,24 +334,13 @@ impl Spawned {
     }
 
     pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
-        let resp = self
-            .client
-            .put(format!("{}{path}", self.base))
-            .json(body)
-            .send()
-            .await
-            .expect("PUT");
+        let resp = self.client.put(format!("{}{path}", self.base)).json(body).send().await.expect("PUT");
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let resp = self
-            .client
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .expect("GET");
+        let resp = self.client.get(format!("{}{path}", self.base)).send().await.expect("GET");
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(Value::Null))
     }

@@ -67,21 +67,11 @@ impl FakeSmtp {
 
     /// Answer RCPT TO for `addr` with these replies in turn (`"550 5.1.1 no such user"`).
     pub fn refuse(&self, addr: &str, replies: &[&str]) {
-        self.state.lock().unwrap().refuse.insert(
-            addr.to_string(),
-            replies.iter().map(|s| s.to_string()).collect(),
-        );
+        self.state.lock().unwrap().refuse.insert(addr.to_string(), replies.iter().map(|s| s.to_string()).collect());
     }
 
     pub fn to(&self, addr: &str) -> Vec<Mail> {
-        self.state
-            .lock()
-            .unwrap()
-            .mails
-            .iter()
-            .filter(|m| m.to.iter().any(|t| t == addr))
-            .cloned()
-            .collect()
+        self.state.lock().unwrap().mails.iter().filter(|m| m.to.iter().any(|t| t == addr)).cloned().collect()
     }
 }
 
@@ -106,22 +96,10 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
             rcpts.clear();
             "250 ok".into()
         } else if upper.starts_with("RCPT TO") {
-            let addr = cmd[8..]
-                .trim()
-                .trim_start_matches('<')
-                .split('>')
-                .next()
-                .unwrap_or_default()
-                .to_string();
+            let addr = cmd[8..].trim().trim_start_matches('<').split('>').next().unwrap_or_default().to_string();
             let refused = {
                 let mut s = state.lock().unwrap();
-                s.refuse.get_mut(&addr).map(|q| {
-                    if q.len() > 1 {
-                        q.remove(0)
-                    } else {
-                        q[0].clone()
-                    }
-                })
+                s.refuse.get_mut(&addr).map(|q| if q.len() > 1 { q.remove(0) } else { q[0].clone() })
             };
             match refused {
                 Some(r) if !r.starts_with('2') => r,
@@ -141,16 +119,9 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
                 if line == ".\r\n" || line == ".\n" {
                     break;
                 }
-                raw.push_str(
-                    line.strip_prefix('.')
-                        .filter(|_| line.starts_with(".."))
-                        .unwrap_or(&line),
-                );
+                raw.push_str(line.strip_prefix('.').filter(|_| line.starts_with("..")).unwrap_or(&line));
             }
-            state.lock().unwrap().mails.push(Mail {
-                to: rcpts.clone(),
-                raw,
-            });
+            state.lock().unwrap().mails.push(Mail { to: rcpts.clone(), raw });
             "250 queued".into()
         } else if upper == "QUIT" {
             let _ = write.write_all(b"221 bye\r\n").await;
@@ -158,11 +129,7 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
         } else {
             "502 not implemented".into()
         };
-        if write
-            .write_all(format!("{reply}\r\n").as_bytes())
-            .await
-            .is_err()
-        {
+        if write.write_all(format!("{reply}\r\n").as_bytes()).await.is_err() {
             return;
         }
     }

@@ -41,38 +41,21 @@ impl FakeReceiver {
         let app = axum::Router::new()
             .route("/hook/{name}", axum::routing::post(receive))
             .with_state((secret.to_string(), inner.clone()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        FakeReceiver {
-            base,
-            secret: secret.into(),
-            inner,
-        }
+        FakeReceiver { base, secret: secret.into(), inner }
     }
 
     /// Statuses to answer on `/hook/{name}` in turn; the last repeats. Default 204.
     pub fn script(&self, name: &str, statuses: &[u16]) {
-        self.inner
-            .lock()
-            .unwrap()
-            .scripts
-            .insert(name.into(), statuses.to_vec());
+        self.inner.lock().unwrap().scripts.insert(name.into(), statuses.to_vec());
     }
 
     pub fn received(&self, name: &str) -> Vec<Received> {
-        self.inner
-            .lock()
-            .unwrap()
-            .received
-            .iter()
-            .filter(|r| r.path == name)
-            .cloned()
-            .collect()
+        self.inner.lock().unwrap().received.iter().filter(|r| r.path == name).cloned().collect()
     }
 
     pub fn secret(&self) -> &str {
@@ -83,28 +66,15 @@ impl FakeReceiver {
 /// The verification a receiver runs: the timestamp within five minutes, and
 /// one of the space-separated `v1,` signatures equal to ours.
 fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> bool {
-    let get = |n: &str| {
-        headers
-            .get(n)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (id, ts, sigs) = (
-        get("webhook-id"),
-        get("webhook-timestamp"),
-        get("webhook-signature"),
-    );
+    let get = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let (id, ts, sigs) = (get("webhook-id"), get("webhook-timestamp"), get("webhook-signature"));
     let Ok(ts_num) = ts.parse::<i64>() else {
         return false;
     };
     if (jiff::Timestamp::now().as_second() - ts_num).abs() > 300 {
         return false;
     }
-    let Some(key) = secret
-        .strip_prefix("whsec_")
-        .and_then(|b| STANDARD.decode(b).ok())
-    else {
+    let Some(key) = secret.strip_prefix("whsec_").and_then(|b| STANDARD.decode(b).ok()) else {
         return false;
     };
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
@@ -114,15 +84,12 @@ fn verify(secret: &str, headers: &HeaderMap, body: &[u8]) -> bool {
     mac.update(b".");
     mac.update(body);
     let expected = mac.finalize().into_bytes();
-    sigs.split(' ')
-        .filter_map(|s| s.strip_prefix("v1,"))
-        .filter_map(|s| STANDARD.decode(s).ok())
-        .any(|sig| {
-            let mut check = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-            check.update(format!("{id}.{ts}.").as_bytes());
-            check.update(body);
-            sig.len() == expected.len() && check.verify_slice(&sig).is_ok()
-        })
+    sigs.split(' ').filter_map(|s| s.strip_prefix("v1,")).filter_map(|s| STANDARD.decode(s).ok()).any(|sig| {
+        let mut check = Hmac::<Sha256>::new_from_slice(&key).unwrap();
+        check.update(format!("{id}.{ts}.").as_bytes());
+        check.update(body);
+        sig.len() == expected.len() && check.verify_slice(&sig).is_ok()
+    })
 }
 
 async fn receive(
@@ -135,11 +102,7 @@ async fn receive(
     let mut s = inner.lock().unwrap();
     s.received.push(Received {
         path: name.clone(),
-        id: headers
-            .get("webhook-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string(),
+        id: headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string(),
         body: serde_json::from_slice(&body).unwrap_or_default(),
         verified,
     });

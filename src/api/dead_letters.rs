@@ -1,0 +1,161 @@
+//! Dead letters (DESIGN rule 5): readable — the event, the frozen content and
+//! every attempt — and replayable, as the same intents with the same key.
+
+use super::intents::page_limit;
+use super::{ApiError, AppState, Caller, Scope, views};
+use crate::clock::micros;
+use crate::intent::Reason;
+use crate::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+/// The most one reason-wide replay requeues; call again for the rest.
+pub const REPLAY_LIMIT: i64 = 10_000;
+
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    reason: Option<String>,
+    since: Option<String>,
+    cursor: Option<String>,
+    limit: Option<u32>,
+}
+
+fn parse_since(since: Option<&str>) -> Result<Option<i64>, ApiError> {
+    since
+        .map(|s| {
+            s.parse::<jiff::Timestamp>().map(micros).map_err(|_| {
+                ApiError::invalid_field("since", "must be an RFC 3339 timestamp like 2026-11-29T08:30:00Z")
+            })
+        })
+        .transpose()
+}
+
+fn check_reason(reason: &str) -> Result<(), ApiError> {
+    if Reason::parse(reason).is_none() && reason != "unknown" {
+        return Err(ApiError::invalid_field("reason", &format!("unknown reason {reason:?}")));
+    }
+    Ok(())
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Ops)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if let Some(r) = &q.reason {
+        check_reason(r)?;
+    }
+    let filter = DeadLetterFilter {
+        tenant: caller.tenant.as_str().to_string(),
+        reason: q.reason,
+        since_us: parse_since(q.since.as_deref())?,
+        cursor: q.cursor,
+        limit: page_limit(q.limit)?,
+    };
+    let page = app.store.dead_letters_list(filter).await?;
+    let keys: Vec<String> = page.items.iter().map(|d| d.intent.key.clone()).collect();
+    let mut attempts: HashMap<String, Vec<Value>> = HashMap::new();
+    for a in app.store.attempts_of(&keys).await? {
+        attempts.entry(a.intent_key.clone()).or_default().push(views::attempt(&a));
+    }
+    let items: Vec<Value> = page
+        .items
+        .iter()
+        .map(|d| {
+            let mut v = views::intent(&d.intent);
+            v["content"] = d.content.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
+            v["event"] = d.event_body.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
+            v["attempts"] = Value::Array(attempts.remove(&d.intent.key).unwrap_or_default());
+            v
+        })
+        .collect();
+    Ok(Json(json!({"dead_letters": items, "next": page.next})))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SummaryQuery {
+    since: Option<String>,
+}
+
+pub async fn summary(
+    State(app): State<AppState>,
+    caller: Caller,
+    query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Ops)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let since = parse_since(q.since.as_deref())?.unwrap_or(i64::MIN);
+    let rows = app.store.dead_letters_summary(Some(caller.tenant.as_str()), since, i64::MAX).await?;
+    let total: i64 = rows.iter().map(|(_, n)| n).sum();
+    let by_reason: serde_json::Map<String, Value> = rows.into_iter().map(|(r, n)| (r, Value::from(n))).collect();
+    Ok(Json(json!({"total": total, "by_reason": by_reason})))
+}
+
+/// `{"ids": [...]}` or `{"reason": "...", "since": "..."}`.
+pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Ops)?;
+    let v: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
+        code: "malformed_json",
+        message: format!("body is not valid JSON: {e}"),
+    })?;
+    let obj = v.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
+    if let Some(k) = obj.keys().find(|k| !["ids", "reason", "since"].contains(&k.as_str())) {
+        return Err(ApiError::invalid_field(k, "unknown field; expected ids, or reason and since"));
+    }
+    let selector = match (obj.get("ids"), obj.get("reason")) {
+        (Some(ids), None) => {
+            let ids = ids
+                .as_array()
+                .filter(|a| !a.is_empty() && a.len() <= 1000)
+                .ok_or_else(|| ApiError::invalid_field("ids", "must be a list of 1 to 1000 intent ids"))?;
+            let ids = ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    id.as_str()
+                        .map(String::from)
+                        .ok_or_else(|| ApiError::invalid_field(&format!("ids[{i}]"), "must be a string"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            ReplaySelector::Ids(ids)
+        }
+        (None, Some(reason)) => {
+            let reason = reason.as_str().ok_or_else(|| ApiError::invalid_field("reason", "must be a string"))?;
+            check_reason(reason)?;
+            let since = parse_since(obj.get("since").and_then(Value::as_str))?;
+            ReplaySelector::Reason { reason: reason.to_string(), since_us: since }
+        }
+        _ => return Err(ApiError::bad_request("give either \"ids\" or \"reason\" (with an optional \"since\")")),
+    };
+    let results = app
+        .store
+        .dead_letters_replay(Replay {
+            tenant: caller.tenant.as_str().to_string(),
+            selector,
+            now_us: micros(app.clock.now()),
+            requested_by: caller.name.clone(),
+            limit: REPLAY_LIMIT,
+        })
+        .await?;
+    let mut replayed = Vec::new();
+    let mut skipped = Vec::new();
+    for r in results {
+        match r.outcome {
+            ReplayOutcome::Queued => replayed.push(Value::String(r.key)),
+            ReplayOutcome::NotFound => skipped.push(json!({"id": r.key, "why": "no such intent"})),
+            ReplayOutcome::NotDead(state) => {
+                skipped.push(json!({"id": r.key, "why": format!("not a dead letter (it is {state})")}))
+            }
+            ReplayOutcome::NoContent(reason) => skipped
+                .push(json!({"id": r.key, "why": format!("died before it had content ({reason}); nothing to resend")})),
+        }
+    }
+    tracing::info!(replayed = replayed.len(), skipped = skipped.len(), by = ?caller.name, "dead letters replayed");
+    Ok(Json(json!({"replayed": replayed, "skipped": skipped})))
+}

@@ -1,0 +1,37 @@
+//! `/metrics` and `POST /v1/ops/dlq-digest`.
+
+use super::{ApiError, AppState, Caller, Scope};
+use crate::clock::micros;
+use crate::ops::dlq_digest::DigestError;
+use crate::ops::metrics;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// Prometheus text. Queue figures are read from the database at scrape time.
+pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require(Scope::Ops)?;
+    let now = micros(app.clock.now());
+    match app.store.queue_stats(now).await {
+        Ok(stats) => metrics::queue(stats, now),
+        Err(e) => tracing::warn!(error = %e, "queue figures unavailable for this scrape"),
+    }
+    let body = metrics::render();
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response())
+}
+
+pub async fn dlq_digest(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require(Scope::Ops)?;
+    match app.ops_digest.post_now().await {
+        Ok(body) => Ok((StatusCode::OK, Json::<Value>(body)).into_response()),
+        Err(DigestError::NotConfigured) => {
+            Err(ApiError::invalid_field("ops.digest_webhook", "is not configured; nowhere to post the digest"))
+        }
+        Err(DigestError::Post(why)) => {
+            Err(ApiError::BadGateway(format!("the ops webhook did not accept the digest: {why}")))
+        }
+        Err(DigestError::Store(e)) => Err(ApiError::Internal(e)),
+    }
+}

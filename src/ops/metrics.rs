@@ -1,0 +1,78 @@
+//! Prometheus metrics (DESIGN rule 10). Every label is from a bounded set —
+//! channel, decision, reason, outcome class — never an id, address or entity.
+
+use crate::store::QueueStats;
+use metrics::{counter, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-wide recorder once; later calls reuse it.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full("herald_attempt_duration_seconds".into()), &buckets)
+                .ok()?;
+            match builder.install_recorder() {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics recorder not installed");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+pub fn render() -> String {
+    install().map(|h| h.render()).unwrap_or_default()
+}
+
+pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>) {
+    counter!("herald_intents_created_total", "channel" => channel.to_string(), "decision" => decision.to_string())
+        .increment(1);
+    counter!("herald_decisions_total", "decision" => decision.to_string(), "reason" => reason.unwrap_or("none").to_string())
+        .increment(1);
+}
+
+/// `duplicate`: the same request replayed; `mismatch`: the same identity with another body.
+pub fn idempotency_conflict(kind: &'static str) {
+    counter!("herald_idempotency_conflicts_total", "kind" => kind).increment(1);
+}
+
+pub fn attempt_started(channel: &str) {
+    counter!("herald_attempts_started_total", "channel" => channel.to_string()).increment(1);
+}
+
+pub fn attempt_finished(channel: &str, outcome: &str, took: Duration) {
+    counter!("herald_attempts_total", "channel" => channel.to_string(), "outcome" => outcome.to_string()).increment(1);
+    histogram!("herald_attempt_duration_seconds", "channel" => channel.to_string()).record(took.as_secs_f64());
+}
+
+pub fn dead_letter(reason: &str) {
+    counter!("herald_dead_letters_total", "reason" => reason.to_string()).increment(1);
+}
+
+/// `hit` (answered from Redis), `miss`, `error` (Redis unreachable: the database answered).
+pub fn fastpath(result: &'static str) {
+    counter!("herald_redis_fastpath_total", "result" => result).increment(1);
+}
+
+pub fn queue(stats: QueueStats, now_us: i64) {
+    gauge!("herald_queue_depth", "due" => "now").set(stats.due as f64);
+    gauge!("herald_queue_depth", "due" => "any").set(stats.total as f64);
+    let age = stats.oldest_due_us.map_or(0.0, |t| ((now_us - t).max(0) as f64) / 1e6);
+    gauge!("herald_queue_oldest_due_age_seconds").set(age);
+}
+
+pub fn ops_digest_posted(ok: bool) {
+    counter!("herald_ops_digests_total", "result" => if ok { "posted" } else { "failed" }).increment(1);
+}
+
+pub fn pruned(step: &'static str, rows: u64) {
+    counter!("herald_retention_pruned_total", "step" => step).increment(rows);
+}

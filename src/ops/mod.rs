@@ -1,0 +1,7 @@
+//! Operations: metrics, the daily dead-letter digest, retention, and the
+//! optional Redis fast path in front of ingest.
+
+pub mod dlq_digest;
+pub mod fastpath;
+pub mod metrics;
+pub mod retention;
