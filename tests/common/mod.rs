@@ -189,6 +189,7 @@ pub struct TestApp {
     workers: bool,
     templates_dir: Option<std::path::PathBuf>,
     clock: Option<Arc<dyn Clock>>,
+    redis: Option<String>,
     extra: String,
 }
 
@@ -228,6 +229,7 @@ impl TestApp {
             workers: true,
             templates_dir: None,
             clock: None,
+            redis: None,
             extra: String::new(),
         }
     }
@@ -251,6 +253,11 @@ impl TestApp {
     /// An API-only process: it ingests but claims nothing.
     pub fn without_workers(mut self) -> TestApp {
         self.workers = false;
+        self
+    }
+
+    pub fn with_redis(mut self, url: &str) -> TestApp {
+        self.redis = Some(url.to_string());
         self
     }
 
@@ -279,6 +286,7 @@ database_url = "{db}"
 dedupe_window = "1h"
 shutdown_grace = "5s"
 {templates}
+{redis}
 [retry]
 attempts = {attempts}
 base = "{base}"
@@ -296,6 +304,7 @@ channels = ["sms", "in_app"]
             db = self.db_url,
             lease = self.lease,
             disabled = !self.workers,
+            redis = self.redis.as_ref().map(|r| format!("redis_url = {r:?}")).unwrap_or_default(),
             templates = self
                 .templates_dir
                 .as_ref()
@@ -370,4 +379,18 @@ pub fn sms_event(entity_id: &str, phone: &str) -> Value {
         "recipients": [{"id": format!("u-{entity_id}"), "phone": phone}],
         "channels": ["sms"]
     })
+}
+
+/// The Redis of `HERALD_TEST_REDIS_URL`, flushed of nothing: None when unset;
+/// a panic when set but unreachable, so a broken CI leg fails instead of skipping.
+pub async fn test_redis() -> Option<String> {
+    let url = std::env::var("HERALD_TEST_REDIS_URL").ok().filter(|v| !v.is_empty())?;
+    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("HERALD_TEST_REDIS_URL {url}: {e}"));
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("HERALD_TEST_REDIS_URL is set but Redis is unreachable ({url}): {e}"));
+    let pong: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
+    assert_eq!(pong, "PONG");
+    Some(url)
 }
