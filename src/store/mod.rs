@@ -3,8 +3,9 @@
 //! `tests/store.rs` that both must pass. The queue lives beside the intents,
 //! so enqueueing is part of the same transaction (the outbox is the queue).
 
-mod common;
+mod delegate;
 mod postgres;
+mod queries;
 mod rows;
 mod sqlite;
 

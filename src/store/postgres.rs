@@ -2,7 +2,7 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
-use super::common::{report, transition_columns};
+use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ fn keys_arg(keys: &[String]) -> Vec<String> {
 }
 
 mod q {
-    super::super::common::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg, " FOR UPDATE");
+    super::super::queries::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg, " FOR UPDATE");
 }
 
 pub struct PostgresStore {
@@ -54,8 +54,7 @@ impl PostgresStore {
     }
 }
 
-#[async_trait]
-impl Store for PostgresStore {
+super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn migrate(&self) -> StoreResult<()> {
         sqlx::migrate!("migrations/postgres").run(&self.pool).await?;
         Ok(())
@@ -64,43 +63,6 @@ impl Store for PostgresStore {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-        q::recipients_get(&self.pool, tenant, ids).await
-    }
-
-    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow> {
-        q::recipient_put(&self.pool, &put).await
-    }
-
-    async fn recipient_preferences_get(
-        &self,
-        tenant: &str,
-        id: &str,
-        version: i64,
-    ) -> StoreResult<Option<PreferencesVersion>> {
-        q::recipient_preferences_get(&self.pool, tenant, id, version).await
-    }
-
-    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
-        q::digests_due(&self.pool, now_us, limit).await
-    }
-
-    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
-        q::digest_members(&self.pool, key).await
-    }
-
-    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = q::digest_close(&mut tx, &close).await?;
-        if outcome == DigestCloseOutcome::Closed {
-            tx.commit().await?;
-            self.wake.notify_one();
-        } else {
-            tx.rollback().await?;
-        }
-        Ok(outcome)
     }
 
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
@@ -118,25 +80,17 @@ impl Store for PostgresStore {
         Ok(outcome)
     }
 
-    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
-        q::intent_get(&self.pool, tenant, key).await
-    }
-
-    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
-        q::intents_list(&self.pool, &filter).await
-    }
-
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.pool.begin().await?;
         let keys: Vec<String> = sqlx::query_scalar(
             "WITH due AS (
-                 SELECT intent_key FROM jobs
-                 WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
-                 ORDER BY run_at LIMIT $2
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE jobs SET locked_until = $3 FROM due
-             WHERE jobs.intent_key = due.intent_key
-             RETURNING jobs.intent_key",
+                     SELECT intent_key FROM jobs
+                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+                     ORDER BY run_at LIMIT $2
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE jobs SET locked_until = $3 FROM due
+                 WHERE jobs.intent_key = due.intent_key
+                 RETURNING jobs.intent_key",
         )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
@@ -158,23 +112,23 @@ impl Store for PostgresStore {
         }
         let mut tx = self.pool.begin().await?;
         let applied: Vec<String> = sqlx::query_scalar(
-            "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                    provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
-             FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
-                  AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
-             WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
-             RETURNING a.intent_key",
-        )
-        .bind(finished.iter().map(|f| f.key.clone()).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.error_class.map(|r| r.as_str())).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
-        .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
-        .fetch_all(&mut *tx)
-        .await?;
+                "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+                        provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
+                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
+                 WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
+                 RETURNING a.intent_key",
+            )
+            .bind(finished.iter().map(|f| f.key.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.error_class.map(|r| r.as_str())).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .fetch_all(&mut *tx)
+            .await?;
 
         let (mut keys, mut states, mut reasons, mut at) = (vec![], vec![], vec![], vec![]);
         let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
@@ -194,8 +148,8 @@ impl Store for PostgresStore {
         }
         sqlx::query(
             "UPDATE intents i SET state = u.state, reason = u.reason, updated_at = u.at
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(k, state, reason, at)
-             WHERE i.key = u.k",
+                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(k, state, reason, at)
+                 WHERE i.key = u.k",
         )
         .bind(&keys)
         .bind(&states)
@@ -206,7 +160,7 @@ impl Store for PostgresStore {
         sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)").bind(&done).execute(&mut *tx).await?;
         sqlx::query(
             "UPDATE jobs j SET run_at = u.run_at, locked_until = NULL
-             FROM UNNEST($1::text[], $2::bigint[]) AS u(k, run_at) WHERE j.intent_key = u.k",
+                 FROM UNNEST($1::text[], $2::bigint[]) AS u(k, run_at) WHERE j.intent_key = u.k",
         )
         .bind(&retry_keys)
         .bind(&retry_at)
@@ -215,84 +169,4 @@ impl Store for PostgresStore {
         tx.commit().await?;
         Ok(report(finished, &applied))
     }
-
-    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        q::inbox_deliver(&mut tx, &delivery).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn inbox_list(
-        &self,
-        tenant: &str,
-        recipient_id: &str,
-        cursor: Option<&str>,
-        limit: u32,
-    ) -> StoreResult<Page<InboxCard>> {
-        q::inbox_list(&self.pool, tenant, recipient_id, cursor, limit).await
-    }
-
-    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {
-        q::inbox_mark_read(&self.pool, tenant, recipient_id, card_id, now_us).await
-    }
-
-    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
-        q::dead_letters_list(&self.pool, &filter).await
-    }
-
-    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
-        q::attempts_of(&self.pool, keys).await
-    }
-
-    async fn dead_letters_summary(
-        &self,
-        tenant: Option<&str>,
-        since_us: i64,
-        until_us: i64,
-    ) -> StoreResult<Vec<(String, i64)>> {
-        q::dead_letters_summary(&self.pool, tenant, since_us, until_us).await
-    }
-
-    async fn dead_letters_examples(
-        &self,
-        reason: &str,
-        since_us: i64,
-        until_us: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<IntentRow>> {
-        q::dead_letters_examples(&self.pool, reason, since_us, until_us, limit).await
-    }
-
-    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
-        let mut tx = self.pool.begin().await?;
-        let out = q::dead_letters_replay(&mut tx, &replay).await?;
-        tx.commit().await?;
-        self.wake.notify_one();
-        Ok(out)
-    }
-
-    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
-        q::ops_digest_claim(&self.pool, &claim).await
-    }
-
-    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
-        q::ops_digest_posted(&self.pool, slot, now_us, total).await
-    }
-
-    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
-        q::ops_digest_last_until(&self.pool).await
-    }
-
-    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
-        q::queue_stats(&self.pool, now_us).await
-    }
-
-    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
-        q::retention_batch(&self.pool, step, cutoff_us, batch).await
-    }
-
-    async fn wait_for_work(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
-    }
-}
+});

@@ -1,0 +1,118 @@
+//! The part of `impl Store` that is the same for every backend: each method
+//! hands its pool (the reader or the writer) to the shared query of the same
+//! name. A backend writes only what differs — migrations, claiming, batch
+//! recording, ingest's wake-up — and lets this macro write the rest, so the
+//! two implementations cannot drift apart.
+
+macro_rules! store_impl {
+    ($ty:ty, reader = $reader:ident, writer = $writer:ident, { $($own:tt)* }) => {
+        #[async_trait::async_trait]
+        impl Store for $ty {
+            $($own)*
+
+            async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
+                q::recipients_get(&self.$reader, tenant, ids).await
+            }
+
+            async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow> {
+                q::recipient_put(&self.$writer, &put).await
+            }
+
+            async fn recipient_preferences_get(&self, tenant: &str, id: &str, version: i64) -> StoreResult<Option<PreferencesVersion>> {
+                q::recipient_preferences_get(&self.$reader, tenant, id, version).await
+            }
+
+            async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
+                q::intent_get(&self.$reader, tenant, key).await
+            }
+
+            async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
+                q::intents_list(&self.$reader, &filter).await
+            }
+
+            async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+                q::digests_due(&self.$reader, now_us, limit).await
+            }
+
+            async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+                q::digest_members(&self.$reader, key).await
+            }
+
+            async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+                let mut tx = self.$writer.begin().await?;
+                let outcome = q::digest_close(&mut tx, &close).await?;
+                if outcome == DigestCloseOutcome::Closed {
+                    tx.commit().await?;
+                    self.wake.notify_one();
+                } else {
+                    tx.rollback().await?;
+                }
+                Ok(outcome)
+            }
+
+            async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()> {
+                let mut tx = self.$writer.begin().await?;
+                q::inbox_deliver(&mut tx, &delivery).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn inbox_list(&self, tenant: &str, recipient_id: &str, cursor: Option<&str>, limit: u32) -> StoreResult<Page<InboxCard>> {
+                q::inbox_list(&self.$reader, tenant, recipient_id, cursor, limit).await
+            }
+
+            async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {
+                q::inbox_mark_read(&self.$writer, tenant, recipient_id, card_id, now_us).await
+            }
+
+            async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+                q::dead_letters_list(&self.$reader, &filter).await
+            }
+
+            async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+                q::attempts_of(&self.$reader, keys).await
+            }
+
+            async fn dead_letters_summary(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::dead_letters_summary(&self.$reader, tenant, since_us, until_us).await
+            }
+
+            async fn dead_letters_examples(&self, reason: &str, since_us: i64, until_us: i64, limit: u32) -> StoreResult<Vec<IntentRow>> {
+                q::dead_letters_examples(&self.$reader, reason, since_us, until_us, limit).await
+            }
+
+            async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+                let mut tx = self.$writer.begin().await?;
+                let out = q::dead_letters_replay(&mut tx, &replay).await?;
+                tx.commit().await?;
+                self.wake.notify_one();
+                Ok(out)
+            }
+
+            async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+                q::ops_digest_claim(&self.$writer, &claim).await
+            }
+
+            async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+                q::ops_digest_posted(&self.$writer, slot, now_us, total).await
+            }
+
+            async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+                q::ops_digest_last_until(&self.$reader).await
+            }
+
+            async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
+                q::queue_stats(&self.$reader, now_us).await
+            }
+
+            async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+                q::retention_batch(&self.$writer, step, cutoff_us, batch).await
+            }
+
+            async fn wait_for_work(&self, timeout: Duration) {
+                let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+            }
+        }
+    };
+}
+pub(crate) use store_impl;

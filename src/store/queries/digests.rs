@@ -1,0 +1,78 @@
+//! Digest windows: finding the due ones, their members, closing them once.
+//! Instantiated per backend by [`super::shared_queries`].
+
+macro_rules! digests_queries {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+        pub async fn digests_due(pool: &Pool<$db>, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+            let rows = sqlx::query_as(
+                "SELECT key, tenant, event_type, channel, recipient_id, group_key, destination, locale, window_start, closes_at, state, created_at
+                 FROM digests WHERE state = 'open' AND closes_at <= $1 ORDER BY closes_at LIMIT $2",
+            )
+                .bind(now_us)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await?;
+            Ok(rows)
+        }
+
+        pub async fn digest_members(pool: &Pool<$db>, key: &str) -> StoreResult<Vec<DigestMember>> {
+            let rows = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                ", e.body AS event_body, p.body AS content
+                 FROM intents i JOIN payloads e ON e.digest = i.event_digest
+                 LEFT JOIN payloads p ON p.digest = i.payload_digest
+                 WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key"
+            ))
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// Closes a window once: the first closer turns it into the digest
+        /// intent and marks its members `digested`; any other finds it closed.
+        pub async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreResult<DigestCloseOutcome> {
+            let d = &close.digest;
+            let won = sqlx::query("UPDATE digests SET state = 'closed' WHERE key = $1 AND state = 'open'")
+                .bind(&d.key)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            if won == 0 {
+                return Ok(DigestCloseOutcome::AlreadyClosed);
+            }
+            let members: Vec<String> =
+                sqlx::query_scalar("SELECT key FROM intents WHERE link_key = $1 AND decision = 'digest' ORDER BY created_at, key")
+                    .bind(&d.key)
+                    .fetch_all(&mut **tx)
+                    .await?;
+            if members != close.member_keys {
+                return Ok(DigestCloseOutcome::MembersChanged);
+            }
+            let ingest = Ingest {
+                tenant: d.tenant.clone(),
+                identity: String::new(),
+                fingerprint: close.event_digest.clone(),
+                event_key: String::new(),
+                event_type: d.event_type.clone(),
+                entity_type: "digest".into(),
+                entity_id: d.group_key.clone(),
+                entity_version: None,
+                occurred_at: close.occurred_at.clone(),
+                event_body: close.event_body.clone(),
+                intents: Vec::new(),
+                now_us: close.now_us,
+            };
+            payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
+            intent_insert(tx, &ingest, &close.intent).await?;
+            sqlx::query("UPDATE intents SET state = 'digested', updated_at = $2 WHERE link_key = $1 AND decision = 'digest'")
+                .bind(&d.key)
+                .bind(close.now_us)
+                .execute(&mut **tx)
+                .await?;
+            Ok(DigestCloseOutcome::Closed)
+        }
+    };
+}
+pub(crate) use digests_queries;

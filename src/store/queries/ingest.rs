@@ -1,0 +1,190 @@
+//! Ingest: the one transaction of `POST /v1/events` (request record, payloads, intents, jobs, digest windows).
+//! Instantiated per backend by [`super::shared_queries`].
+
+macro_rules! ingest_queries {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+        /// The body of `events_ingest`, inside the caller's transaction.
+        pub async fn ingest(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+            let claimed = sqlx::query(
+                "INSERT INTO requests (tenant, identity, fingerprint, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (tenant, identity) DO NOTHING",
+            )
+            .bind(&ingest.tenant)
+            .bind(&ingest.identity)
+            .bind(&ingest.fingerprint)
+            .bind(ingest.now_us)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if claimed == 0 {
+                // Another request with this identity committed first (on Postgres
+                // the INSERT above waited for it): replay it or refuse.
+                let (fingerprint, response): (String, Option<String>) =
+                    sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
+                        .bind(&ingest.tenant)
+                        .bind(&ingest.identity)
+                        .fetch_one(&mut **tx)
+                        .await?;
+                if fingerprint != ingest.fingerprint {
+                    return Ok(IngestOutcome::Mismatch);
+                }
+                let text = response.ok_or_else(|| StoreError::Corrupt("request record without a response".into()))?;
+                let mut response: IngestResponse =
+                    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
+                response.replayed = true;
+                return Ok(IngestOutcome::Replayed { response });
+            }
+
+            payload_put(tx, &ingest.fingerprint, &ingest.event_body, ingest.now_us).await?;
+            // A fixed order keeps two transactions writing the same intents from
+            // deadlocking each other.
+            let mut ordered: Vec<&NewIntent> = ingest.intents.iter().collect();
+            ordered.sort_by(|a, b| a.key.cmp(&b.key));
+            let mut summaries: HashMap<&str, IntentSummary> = HashMap::new();
+            let mut any_created = false;
+            for it in ordered {
+                let summary = intent_insert(tx, ingest, it).await?;
+                any_created |= summary.created;
+                summaries.insert(it.key.as_str(), summary);
+            }
+            let intents = ingest.intents.iter().filter_map(|it| summaries.remove(it.key.as_str())).collect();
+            let response = IngestResponse { event_key: ingest.event_key.clone(), replayed: false, intents };
+            let text = serde_json::to_string(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query("UPDATE requests SET status = $3, response = $4 WHERE tenant = $1 AND identity = $2")
+                .bind(&ingest.tenant)
+                .bind(&ingest.identity)
+                .bind(if any_created { 202_i64 } else { 200_i64 })
+                .bind(text)
+                .execute(&mut **tx)
+                .await?;
+            Ok(IngestOutcome::Accepted { response, any_created })
+        }
+
+        async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_us: i64) -> StoreResult<()> {
+            sqlx::query("INSERT INTO payloads (digest, body, created_at) VALUES ($1, $2, $3) ON CONFLICT (digest) DO NOTHING")
+                .bind(digest)
+                .bind(body)
+                .bind(now_us)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewIntent) -> StoreResult<IntentSummary> {
+            if let Some((digest, body)) = &it.payload {
+                payload_put(tx, digest, body, ingest.now_us).await?;
+            }
+            let created = sqlx::query(
+                "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
+                     channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+                     payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+                     preferences_version, link_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20, $21, $22)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(&it.key)
+            .bind(&ingest.tenant)
+            .bind(&ingest.event_type)
+            .bind(&ingest.entity_type)
+            .bind(&ingest.entity_id)
+            .bind(ingest.entity_version)
+            .bind(&ingest.occurred_at)
+            .bind(&it.channel)
+            .bind(&it.recipient_id)
+            .bind(&it.destination)
+            .bind(&it.locale)
+            .bind(&it.template_id)
+            .bind(&it.template_revision)
+            .bind(&ingest.fingerprint)
+            .bind(it.payload.as_ref().map(|(d, _)| d.as_str()))
+            .bind(&it.decision)
+            .bind(&it.reason)
+            .bind(&it.detail)
+            .bind(&it.state)
+            .bind(ingest.now_us)
+            .bind(it.preferences_version)
+            .bind(it.digest.as_ref().map(|d| d.key.as_str()))
+            .execute(&mut **tx)
+            .await?
+            .rows_affected()
+                == 1;
+            let summary = |decision: String, reason: Option<String>, state: String| IntentSummary {
+                id: it.key.clone(),
+                key: it.key.clone(),
+                channel: it.channel.clone(),
+                recipient_id: it.recipient_id.clone(),
+                decision,
+                reason,
+                state,
+                created,
+            };
+            if created {
+                if let Some(d) = &it.digest
+                    && !digest_join(tx, ingest, d).await?
+                {
+                    // The window closed between planning and this transaction:
+                    // the member goes out on its own rather than being lost.
+                    sqlx::query(
+                        "UPDATE intents SET decision = 'send', state = 'queued', link_key = NULL,
+                             detail = 'its digest window had already closed; sent on its own' WHERE key = $1",
+                    )
+                    .bind(&it.key)
+                    .execute(&mut **tx)
+                    .await?;
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
+                        .bind(&it.key)
+                        .bind(ingest.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                    return Ok(summary("send".into(), None, "queued".into()));
+                }
+                if let Some(run_at) = it.run_at {
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
+                        .bind(&it.key)
+                        .bind(run_at)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                return Ok(summary(it.decision.clone(), it.reason.clone(), it.state.clone()));
+            }
+            // The same event arrived under another request identity: report the
+            // intent as it stands.
+            let (decision, reason, state): (String, Option<String>, String) =
+                sqlx::query_as("SELECT decision, reason, state FROM intents WHERE key = $1")
+                    .bind(&it.key)
+                    .fetch_one(&mut **tx)
+                    .await?;
+            Ok(summary(decision, reason, state))
+        }
+
+        /// Opens the digest window if this member is its first, and says whether
+        /// it is still open (the row lock orders this with a closing worker).
+        async fn digest_join(tx: &mut Tx<'_>, ingest: &Ingest, d: &NewDigest) -> StoreResult<bool> {
+            sqlx::query(
+                "INSERT INTO digests (key, tenant, event_type, channel, recipient_id, group_key, destination, locale,
+                     window_start, closes_at, state, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'open', $11)
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .bind(&d.key)
+            .bind(&ingest.tenant)
+            .bind(&d.event_type)
+            .bind(&d.channel)
+            .bind(&d.recipient_id)
+            .bind(&d.group_key)
+            .bind(&d.destination)
+            .bind(&d.locale)
+            .bind(d.window_start)
+            .bind(d.closes_at)
+            .bind(ingest.now_us)
+            .execute(&mut **tx)
+            .await?;
+            let state: String = sqlx::query_scalar(concat!("SELECT state FROM digests WHERE key = $1", $for_update))
+                .bind(&d.key)
+                .fetch_one(&mut **tx)
+                .await?;
+            Ok(state == "open")
+        }
+    };
+}
+pub(crate) use ingest_queries;

@@ -1,0 +1,96 @@
+//! The queries both backends run with the same SQL. They are written once, as
+//! a macro instantiated for each database type, because sqlx's generic
+//! executor bounds would otherwise bury every query under trait clauses. What
+//! differs between the databases is passed in: how a list of keys is matched
+//! (`= ANY($1)` with an array on Postgres, `IN (SELECT value FROM json_each($1))`
+//! with a JSON array on SQLite) and how that list is bound.
+//!
+//! The backend-specific parts (claiming with `SKIP LOCKED`, batch writes with
+//! `UNNEST`, the SQLite writer connection) stay in `postgres.rs` / `sqlite.rs`.
+
+pub(crate) mod digests;
+pub(crate) mod directory;
+pub(crate) mod inbox;
+pub(crate) mod ingest;
+pub(crate) mod intents;
+pub(crate) mod ops;
+pub(crate) mod queue;
+
+use super::rows::*;
+use crate::intent::State;
+
+/// Is the delivered version newer than the card's? Versionless entities order
+/// by `occurred_at`.
+macro_rules! newer_than_card {
+    () => {
+        "(COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at))"
+    };
+}
+pub(crate) use newer_than_card;
+
+/// Column lists, spelled out: `SELECT *` would change shape under a running
+/// process when a migration adds a column, and prepared-statement caches
+/// (sqlx's and Postgres's) do not survive that.
+macro_rules! intent_columns {
+    () => {
+        "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
+         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
+         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
+         i.retry_base"
+    };
+}
+pub(crate) use intent_columns;
+
+macro_rules! recipient_columns {
+    () => {
+        "tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at"
+    };
+}
+pub(crate) use recipient_columns;
+
+macro_rules! shared_queries {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+        use crate::store::queries::{intent_columns, newer_than_card, recipient_columns};
+        use crate::store::rows::*;
+        use crate::store::{StoreError, StoreResult};
+        use sqlx::{Pool, QueryBuilder, Transaction};
+        use std::collections::HashMap;
+
+        type Tx<'a> = Transaction<'a, $db>;
+
+        crate::store::queries::directory::directory_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::ingest::ingest_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::intents::intents_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::queue::queue_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::digests::digests_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::inbox::inbox_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
+
+        /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
+        fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Page<T> {
+            let more = items.len() > limit as usize;
+            items.truncate(limit as usize);
+            let next = if more { items.last().map(cursor) } else { None };
+            Page { items: std::mem::take(items), next }
+        }
+    };
+}
+pub(crate) use shared_queries;
+
+/// The state, reason and job action an outcome leads to.
+pub fn transition_columns(t: &Transition) -> (State, Option<&'static str>, Option<i64>) {
+    match t {
+        Transition::Sent => (State::Sent, None, None),
+        Transition::Retry { run_at_us, state } => (*state, None, Some(*run_at_us)),
+        Transition::Dead { reason } => (State::Dead, Some(reason.as_str()), None),
+    }
+}
+
+/// Which outcomes were applied, and which were stale.
+pub fn report(finished: &[FinishedAttempt], applied: &[String]) -> FinishReport {
+    let stale: Vec<(String, i64)> =
+        finished.iter().filter(|f| !applied.contains(&f.key)).map(|f| (f.key.clone(), f.n)).collect();
+    FinishReport { applied: finished.len() - stale.len(), stale }
+}

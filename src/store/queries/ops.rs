@@ -1,0 +1,230 @@
+//! Dead letters, the daily digest's bookkeeping, and retention.
+//! Instantiated per backend by [`super::shared_queries`].
+
+macro_rules! ops_queries {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+        pub async fn dead_letters_list(pool: &Pool<$db>, f: &DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(concat!(
+                "SELECT ",
+                intent_columns!(),
+                ", p.body AS content, e.body AS event_body FROM intents i
+                 LEFT JOIN payloads p ON p.digest = i.payload_digest
+                 LEFT JOIN payloads e ON e.digest = i.event_digest
+                 WHERE i.state = 'dead' AND i.tenant = "
+            ));
+            q.push_bind(&f.tenant);
+            if let Some(r) = &f.reason {
+                q.push(" AND i.reason = ").push_bind(r);
+            }
+            if let Some(since) = f.since_us {
+                q.push(" AND i.updated_at >= ").push_bind(since);
+            }
+            if let Some((at, key)) = f.cursor.as_deref().and_then(cursor_decode) {
+                q.push(" AND (i.updated_at < ").push_bind(at);
+                q.push(" OR (i.updated_at = ").push_bind(at).push(" AND i.key < ").push_bind(key).push("))");
+            }
+            q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
+            let mut items: Vec<DeadLetter> = q.build_query_as().fetch_all(pool).await?;
+            Ok(page(&mut items, f.limit, |d| cursor_encode(d.intent.updated_at, &d.intent.key)))
+        }
+
+        /// Dead letters by reason; `tenant` None counts every tenant (the ops digest).
+        pub async fn dead_letters_summary(
+            pool: &Pool<$db>,
+            tenant: Option<&str>,
+            since_us: i64,
+            until_us: i64,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            let rows = sqlx::query_as(
+                "SELECT COALESCE(reason, 'unknown'), COUNT(*) FROM intents
+                 WHERE state = 'dead' AND ($1 IS NULL OR tenant = $1) AND updated_at >= $2 AND updated_at < $3
+                 GROUP BY 1 ORDER BY 2 DESC, 1",
+            )
+            .bind(tenant)
+            .bind(since_us)
+            .bind(until_us)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// The newest dead letters of one reason, every tenant: the digest's examples.
+        pub async fn dead_letters_examples(pool: &Pool<$db>, reason: &str, since_us: i64, until_us: i64, limit: u32) -> StoreResult<Vec<IntentRow>> {
+            let rows = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                " FROM intents i WHERE i.state = 'dead' AND COALESCE(i.reason, 'unknown') = $1
+                  AND i.updated_at >= $2 AND i.updated_at < $3 ORDER BY i.updated_at DESC, i.key DESC LIMIT $4"
+            ))
+            .bind(reason)
+            .bind(since_us)
+            .bind(until_us)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// The same intents back on the queue: same key, same frozen content, a
+        /// fresh retry budget; each replay recorded.
+        pub async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreResult<Vec<ReplayResult>> {
+            let keys: Vec<String> = match &r.selector {
+                ReplaySelector::Ids(ids) => ids.clone(),
+                ReplaySelector::Reason { reason, since_us } => sqlx::query_scalar(
+                    "SELECT key FROM intents WHERE tenant = $1 AND state = 'dead' AND reason = $2 AND updated_at >= $3
+                     ORDER BY updated_at LIMIT $4",
+                )
+                .bind(&r.tenant)
+                .bind(reason)
+                .bind(since_us.unwrap_or(i64::MIN))
+                .bind(r.limit)
+                .fetch_all(&mut **tx)
+                .await?,
+            };
+            let mut out = Vec::with_capacity(keys.len());
+            for key in keys {
+                let row: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(concat!(
+                    "SELECT state, reason, payload_digest FROM intents WHERE tenant = $1 AND key = $2",
+                    $for_update
+                ))
+                .bind(&r.tenant)
+                .bind(&key)
+                .fetch_optional(&mut **tx)
+                .await?;
+                let outcome = match row {
+                    None => ReplayOutcome::NotFound,
+                    Some((state, _, _)) if state != "dead" => ReplayOutcome::NotDead(state),
+                    Some((_, reason, None)) => ReplayOutcome::NoContent(reason.unwrap_or_default()),
+                    Some((_, reason, Some(_))) => {
+                        sqlx::query(
+                            "UPDATE intents SET state = 'queued', reason = NULL, retry_base = attempts, updated_at = $2 WHERE key = $1",
+                        )
+                        .bind(&key)
+                        .bind(r.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                        sqlx::query(
+                            "INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)
+                             ON CONFLICT (intent_key) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL",
+                        )
+                        .bind(&key)
+                        .bind(r.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                        sqlx::query(
+                            "INSERT INTO dead_letter_replays (tenant, intent_key, replayed_at, previous_reason, requested_by)
+                             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (intent_key, replayed_at) DO NOTHING",
+                        )
+                        .bind(&r.tenant)
+                        .bind(&key)
+                        .bind(r.now_us)
+                        .bind(&reason)
+                        .bind(&r.requested_by)
+                        .execute(&mut **tx)
+                        .await?;
+                        ReplayOutcome::Queued
+                    }
+                };
+                out.push(ReplayResult { key, outcome });
+            }
+            Ok(out)
+        }
+
+        /// Claims the ops digest of `slot`: true for exactly one caller at a
+        /// time, until it is posted. Returns the window it covers.
+        pub async fn ops_digest_claim(pool: &Pool<$db>, c: &OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+            let row = sqlx::query_as(
+                "INSERT INTO ops_digests (slot, since, until, lease_until) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (slot) DO UPDATE SET lease_until = excluded.lease_until
+                 WHERE ops_digests.posted_at IS NULL AND ops_digests.lease_until <= $5
+                 RETURNING since, until",
+            )
+            .bind(&c.slot)
+            .bind(c.since_us)
+            .bind(c.until_us)
+            .bind(c.lease_until_us)
+            .bind(c.now_us)
+            .fetch_optional(pool)
+            .await?;
+            Ok(row)
+        }
+
+        pub async fn ops_digest_posted(pool: &Pool<$db>, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+            sqlx::query("UPDATE ops_digests SET posted_at = $2, total = $3 WHERE slot = $1")
+                .bind(slot)
+                .bind(now_us)
+                .bind(total)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        /// Where the next daily digest starts: the end of the last one posted.
+        pub async fn ops_digest_last_until(pool: &Pool<$db>) -> StoreResult<Option<i64>> {
+            let v: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM ops_digests WHERE posted_at IS NOT NULL AND slot NOT LIKE 'manual:%'")
+                .fetch_one(pool)
+                .await?;
+            Ok(v)
+        }
+
+        /// One batch of one retention step; returns the rows it touched.
+        pub async fn retention_batch(pool: &Pool<$db>, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+            let mut tx = pool.begin().await?;
+            let n = match step {
+                PruneStep::AttemptDiagnostics => sqlx::query(
+                    "UPDATE attempts SET error = NULL WHERE (intent_key, n) IN (
+                         SELECT intent_key, n FROM attempts WHERE error IS NOT NULL AND finished_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                PruneStep::Payloads => sqlx::query(
+                    "DELETE FROM payloads WHERE digest IN (
+                         SELECT p.digest FROM payloads p WHERE p.created_at < $1
+                           AND NOT EXISTS (SELECT 1 FROM jobs j JOIN intents i ON i.key = j.intent_key
+                                           WHERE i.payload_digest = p.digest OR i.event_digest = p.digest)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                PruneStep::Intents => {
+                    let keys: Vec<String> = sqlx::query_scalar(
+                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested') LIMIT $2",
+                    )
+                    .bind(cutoff_us)
+                    .bind(batch)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    if !keys.is_empty() {
+                        for table in [
+                            concat!("DELETE FROM attempts WHERE intent_key ", $in_keys),
+                            concat!("DELETE FROM inbox_entries WHERE intent_key ", $in_keys),
+                            concat!("DELETE FROM jobs WHERE intent_key ", $in_keys),
+                        ] {
+                            sqlx::query(table).bind($keys_arg(&keys)).execute(&mut *tx).await?;
+                        }
+                        sqlx::query(concat!("DELETE FROM intents WHERE key ", $in_keys)).bind($keys_arg(&keys)).execute(&mut *tx).await?;
+                    }
+                    keys.len() as u64
+                }
+                PruneStep::Requests => sqlx::query(
+                    "DELETE FROM requests WHERE (tenant, identity) IN (
+                         SELECT tenant, identity FROM requests WHERE created_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            };
+            tx.commit().await?;
+            Ok(n)
+        }
+    };
+}
+pub(crate) use ops_queries;
