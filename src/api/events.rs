@@ -2,6 +2,7 @@
 
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::micros;
+use crate::event::identity::sha256_hex;
 use crate::event::{canonical_json, parse_event};
 use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
@@ -88,6 +89,9 @@ pub async fn post_event(
     };
     let tenant = ingest.tenant.clone();
     let identity = ingest.identity.clone();
+    // Derived from the request identity, so a retried request logs under the
+    // same trace as the original.
+    let trace_id = sha256_hex(format!("{tenant}|{identity}").as_bytes())[..16].to_string();
     let outcome = app.store.events_ingest(ingest).await?;
     let remember = |response: &IngestResponse| {
         let fast = app.fastpath.clone();
@@ -103,6 +107,7 @@ pub async fn post_event(
         IngestOutcome::Accepted { response, any_created } => {
             for i in response.intents.iter() {
                 tracing::info!(
+                    trace_id = %trace_id,
                     intent = %i.key,
                     channel = %i.channel,
                     decision = %i.decision,

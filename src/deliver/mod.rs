@@ -138,11 +138,14 @@ impl Worker {
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
         }
+        // The intent key is the trace id of everything that happens to it.
         tracing::info!(
+            trace_id = %job.intent.key,
             intent = %job.intent.key,
             attempt = n,
             channel = %job.intent.channel,
             outcome = %outcome.class(),
+            error_class = outcome_class_reason(&outcome),
             next = ?transition,
             "attempt finished"
         );
@@ -243,5 +246,16 @@ async fn record_outcomes(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<
             }
         }
         batch.clear();
+    }
+}
+
+/// The error class of an outcome, for logs (never the provider's text, which
+/// may echo a destination).
+fn outcome_class_reason(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Accepted { .. } => "",
+        Outcome::Retryable { class, .. } => class.as_str(),
+        Outcome::Unknown { .. } => "unknown",
+        Outcome::Permanent { reason, .. } => reason.as_str(),
     }
 }
