@@ -576,9 +576,9 @@ impl Config {
         }
         let longest_digest =
             self.routes.iter().filter_map(|r| r.digest.as_ref()).map(|d| d.window).max().unwrap_or_default();
-        if r.payloads <= longest_digest {
+        if r.payloads <= longest_digest * 2 {
             return Err(invalid(format!(
-                "retention.payloads: {} must be longer than the longest digest window ({})",
+                "retention.payloads: {} must be longer than twice the longest digest window ({})",
                 format_duration(r.payloads),
                 format_duration(longest_digest)
             )));

@@ -149,7 +149,8 @@ impl QuietHours {
     /// A window whose start is after its end crosses midnight. An end that
     /// falls in a DST gap is moved forward by the gap's length (02:30 on a
     /// spring-forward night becomes 03:30), as RFC 5545 and Temporal do; an end
-    /// that happens twice (fall-back) is its first occurrence.
+    /// that happens twice (fall-back) is its first occurrence, or its second
+    /// when the first is already past.
     pub fn holds_until(&self, tz: &TimeZone, now: Timestamp) -> Option<Timestamp> {
         let local = now.to_zoned(tz.clone());
         let t = local.time();
@@ -163,8 +164,14 @@ impl QuietHours {
         } else {
             return None;
         };
-        let end = end_date.to_datetime(self.end).to_zoned(tz.clone()).ok()?;
-        Some(end.timestamp())
+        // On a fall-back night the end may happen twice; in the second pass of
+        // the repeated hour the first one is already behind us.
+        let end = tz.to_ambiguous_zoned(end_date.to_datetime(self.end));
+        let first = end.clone().compatible().ok()?.timestamp();
+        if first > now {
+            return Some(first);
+        }
+        end.later().ok().map(|z| z.timestamp()).filter(|t| *t > now)
     }
 }
 
@@ -230,8 +237,9 @@ mod tests {
         let berlin = tz("Europe/Berlin");
         // 01:30 CEST (23:30 UTC the 24th): ends at the first 02:30, CEST = 00:30 UTC
         assert_eq!(q.holds_until(&berlin, at("2026-10-24T23:30:00Z")), Some(at("2026-10-25T00:30:00Z")));
-        // the second 02:15 (CET, 01:15 UTC): inside 01:00–02:30 by the clock on the wall
-        assert!(q.holds_until(&berlin, at("2026-10-25T01:15:00Z")).is_some());
+        // the second 02:15 (CET, 01:15 UTC): inside 01:00–02:30 by the clock on
+        // the wall, and held until the second 02:30 (CET = 01:30 UTC), not released
+        assert_eq!(q.holds_until(&berlin, at("2026-10-25T01:15:00Z")), Some(at("2026-10-25T01:30:00Z")));
     }
 
     #[test]

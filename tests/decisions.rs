@@ -280,3 +280,41 @@ async fn herald_why_tells_the_story_of_a_notification() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--entity"));
 }
+
+#[tokio::test]
+async fn a_digest_that_cannot_be_rendered_sends_its_members_one_by_one() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        // the digest template has no SMS body: rendering it fails
+        std::fs::remove_file(templates.path().join("po_digest/en/sms.j2")).unwrap();
+        std::fs::write(templates.path().join("po_digest/en/in_app.j2"), "{{ count }}").unwrap();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_templates_dir(templates.path())
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE)
+            .spawn()
+            .await;
+        let phone = "+15550000206";
+        let mut ids = Vec::new();
+        for po in ["PO-F1", "PO-F2"] {
+            let mut ev = sms_event(po, phone);
+            ev["type"] = json!("purchase_order.batched");
+            ev["recipients"] = json!([{"id": "u-fail", "phone": phone}]);
+            let (_, b, _) = app.post_event(&ev, None).await;
+            ids.push(id_of(&b));
+        }
+        clock.set("2026-06-01T11:00:00Z");
+        for id in &ids {
+            let it = app.wait_state(id, &["sent"]).await;
+            assert!(it["detail"].as_str().unwrap().contains("sent on its own"), "{backend:?}: {it}");
+            let (_, digest) = app.get(&format!("/v1/intents/{}", it["digest_id"].as_str().unwrap())).await;
+            assert_eq!((digest["state"].as_str(), digest["reason"].as_str()), (Some("dead"), Some("template_error")));
+        }
+        assert_eq!(sms.sent_to(phone).len(), 2);
+        app.running.stop().await;
+    }
+}

@@ -311,7 +311,9 @@ async fn tenants_never_see_each_others_dead_letters_or_recipients() {
         sha("tok-b"),
         sha("tok-r")
     );
-    let app = TestApp::new(&db).with_sms(&sms).with_toml(&tokens).spawn().await;
+    let hook = FakeReceiver::start("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").await;
+    let ops = format!("[ops]\ndigest_webhook = \"{}/hook/ops\"\n", hook.base);
+    let app = TestApp::new(&db).with_sms(&sms).with_toml(&tokens).with_toml(&ops).spawn().await;
     let call = |method: reqwest::Method, path: &str, token: Option<&str>, body: Option<Value>| {
         let mut req = app.client.request(method, format!("{}{path}", app.base));
         if let Some(t) = token {
@@ -362,5 +364,13 @@ async fn tenants_never_see_each_others_dead_letters_or_recipients() {
     assert_eq!(put.status(), 200);
     assert_eq!(status(call(reqwest::Method::GET, "/v1/recipients/u-1", Some("tok-b"), None).await.unwrap()), 404);
     assert_eq!(status(call(reqwest::Method::GET, "/healthz", None, None).await.unwrap()), 200);
+    // a tenant's digest on demand shows that tenant's dead letters only
+    let digest: Value =
+        call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some("tok-b"), None).await.unwrap().json().await.unwrap();
+    assert_eq!(digest["total"], 0, "{digest}");
+    assert!(!digest["text"].as_str().unwrap().contains("acme"), "{digest}");
+    let digest: Value =
+        call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some("tok-a"), None).await.unwrap().json().await.unwrap();
+    assert_eq!(digest["total"], 1, "{digest}");
     app.running.stop().await;
 }

@@ -357,3 +357,61 @@ async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_late_outcome_in_the_same_batch_as_the_retry_never_overrides_it() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap(); // lease expired: attempt 2
+        let report = store
+            .attempts_finish(&[
+                finished(
+                    &key(1),
+                    1,
+                    OutcomeClass::Retryable,
+                    Transition::Retry { run_at_us: T0 + 9_000_000, state: State::Queued },
+                ),
+                finished(&key(1), 2, OutcomeClass::Accepted, Transition::Sent),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(report, FinishReport { applied: 1, stale: vec![(key(1), 1)] });
+        let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!(d.intent.state, "sent");
+        assert!(store.jobs_claim(claim(T0 + 10_000_000, 10)).await.unwrap().is_empty(), "no job left behind");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_keeps_content_that_is_reused_or_still_pending() {
+    each_backend(|store| async move {
+        let day = 86_400_000_000_i64;
+        let mut old = ingest("r-old", "fp-old", vec![new_intent(&key(1), "sms", None)]);
+        old.intents[0].payload = Some(("shared".into(), "{}".into()));
+        store.events_ingest(old).await.unwrap();
+        let mut pending = ingest("r-pending", "fp-pending", vec![new_intent(&key(2), "sms", Some(T0 + 100 * day))]);
+        pending.intents[0].payload = Some(("pending".into(), "{}".into()));
+        store.events_ingest(pending).await.unwrap();
+        let mut lonely = ingest("r-lonely", "fp-lonely", vec![new_intent(&key(3), "sms", None)]);
+        lonely.intents[0].payload = Some(("lonely".into(), "{}".into()));
+        store.events_ingest(lonely).await.unwrap();
+        // the shared content is used again, 60 days later
+        let mut again = ingest("r-new", "fp-new", vec![new_intent(&key(4), "sms", None)]);
+        again.intents[0].payload = Some(("shared".into(), "{}".into()));
+        again.now_us = T0 + 60 * day;
+        store.events_ingest(again).await.unwrap();
+
+        let pruned = store.retention_batch(PruneStep::Payloads, T0 + 30 * day, 100).await.unwrap();
+        assert!(pruned >= 1, "the unused content goes");
+        let content = |k: String| {
+            let store = store.clone();
+            async move { store.intent_get("default", &k).await.unwrap().unwrap().content }
+        };
+        assert!(content(key(3)).await.is_none(), "unused and old: pruned");
+        assert!(content(key(1)).await.is_some(), "reused recently: kept");
+        assert!(content(key(2)).await.is_some(), "its job still waits: kept");
+    })
+    .await;
+}

@@ -24,7 +24,7 @@ pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Respo
 
 pub async fn dlq_digest(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.require(Scope::Ops)?;
-    match app.ops_digest.post_now().await {
+    match app.ops_digest.post_now(caller.tenant.as_str()).await {
         Ok(body) => Ok((StatusCode::OK, Json::<Value>(body)).into_response()),
         Err(DigestError::NotConfigured) => {
             Err(ApiError::invalid_field("ops.digest_webhook", "is not configured; nowhere to post the digest"))

@@ -83,6 +83,13 @@ pub fn short_error(text: &str) -> String {
     out
 }
 
+/// A provider's message id as stored: printable, at most 200 characters
+/// (the database refuses a NUL, and an id is not a place for an essay).
+pub fn clean_id(id: &str) -> Option<String> {
+    let id: String = id.chars().filter(|c| !c.is_control()).take(200).collect();
+    (!id.is_empty()).then_some(id)
+}
+
 /// `Retry-After`: seconds, or an HTTP date.
 pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
     let value = value.trim();

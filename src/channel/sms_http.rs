@@ -2,7 +2,7 @@
 //! `Idempotency-Key: KEY`, so a retry after an unknown outcome is safe wherever
 //! the provider honours it.
 
-use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
+use super::{Delivery, Outcome, Provider, clean_id, parse_retry_after, short_error};
 use crate::intent::Reason;
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -80,7 +80,7 @@ async fn classify_response(resp: reqwest::Response) -> Outcome {
     let json: Option<Value> = serde_json::from_str(&text).ok();
     if status.is_success() {
         let message_id = json.as_ref().and_then(|j| j.get("id")).and_then(|v| match v {
-            Value::String(s) => Some(s.clone()),
+            Value::String(s) => clean_id(s),
             Value::Number(n) => Some(n.to_string()),
             _ => None,
         });

@@ -81,7 +81,7 @@ impl DigestCloser {
         let items: Vec<Value> = members
             .iter()
             .map(|m| {
-                let event = parse_json(Some(&m.event_body));
+                let event = parse_json(m.event_body.as_deref());
                 json!({
                     "key": m.intent.key,
                     "event": {"type": m.intent.event_type, "occurred_at": m.intent.occurred_at},

@@ -224,29 +224,40 @@ async fn record_outcomes(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<
                 Err(_) => break,
             }
         }
-        let mut delay = Duration::from_millis(50);
-        for try_no in 1..=8 {
-            match store.attempts_finish(&batch).await {
-                Ok(report) => {
-                    for (key, n) in &report.stale {
-                        tracing::warn!(intent = %key, attempt = n, "outcome arrived after the attempt was rescued; kept the rescue");
-                    }
-                    break;
-                }
-                Err(e) if try_no < 8 => {
-                    tracing::error!(error = %e, try_no, "recording outcomes failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    // The attempts stay unfinished: once their leases expire they
-                    // are retaken and recorded as unknown, never lost.
-                    tracing::error!(error = %e, count = batch.len(), "giving up recording outcomes; leases will expire");
-                }
+        if !record(store.as_ref(), &batch, 4).await && batch.len() > 1 {
+            // One row the database refuses must not take the rest of the
+            // batch down with it: record them one by one.
+            for one in batch.chunks(1) {
+                record(store.as_ref(), one, 2).await;
             }
         }
         batch.clear();
     }
+}
+
+/// Records a batch, retrying with backoff; false if it never went in. An
+/// outcome that is never recorded leaves its attempt unfinished: once the
+/// lease expires it is retaken and recorded as `unknown`, never lost.
+async fn record(store: &dyn Store, batch: &[FinishedAttempt], tries: u32) -> bool {
+    let mut delay = Duration::from_millis(50);
+    for try_no in 1..=tries {
+        match store.attempts_finish(batch).await {
+            Ok(report) => {
+                for (key, n) in &report.stale {
+                    tracing::warn!(intent = %key, attempt = n, "outcome arrived after the attempt was rescued; kept the rescue");
+                }
+                return true;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, try_no, count = batch.len(), "recording outcomes failed");
+                if try_no < tries {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The error class of an outcome, for logs (never the provider's text, which

@@ -21,6 +21,10 @@ use tokio::sync::watch;
 const EXAMPLES_PER_REASON: u32 = 3;
 /// How long a process may hold a day's digest before another may post it.
 const LEASE: Duration = Duration::from_secs(120);
+/// How long after `digest_at` the digest waits, so that an outcome stamped
+/// just before it (and still in a worker's recording batch) is committed and
+/// counted, not missed between two digests.
+const SETTLE: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum DigestError {
@@ -55,9 +59,10 @@ pub fn latest_slot(now: Timestamp, at: Time, tz: &TimeZone) -> Option<(String, T
 }
 
 impl OpsDigest {
-    /// The digest of dead letters updated in [since, until), every tenant.
-    pub async fn build(&self, since_us: i64, until_us: i64) -> Result<Value, StoreError> {
-        let by_reason = self.store.dead_letters_summary(None, since_us, until_us).await?;
+    /// The digest of dead letters updated in [since, until): one tenant's, or
+    /// (the daily digest to the deployment's operators) every tenant's.
+    pub async fn build(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> Result<Value, StoreError> {
+        let by_reason = self.store.dead_letters_summary(tenant, since_us, until_us).await?;
         let total: i64 = by_reason.iter().map(|(_, n)| n).sum();
         let (since, until) = (rfc3339(since_us).unwrap_or_default(), rfc3339(until_us).unwrap_or_default());
         let mut lines = Vec::new();
@@ -72,7 +77,8 @@ impl OpsDigest {
             lines.push(format!("Herald dead letters {since} → {until}: {total} ({})", counts.join(", ")));
         }
         for (reason, count) in &by_reason {
-            let rows = self.store.dead_letters_examples(reason, since_us, until_us, EXAMPLES_PER_REASON).await?;
+            let rows =
+                self.store.dead_letters_examples(tenant, reason, since_us, until_us, EXAMPLES_PER_REASON).await?;
             let mut shown = Vec::new();
             let mut tenants = BTreeSet::new();
             for r in &rows {
@@ -125,16 +131,16 @@ impl OpsDigest {
         Ok(self.store.ops_digest_last_until().await?.unwrap_or(until_us - 86_400_000_000))
     }
 
-    /// `POST /v1/ops/dlq-digest`: everything since the last daily digest, now.
-    /// It does not move the daily digest's window.
-    pub async fn post_now(&self) -> Result<Value, DigestError> {
+    /// `POST /v1/ops/dlq-digest`: the caller's tenant's dead letters since the
+    /// last daily digest, now. It does not move the daily digest's window.
+    pub async fn post_now(&self, tenant: &str) -> Result<Value, DigestError> {
         if self.webhook.is_none() {
             return Err(DigestError::NotConfigured);
         }
         let now = self.clock.now().as_microsecond();
         let since = self.since(now).await?;
-        let body = self.build(since, now).await?;
-        let slot = format!("manual:{now}");
+        let body = self.build(Some(tenant), since, now).await?;
+        let slot = format!("manual:{tenant}:{now}");
         self.store
             .ops_digest_claim(OpsDigestClaim {
                 slot: slot.clone(),
@@ -155,7 +161,8 @@ impl OpsDigest {
     /// whether this call posted it.
     pub async fn tick(&self) -> Result<bool, DigestError> {
         let now = self.clock.now();
-        let Some((slot, scheduled)) = latest_slot(now, self.at, &self.tz) else { return Ok(false) };
+        let settled = now.checked_sub(SETTLE).unwrap_or(now);
+        let Some((slot, scheduled)) = latest_slot(settled, self.at, &self.tz) else { return Ok(false) };
         let until = scheduled.as_microsecond();
         let since = self.since(until).await?;
         let now_us = now.as_microsecond();
@@ -167,7 +174,7 @@ impl OpsDigest {
             lease_until_us: now_us + LEASE.as_micros() as i64,
         };
         let Some((since, until)) = self.store.ops_digest_claim(claim).await? else { return Ok(false) };
-        let body = self.build(since, until).await?;
+        let body = self.build(None, since, until).await?;
         let posted = self.post(&body).await;
         crate::ops::metrics::ops_digest_posted(posted.is_ok());
         posted?;

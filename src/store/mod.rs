@@ -105,8 +105,10 @@ pub trait Store: Send + Sync + 'static {
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>>;
 
+    /// The newest dead letters of one reason: one tenant's, or every tenant's.
     async fn dead_letters_examples(
         &self,
+        tenant: Option<&str>,
         reason: &str,
         since_us: i64,
         until_us: i64,

@@ -24,6 +24,21 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    async fn ingest_once(&self, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = q::ingest(&mut tx, ingest).await?;
+        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
+        if queued {
+            // Delivered to listeners when the transaction commits.
+            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        if queued {
+            self.wake.notify_one();
+        }
+        Ok(outcome)
+    }
+
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
         let pool =
             PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10)).connect(url).await?;
@@ -66,18 +81,21 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     }
 
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        let mut tx = self.pool.begin().await?;
-        let outcome = q::ingest(&mut tx, &ingest).await?;
-        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
-        if queued {
-            // Delivered to listeners when the transaction commits.
-            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
+        // Rows shared between events (content, digest windows) can, rarely,
+        // meet retention or another ingest in a deadlock; Postgres aborts one
+        // side, and the whole transaction is safe to run again.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.ingest_once(&ingest).await {
+                Err(StoreError::Database(sqlx::Error::Database(e)))
+                    if tries < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
+                {
+                    tracing::warn!(error = %e, tries, "ingest transaction aborted by Postgres; running it again");
+                }
+                other => return other,
+            }
         }
-        tx.commit().await?;
-        if queued {
-            self.wake.notify_one();
-        }
-        Ok(outcome)
     }
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
@@ -111,13 +129,13 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
             return Ok(FinishReport::default());
         }
         let mut tx = self.pool.begin().await?;
-        let applied: Vec<String> = sqlx::query_scalar(
+        let applied: Vec<(String, i64)> = sqlx::query_as(
                 "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
                  FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
                       AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
                  WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
-                 RETURNING a.intent_key",
+                 RETURNING a.intent_key, a.n",
             )
             .bind(finished.iter().map(|f| f.key.clone()).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
@@ -132,7 +150,9 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
 
         let (mut keys, mut states, mut reasons, mut at) = (vec![], vec![], vec![], vec![]);
         let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
-        for f in finished.iter().filter(|f| applied.contains(&f.key)) {
+        // By (key, n): a stale outcome for an attempt that was rescued must not
+        // ride along with the new attempt's outcome for the same intent.
+        for f in finished.iter().filter(|f| applied.contains(&(f.key.clone(), f.n))) {
             let (state, reason, run_at) = transition_columns(&f.transition);
             keys.push(f.key.clone());
             states.push(state.as_str());

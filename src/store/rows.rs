@@ -240,8 +240,8 @@ pub struct DigestRow {
 pub struct DigestMember {
     #[sqlx(flatten)]
     pub intent: IntentRow,
-    /// The member's canonical event (JSON).
-    pub event_body: String,
+    /// The member's canonical event (JSON), unless retention took it.
+    pub event_body: Option<String>,
     /// The member's own rendered content (JSON).
     pub content: Option<String>,
 }

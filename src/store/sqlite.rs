@@ -107,7 +107,7 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             if n == 0 {
                 continue;
             }
-            applied.push(f.key.clone());
+            applied.push((f.key.clone(), f.n));
             let (state, reason, run_at) = transition_columns(&f.transition);
             sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
                 .bind(&f.key)

@@ -20,7 +20,7 @@ macro_rules! digests_queries {
                 "SELECT ",
                 intent_columns!(),
                 ", e.body AS event_body, p.body AS content
-                 FROM intents i JOIN payloads e ON e.digest = i.event_digest
+                 FROM intents i LEFT JOIN payloads e ON e.digest = i.event_digest
                  LEFT JOIN payloads p ON p.digest = i.payload_digest
                  WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key"
             ))
@@ -65,7 +65,31 @@ macro_rules! digests_queries {
                 now_us: close.now_us,
             };
             payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
+            if let Some((digest, body)) = &close.intent.payload {
+                payload_put(tx, digest, body, close.now_us).await?;
+            }
             intent_insert(tx, &ingest, &close.intent).await?;
+            if close.intent.payload.is_none() {
+                // The digest could not be rendered: rather than strand its
+                // members, each goes out on its own with the content it froze.
+                let members: Vec<String> = sqlx::query_scalar(
+                    "UPDATE intents SET decision = 'send', state = 'queued', updated_at = $2,
+                         detail = 'its digest could not be rendered; sent on its own'
+                     WHERE link_key = $1 AND decision = 'digest' RETURNING key",
+                )
+                .bind(&d.key)
+                .bind(close.now_us)
+                .fetch_all(&mut **tx)
+                .await?;
+                for key in members {
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2) ON CONFLICT (intent_key) DO NOTHING")
+                        .bind(&key)
+                        .bind(close.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                return Ok(DigestCloseOutcome::Closed);
+            }
             sqlx::query("UPDATE intents SET state = 'digested', updated_at = $2 WHERE link_key = $1 AND decision = 'digest'")
                 .bind(&d.key)
                 .bind(close.now_us)

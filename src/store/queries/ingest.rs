@@ -35,11 +35,24 @@ macro_rules! ingest_queries {
                 return Ok(IngestOutcome::Replayed { response });
             }
 
-            payload_put(tx, &ingest.fingerprint, &ingest.event_body, ingest.now_us).await?;
-            // A fixed order keeps two transactions writing the same intents from
-            // deadlocking each other.
+            // Payloads first, each once, in digest order: content is shared
+            // across events, and a fixed order keeps two transactions that
+            // write the same rows from deadlocking each other.
+            let mut payloads: Vec<(&str, &str)> = vec![(ingest.fingerprint.as_str(), ingest.event_body.as_str())];
+            payloads.extend(ingest.intents.iter().filter_map(|i| i.payload.as_ref().map(|(d, b)| (d.as_str(), b.as_str()))));
+            payloads.sort_unstable();
+            payloads.dedup_by(|a, b| a.0 == b.0);
+            for (digest, body) in payloads {
+                payload_put(tx, digest, body, ingest.now_us).await?;
+            }
             let mut ordered: Vec<&NewIntent> = ingest.intents.iter().collect();
-            ordered.sort_by(|a, b| a.key.cmp(&b.key));
+            // Digest members go in the order of their windows' keys, since each
+            // locks its window's row: every transaction then takes every lock
+            // in one global order.
+            ordered.sort_by(|a, b| {
+                let window = |i: &NewIntent| i.digest.as_ref().map(|d| d.key.clone()).unwrap_or_default();
+                (window(a), &a.key).cmp(&(window(b), &b.key))
+            });
             let mut summaries: HashMap<&str, IntentSummary> = HashMap::new();
             let mut any_created = false;
             for it in ordered {
@@ -60,8 +73,14 @@ macro_rules! ingest_queries {
             Ok(IngestOutcome::Accepted { response, any_created })
         }
 
+        /// Stores content once by digest. A reuse moves `created_at` forward, so
+        /// retention measures a payload's age from its latest use.
         async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_us: i64) -> StoreResult<()> {
-            sqlx::query("INSERT INTO payloads (digest, body, created_at) VALUES ($1, $2, $3) ON CONFLICT (digest) DO NOTHING")
+            sqlx::query(
+                "INSERT INTO payloads (digest, body, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+                 WHERE payloads.created_at < excluded.created_at",
+            )
                 .bind(digest)
                 .bind(body)
                 .bind(now_us)
@@ -70,10 +89,9 @@ macro_rules! ingest_queries {
             Ok(())
         }
 
+        /// Inserts one intent (its payload is already stored), queues its job
+        /// or joins its digest window when it is new, and reports it.
         async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewIntent) -> StoreResult<IntentSummary> {
-            if let Some((digest, body)) = &it.payload {
-                payload_put(tx, digest, body, ingest.now_us).await?;
-            }
             let created = sqlx::query(
                 "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                      channel, recipient_id, destination, locale, template_id, template_revision, event_digest,

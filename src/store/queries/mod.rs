@@ -89,8 +89,8 @@ pub fn transition_columns(t: &Transition) -> (State, Option<&'static str>, Optio
 }
 
 /// Which outcomes were applied, and which were stale.
-pub fn report(finished: &[FinishedAttempt], applied: &[String]) -> FinishReport {
+pub fn report(finished: &[FinishedAttempt], applied: &[(String, i64)]) -> FinishReport {
     let stale: Vec<(String, i64)> =
-        finished.iter().filter(|f| !applied.contains(&f.key)).map(|f| (f.key.clone(), f.n)).collect();
+        finished.iter().map(|f| (f.key.clone(), f.n)).filter(|k| !applied.contains(k)).collect();
     FinishReport { applied: finished.len() - stale.len(), stale }
 }

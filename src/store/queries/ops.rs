@@ -49,17 +49,26 @@ macro_rules! ops_queries {
         }
 
         /// The newest dead letters of one reason, every tenant: the digest's examples.
-        pub async fn dead_letters_examples(pool: &Pool<$db>, reason: &str, since_us: i64, until_us: i64, limit: u32) -> StoreResult<Vec<IntentRow>> {
+        pub async fn dead_letters_examples(
+            pool: &Pool<$db>,
+            tenant: Option<&str>,
+            reason: &str,
+            since_us: i64,
+            until_us: i64,
+            limit: u32,
+        ) -> StoreResult<Vec<IntentRow>> {
             let rows = sqlx::query_as(concat!(
                 "SELECT ",
                 intent_columns!(),
                 " FROM intents i WHERE i.state = 'dead' AND COALESCE(i.reason, 'unknown') = $1
-                  AND i.updated_at >= $2 AND i.updated_at < $3 ORDER BY i.updated_at DESC, i.key DESC LIMIT $4"
+                  AND i.updated_at >= $2 AND i.updated_at < $3 AND ($5 IS NULL OR i.tenant = $5)
+                  ORDER BY i.updated_at DESC, i.key DESC LIMIT $4"
             ))
             .bind(reason)
             .bind(since_us)
             .bind(until_us)
             .bind(i64::from(limit))
+            .bind(tenant)
             .fetch_all(pool)
             .await?;
             Ok(rows)
@@ -180,11 +189,21 @@ macro_rules! ops_queries {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected(),
+                // A payload goes once nothing pending or visible still needs it:
+                // no queued job's intent (content or event) and no inbox card.
+                // Held digest members are covered by age: their payloads were
+                // written (or reused) within the window, and config keeps
+                // payloads longer than any digest window.
                 PruneStep::Payloads => sqlx::query(
-                    "DELETE FROM payloads WHERE digest IN (
-                         SELECT p.digest FROM payloads p WHERE p.created_at < $1
-                           AND NOT EXISTS (SELECT 1 FROM jobs j JOIN intents i ON i.key = j.intent_key
-                                           WHERE i.payload_digest = p.digest OR i.event_digest = p.digest)
+                    "DELETE FROM payloads WHERE created_at < $1 AND digest IN (
+                         SELECT p.digest FROM payloads p
+                         WHERE p.created_at < $1
+                           AND p.digest NOT IN (
+                               SELECT i.payload_digest FROM jobs j JOIN intents i ON i.key = j.intent_key
+                               WHERE i.payload_digest IS NOT NULL
+                               UNION ALL
+                               SELECT i.event_digest FROM jobs j JOIN intents i ON i.key = j.intent_key)
+                           AND NOT EXISTS (SELECT 1 FROM inbox_cards c WHERE c.payload_digest = p.digest)
                          LIMIT $2)",
                 )
                 .bind(cutoff_us)
@@ -193,24 +212,37 @@ macro_rules! ops_queries {
                 .await?
                 .rows_affected(),
                 PruneStep::Intents => {
-                    let keys: Vec<String> = sqlx::query_scalar(
+                    let candidates: Vec<String> = sqlx::query_scalar(
                         "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested') LIMIT $2",
                     )
                     .bind(cutoff_us)
                     .bind(batch)
                     .fetch_all(&mut *tx)
                     .await?;
+                    // The state is checked again as the rows are deleted: an
+                    // intent replayed in between is pending again and stays.
+                    let keys: Vec<String> = if candidates.is_empty() {
+                        Vec::new()
+                    } else {
+                        sqlx::query_scalar(concat!(
+                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested') AND key ",
+                            $in_keys,
+                            " RETURNING key"
+                        ))
+                        .bind($keys_arg(&candidates))
+                        .bind(cutoff_us)
+                        .fetch_all(&mut *tx)
+                        .await?
+                    };
                     if !keys.is_empty() {
                         for table in [
                             concat!("DELETE FROM attempts WHERE intent_key ", $in_keys),
                             concat!("DELETE FROM inbox_entries WHERE intent_key ", $in_keys),
-                            concat!("DELETE FROM jobs WHERE intent_key ", $in_keys),
                         ] {
                             sqlx::query(table).bind($keys_arg(&keys)).execute(&mut *tx).await?;
                         }
-                        sqlx::query(concat!("DELETE FROM intents WHERE key ", $in_keys)).bind($keys_arg(&keys)).execute(&mut *tx).await?;
                     }
-                    keys.len() as u64
+                    candidates.len() as u64
                 }
                 PruneStep::Requests => sqlx::query(
                     "DELETE FROM requests WHERE (tenant, identity) IN (
