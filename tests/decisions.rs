@@ -47,6 +47,19 @@ channels = ["sms"]
 digest = { window = "1h", key = "{{ entity.type }}", template = "po_digest" }
 "#;
 
+/// An app with the digest route, its templates, and a clock at 10:05.
+async fn digest_app(db: &TestDb, sms: &FakeSms, templates: &std::path::Path) -> (common::Spawned, Arc<TestClock>) {
+    let clock = TestClock::at("2026-06-01T10:05:00Z");
+    let app = TestApp::new(db)
+        .with_sms(sms)
+        .with_templates_dir(templates)
+        .with_clock(clock.clone())
+        .with_toml(DIGEST_ROUTE)
+        .spawn()
+        .await;
+    (app, clock)
+}
+
 const SUPERSEDE_ROUTE: &str = r#"
 [[routes]]
 event = "purchase_order.updated"
@@ -97,14 +110,7 @@ async fn a_digest_window_sends_its_members_once_as_one_message() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let templates = templates_with_digest();
-        let clock = TestClock::at("2026-06-01T10:05:00Z");
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_templates_dir(templates.path())
-            .with_clock(clock.clone())
-            .with_toml(DIGEST_ROUTE)
-            .spawn()
-            .await;
+        let (app, clock) = digest_app(&db, &sms, templates.path()).await;
         let phone = "+15550000201";
         let mut members = Vec::new();
         for (n, po) in ["PO-D1", "PO-D2", "PO-D1"].iter().enumerate() {
@@ -290,14 +296,7 @@ async fn a_digest_that_cannot_be_rendered_sends_its_members_one_by_one() {
         // the digest template has no SMS body: rendering it fails
         std::fs::remove_file(templates.path().join("po_digest/en/sms.j2")).unwrap();
         std::fs::write(templates.path().join("po_digest/en/in_app.j2"), "{{ count }}").unwrap();
-        let clock = TestClock::at("2026-06-01T10:05:00Z");
-        let app = TestApp::new(&db)
-            .with_sms(&sms)
-            .with_templates_dir(templates.path())
-            .with_clock(clock.clone())
-            .with_toml(DIGEST_ROUTE)
-            .spawn()
-            .await;
+        let (app, clock) = digest_app(&db, &sms, templates.path()).await;
         let phone = "+15550000206";
         let mut ids = Vec::new();
         for po in ["PO-F1", "PO-F2"] {
