@@ -22,6 +22,8 @@ use tokio::sync::{Semaphore, mpsc, watch};
 
 /// The most jobs one claim takes, whatever the concurrency.
 const MAX_BATCH: usize = 256;
+/// Under load, how long a claim may wait for more free slots.
+const GATHER: Duration = Duration::from_millis(5);
 /// The most outcomes one recording transaction writes.
 const MAX_RECORD_BATCH: usize = 512;
 
@@ -48,6 +50,7 @@ impl Worker {
         let recorder = tokio::spawn(record_outcomes(self.store.clone(), done_rx));
         let rng = Arc::new(Mutex::new(SmallRng::from_os_rng()));
         let this = Arc::new(self);
+        let mut busy = false;
         loop {
             if *shutdown.borrow() {
                 break;
@@ -56,6 +59,16 @@ impl Worker {
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
                 _ = shutdown.changed() => break,
             };
+            if busy {
+                // The queue had more than we could take: let a few more slots
+                // free up, so that one claim fetches many jobs instead of
+                // one claim per finished job.
+                let enough = (this.concurrency / 4).clamp(1, MAX_BATCH);
+                let deadline = tokio::time::Instant::now() + GATHER;
+                while 1 + permits.available_permits() < enough && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
             let free = (1 + permits.available_permits()).min(MAX_BATCH);
             let jobs = match this.claim(free).await {
                 Ok(jobs) => jobs,
@@ -66,6 +79,7 @@ impl Worker {
                     continue;
                 }
             };
+            busy = jobs.len() == free;
             if jobs.is_empty() {
                 drop(first);
                 tokio::select! {

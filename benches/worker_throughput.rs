@@ -1,0 +1,134 @@
+//! How fast the worker turns queued jobs into recorded outcomes, with the
+//! provider taken out of the picture (it accepts at once): claim a batch and
+//! write its attempt rows in one transaction, record a batch of outcomes in
+//! another.
+//!
+//!     cargo bench --bench worker_throughput -- [--jobs 100000] [--concurrency 256] [--database-url postgres://…]
+//!
+//! Creates a fresh Postgres database, queues the jobs through the real ingest,
+//! runs the real worker until the queue is empty, prints jobs per second, and
+//! drops the database.
+
+use async_trait::async_trait;
+use herald::channel::{Delivery, Outcome, Provider};
+use herald::clock::SystemClock;
+use herald::deliver::retry::RetryPolicy;
+use herald::deliver::{Providers, Worker};
+use herald::event::Channel;
+use herald::store::{Ingest, NewIntent, PostgresStore, Store};
+use sqlx::Connection;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Accepts;
+
+#[async_trait]
+impl Provider for Accepts {
+    async fn send(&self, _: &Delivery) -> Outcome {
+        Outcome::Accepted { status: Some(200), message_id: None }
+    }
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let jobs: usize = arg("--jobs").map(|s| s.parse()).transpose()?.unwrap_or(100_000);
+    let concurrency: usize = arg("--concurrency").map(|s| s.parse()).transpose()?.unwrap_or(256);
+    let admin = arg("--database-url")
+        .or_else(|| std::env::var("HERALD_TEST_DATABASE_URL").ok())
+        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let name = format!("herald_bench_worker_{}", std::process::id());
+    let mut admin_conn = sqlx::PgConnection::connect(&admin).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin_conn).await?;
+    let url = format!("{}/{name}", admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b));
+    let result = run(&url, jobs, concurrency).await;
+    if let Err(e) = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin_conn).await {
+        eprintln!("could not drop {name}: {e}");
+    }
+    result
+}
+
+async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(url).await?);
+    store.migrate().await?;
+    let per_event = 500;
+    let now = jiff::Timestamp::now().as_microsecond();
+    for e in 0..jobs.div_ceil(per_event) {
+        let intents = (0..per_event)
+            .map(|n| NewIntent {
+                key: format!("{e:016x}{n:016x}"),
+                channel: "sms".into(),
+                recipient_id: format!("u-{n}"),
+                destination: Some("+15550000000".into()),
+                locale: Some("en".into()),
+                template_id: "po_approved".into(),
+                template_revision: Some("1".into()),
+                payload: Some(("content".into(), r#"{"body":"PO approved","encoding":"GSM-7","segments":1}"#.into())),
+                decision: "send".into(),
+                reason: None,
+                detail: None,
+                state: "queued".into(),
+                run_at: Some(now),
+                preferences_version: None,
+                digest: None,
+            })
+            .collect();
+        store
+            .events_ingest(Ingest {
+                tenant: "default".into(),
+                identity: format!("bench:{e}"),
+                fingerprint: format!("event-{e}"),
+                event_key: format!("bench|{e}"),
+                event_type: "purchase_order.approved".into(),
+                entity_type: "purchase_order".into(),
+                entity_id: format!("PO-{e}"),
+                entity_version: None,
+                occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+                event_body: "{}".into(),
+                intents,
+                now_us: now,
+            })
+            .await?;
+    }
+    let queued = store.queue_stats(i64::MAX).await?.total;
+    println!(
+        "worker throughput: {queued} queued jobs, concurrency {concurrency}, a provider that accepts at once, Postgres"
+    );
+    let mut providers = Providers::new();
+    providers.insert(Channel::Sms, Arc::new(Accepts) as Arc<dyn Provider>);
+    let worker = Worker {
+        store: store.clone(),
+        providers: Arc::new(providers),
+        policy: RetryPolicy::new(6, Duration::from_secs(30), Duration::from_secs(3600)),
+        concurrency,
+        poll_interval: Duration::from_millis(50),
+        lease: Duration::from_secs(30),
+        clock: Arc::new(SystemClock),
+        supersede_types: Vec::new(),
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let started = Instant::now();
+    let handle = tokio::spawn(worker.run(rx, Duration::from_secs(30)));
+    loop {
+        if store.queue_stats(i64::MAX).await?.total == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = started.elapsed();
+    let _ = stop.send(true);
+    let _ = handle.await;
+    let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents WHERE state = 'sent'")
+        .fetch_one(&sqlx::PgPool::connect(url).await?)
+        .await?;
+    println!(
+        "{sent} sent in {:.2}s: {:.0} jobs/s (each: a claimed lease, an attempt row, an outcome, the intent's state, the job removed)",
+        took.as_secs_f64(),
+        sent as f64 / took.as_secs_f64()
+    );
+    Ok(())
+}
