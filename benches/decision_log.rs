@@ -10,6 +10,9 @@
 //! with the table's indexes shared out per row, and what sent rows add in
 //! content and attempts. Drops the database afterwards.
 
+mod common;
+
+use common::{Scratch, arg};
 use herald::config::{DigestRoute, Route};
 use herald::event::{Tenant, parse_event};
 use herald::intent::OutcomeClass;
@@ -17,16 +20,10 @@ use herald::plan::{PlanInput, plan};
 use herald::render::TemplateSet;
 use herald::store::{Claim, FinishedAttempt, Ingest, PostgresStore, RecipientRow, Store, Transition};
 use serde_json::json;
-use sqlx::Connection;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 const PER_EVENT: usize = 100;
-
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
-}
 
 fn route(event: &str, digest: bool) -> Route {
     Route {
@@ -71,18 +68,9 @@ fn recipient(n: usize, event: usize) -> (serde_json::Value, Option<RecipientRow>
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let total: usize = arg("--intents").map(|s| s.parse()).transpose()?.unwrap_or(1_000_000);
-    let admin = arg("--database-url")
-        .or_else(|| std::env::var("HERALD_TEST_DATABASE_URL").ok())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("herald_bench_{}", std::process::id());
-    let mut admin_conn = sqlx::PgConnection::connect(&admin).await?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin_conn).await?;
-    let url = format!("{}/{name}", admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b));
-    let result = run(&url, total).await;
-    let store_closed = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin_conn).await;
-    if let Err(e) = store_closed {
-        eprintln!("could not drop {name}: {e}");
-    }
+    let db = Scratch::create("herald_bench").await?;
+    let result = run(&db.url, total).await;
+    db.drop().await;
     result
 }
 

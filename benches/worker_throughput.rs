@@ -9,14 +9,16 @@
 //! runs the real worker until the queue is empty, prints jobs per second, and
 //! drops the database.
 
+mod common;
+
 use async_trait::async_trait;
+use common::{Scratch, arg};
 use herald::channel::{Delivery, Outcome, Provider};
 use herald::clock::SystemClock;
 use herald::deliver::retry::RetryPolicy;
 use herald::deliver::{Providers, Worker};
 use herald::event::Channel;
 use herald::store::{Ingest, NewIntent, PostgresStore, Store};
-use sqlx::Connection;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,26 +31,13 @@ impl Provider for Accepts {
     }
 }
 
-fn arg(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let jobs: usize = arg("--jobs").map(|s| s.parse()).transpose()?.unwrap_or(100_000);
     let concurrency: usize = arg("--concurrency").map(|s| s.parse()).transpose()?.unwrap_or(256);
-    let admin = arg("--database-url")
-        .or_else(|| std::env::var("HERALD_TEST_DATABASE_URL").ok())
-        .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let name = format!("herald_bench_worker_{}", std::process::id());
-    let mut admin_conn = sqlx::PgConnection::connect(&admin).await?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin_conn).await?;
-    let url = format!("{}/{name}", admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b));
-    let result = run(&url, jobs, concurrency).await;
-    if let Err(e) = sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)")).execute(&mut admin_conn).await {
-        eprintln!("could not drop {name}: {e}");
-    }
+    let db = Scratch::create("herald_bench_worker").await?;
+    let result = run(&db.url, jobs, concurrency).await;
+    db.drop().await;
     result
 }
 

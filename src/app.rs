@@ -10,7 +10,6 @@ use crate::channel::smtp::Smtp;
 use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
-use crate::config::Route;
 use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
@@ -19,7 +18,6 @@ use crate::ops::fastpath::FastPath;
 use crate::ops::retention::Retention;
 use crate::render::{TemplateSet, TemplateSetError};
 use crate::store::{self, Store, StoreError};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -191,8 +189,7 @@ pub async fn start_with(
         };
         tokio::spawn(worker.run(rx.clone(), config.shutdown_grace))
     });
-    let routes: Arc<HashMap<String, Route>> =
-        Arc::new(config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect());
+    let routes = crate::api::routes_by_event(&config);
     if !config.worker.disabled && config.routes.iter().any(|r| r.digest.is_some()) {
         let closer = DigestCloser {
             store: store.clone(),
@@ -225,7 +222,7 @@ pub async fn start_with(
         )),
         None => None,
     };
-    let state = AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest);
+    let state = AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest, routes);
     let app = router(state);
     let mut server_rx = rx;
     let server = tokio::spawn(async move {

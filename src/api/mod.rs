@@ -55,20 +55,16 @@ impl AppState {
         clock: Arc<dyn Clock>,
         fastpath: Option<Arc<FastPath>>,
         ops_digest: Arc<OpsDigest>,
+        routes: Arc<HashMap<String, Route>>,
     ) -> AppState {
-        let routes = config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect();
         let tokens = TokenTable::from_config(&config.auth.tokens);
-        AppState {
-            store,
-            config,
-            templates,
-            routes: Arc::new(routes),
-            tokens: Arc::new(tokens),
-            clock,
-            fastpath,
-            ops_digest,
-        }
+        AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, fastpath, ops_digest }
     }
+}
+
+/// The routes by event type, shared by the API and the digest closer.
+pub fn routes_by_event(config: &Config) -> Arc<HashMap<String, Route>> {
+    Arc::new(config.routes.iter().map(|r| (r.event.clone(), r.clone())).collect())
 }
 
 pub fn router(state: AppState) -> Router {
