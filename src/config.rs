@@ -30,14 +30,21 @@ message_id_domain = "herald.local"
 sink = "herald-outbox"
 "#;
 
+mod load;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    /// The I/O error is part of the message and deliberately not the error's
+    /// `source()`: a caller printing the chain would say it twice.
+    #[error("cannot read {}: {cause}", path.display())]
+    Read { path: PathBuf, cause: std::io::Error },
+    /// One line per problem, each naming the key and where it was set.
     #[error("{0}")]
     Invalid(String),
 }
 
+/// `msg` begins with the key it is about (`retry.attempts: …`); loading adds
+/// where that key was set.
 fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
@@ -64,7 +71,7 @@ pub struct Config {
     pub retry: RetryConfig,
     #[serde(default)]
     pub worker: WorkerConfig,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "load::list")]
     pub routes: Vec<Route>,
     #[serde(default)]
     pub channels: ChannelsConfig,
@@ -324,7 +331,7 @@ fn default_digest_tz() -> String {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "load::list")]
     pub tokens: Vec<TokenConfig>,
 }
 
@@ -395,47 +402,19 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
-const TOP_LEVEL_KEYS: [&str; 16] = [
-    "listen",
-    "database_url",
-    "redis_url",
-    "templates_dir",
-    "dedupe_window",
-    "max_body_bytes",
-    "shutdown_grace",
-    "retry",
-    "worker",
-    "routes",
-    "channels",
-    "ops",
-    "auth",
-    "log",
-    "outbox",
-    "retention",
-];
-
 impl Config {
     /// The file at `path`, or the embedded default; then the environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        let vars: Vec<(String, String)> = std::env::vars().collect();
+        let vars: Vec<(String, String)> = std::env::vars_os()
+            .filter(|(name, _)| name.to_string_lossy().starts_with("HERALD_"))
+            .map(|(name, value)| (name.to_string_lossy().into_owned(), value.to_string_lossy().into_owned()))
+            .collect();
         Config::load_with_env(path, &vars)
     }
 
+    /// As [`Config::load`], with the environment given (tests pass their own).
     pub fn load_with_env(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigError> {
-        let text = match path {
-            Some(p) => {
-                std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: p.to_path_buf(), source })?
-            }
-            None => EMBEDDED_DEFAULT.to_string(),
-        };
-        let origin = path.map_or("the embedded default".to_string(), |p| p.display().to_string());
-        let mut table: toml::Table =
-            toml::from_str(&text).map_err(|e| invalid(format!("{origin}: {}", e.message())))?;
-        apply_env(&mut table, env)?;
-        let config: Config =
-            table.try_into().map_err(|e: toml::de::Error| invalid(format!("{origin}: {}", e.message())))?;
-        config.validate()?;
-        Ok(config)
+        load::load(path, env)
     }
 
     pub fn retry_policy(&self) -> RetryPolicy {
@@ -671,34 +650,6 @@ impl Config {
     }
 }
 
-/// `HERALD_SECTION__KEY=value` sets `section.key`. The value is read as a TOML
-/// value when it parses as one (`8`, `true`, `["sms"]`), else as a string. Only
-/// variables whose first part is a known top-level key apply, so unrelated
-/// `HERALD_…` variables (such as the test suite's) are left alone.
-fn apply_env(table: &mut toml::Table, env: &[(String, String)]) -> Result<(), ConfigError> {
-    for (name, raw) in env {
-        let Some(rest) = name.strip_prefix("HERALD_") else {
-            continue;
-        };
-        let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
-        if !TOP_LEVEL_KEYS.contains(&path[0].as_str()) {
-            continue;
-        }
-        let value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(raw.clone()));
-        let mut cursor = &mut *table;
-        for part in &path[..path.len() - 1] {
-            let entry = cursor.entry(part.clone()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
-            cursor =
-                entry.as_table_mut().ok_or_else(|| invalid(format!("{name}: {part} is not a table in the config")))?;
-        }
-        cursor.insert(path[path.len() - 1].clone(), value);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -776,5 +727,82 @@ mod tests {
         let e =
             load("[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("channels.sms.timeout") && e.contains("worker.lease"), "{e}");
+    }
+
+    #[test]
+    fn herald_log_is_the_tracing_filter_not_a_config_key() {
+        let c = load("", &[("HERALD_LOG", "debug"), ("HERALD_TEST_REDIS_URL", "redis://x")]).unwrap();
+        assert_eq!(c.log.level, "info");
+    }
+
+    #[test]
+    fn an_environment_value_is_typed_by_the_field_it_sets() {
+        let c = load(
+            "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n",
+            &[
+                ("HERALD_CHANNELS__SMS__AUTH_TOKEN", "123456"),
+                ("HERALD_RETRY__ATTEMPTS", "8"),
+                ("HERALD_WORKER__DISABLED", "true"),
+                ("HERALD_ROUTES", r#"[{event = "a.b", template = "t", channels = ["sms"]}]"#),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("123456"));
+        assert_eq!(c.retry.attempts, 8);
+        assert!(c.worker.disabled);
+        assert_eq!(c.routes[0].channels, vec!["sms".to_string()]);
+        // a string field keeps what looks like a boolean or a list, as written
+        let c = load("", &[("HERALD_LOG__LEVEL", "true"), ("HERALD_REDIS_URL", "[x]")]).unwrap();
+        assert_eq!((c.log.level.as_str(), c.redis_url.as_deref()), ("true", Some("[x]")));
+    }
+
+    #[test]
+    fn a_type_error_names_the_key_and_the_source_that_set_it() {
+        let e =
+            Config::load_with_env(None, &[("HERALD_RETRY__ATTEMPTS".into(), "abc".into())]).unwrap_err().to_string();
+        assert!(e.contains("retry.attempts") && e.contains("environment variable HERALD_RETRY__ATTEMPTS"), "{e}");
+        assert!(!e.contains("embedded default"), "{e}");
+        let e = load("[retry]\nattempts = \"many\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retry.attempts") && e.contains("herald.toml"), "{e}");
+        let e = load("[worker]\nlease = \"soon\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("worker.lease") && e.contains("herald.toml") && e.contains("soon"), "{e}");
+    }
+
+    #[test]
+    fn a_validation_error_names_the_source_of_the_key() {
+        let e = load("", &[("HERALD_RETRY__ATTEMPTS", "0")]).unwrap_err().to_string();
+        assert!(e.contains("retry.attempts") && e.contains("HERALD_RETRY__ATTEMPTS"), "{e}");
+        let e = load("[retry]\nattempts = 0\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retry.attempts") && e.contains("herald.toml"), "{e}");
+    }
+
+    #[test]
+    fn an_unknown_herald_variable_is_an_error_that_names_it() {
+        let e = load("", &[("HERALD_LISTN", "127.0.0.1:9000")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LISTN") && e.contains("listen"), "{e}");
+        let e = load("", &[("HERALD_RETRY__ATEMPTS", "3")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_RETRY__ATEMPTS") && e.contains("retry.attempts"), "{e}");
+        // the test suite's own variables are not config keys
+        assert!(load("", &[("HERALD_TEST_DATABASE_URL", "postgres://x")]).is_ok());
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_file_names_the_file() {
+        let e = load("[retry]\nattempt = 3\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("retry.attempt") && e.contains("herald.toml") && e.contains("attempts"), "{e}");
+    }
+
+    #[test]
+    fn a_secret_is_never_printed_in_an_error() {
+        let e = load("", &[("HERALD_CHANNELS__WEBHOOK__SECRET", "hunter2hunter2")]).unwrap_err().to_string();
+        assert!(e.contains("channels.webhook.secret") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_says_so_once() {
+        let e = Config::load_with_env(Some(Path::new("/nonexistent/herald.toml")), &[]).unwrap_err();
+        let chain = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
+        assert!(chain.contains("/nonexistent/herald.toml"), "{chain}");
     }
 }

@@ -1,0 +1,313 @@
+//! Layering (DESIGN §6, STYLE rule 7): the file — or the embedded default —
+//! then `HERALD_SECTION__KEY` environment variables, read through figment so
+//! that every value remembers which source set it. An error names the key and
+//! that source, and never prints a secret's value.
+//!
+//! Environment values are typed by the field they set: they reach figment as
+//! text, and `extract_lossy` reads text as a number or a boolean only where the
+//! field is one, so `HERALD_CHANNELS__SMS__AUTH_TOKEN=123456` stays the string
+//! it is. List fields also take the text of a TOML list (see [`list`]).
+
+use super::{Config, ConfigError, EMBEDDED_DEFAULT, invalid};
+use figment::error::Kind;
+use figment::value::{Dict, Map, Value};
+use figment::{Figment, Metadata, Profile, Provider};
+use serde::Deserializer;
+use serde::de::{DeserializeOwned, SeqAccess, Visitor};
+use std::marker::PhantomData;
+use std::path::Path;
+
+/// `HERALD_…` variables that are not configuration keys: the tracing filter
+/// (README, *Logs*) and the test suite's own settings.
+fn is_reserved(name: &str) -> bool {
+    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_")
+}
+
+/// Keys whose values are never repeated in an error.
+const SECRET_KEYS: [&str; 3] = ["secret", "auth_token", "token_sha256"];
+
+/// The metadata name of the environment provider.
+const ENVIRONMENT: &str = "environment";
+
+pub(super) fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigError> {
+    let file = FileSource::read(path)?;
+    let env = EnvSource::parse(env)?;
+    let figment = Figment::new().merge(&file).merge(&env);
+    let config: Config = figment.extract_lossy().map_err(|e| {
+        let lines: Vec<String> = e.into_iter().map(|e| describe(&e, &env)).collect();
+        ConfigError::Invalid(lines.join("\n"))
+    })?;
+    config.validate().map_err(|e| match e {
+        ConfigError::Invalid(msg) => ConfigError::Invalid(with_origin(msg, &figment, &env)),
+        other => other,
+    })?;
+    Ok(config)
+}
+
+/// The TOML file, or the embedded default when there is none.
+struct FileSource {
+    label: String,
+    table: toml::Table,
+}
+
+impl FileSource {
+    fn read(path: Option<&Path>) -> Result<FileSource, ConfigError> {
+        let (label, text) = match path {
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(p).map_err(|cause| ConfigError::Read { path: p.to_path_buf(), cause })?;
+                (p.display().to_string(), text)
+            }
+            None => ("the embedded default".to_string(), EMBEDDED_DEFAULT.to_string()),
+        };
+        // The message and position only: toml's own rendering quotes the line,
+        // which may hold a secret.
+        let table = toml::from_str(&text).map_err(|e: toml::de::Error| {
+            let at = e.span().map(|s| line_and_column(&text, s.start)).unwrap_or_default();
+            invalid(format!("{label}{at}: {}", e.message()))
+        })?;
+        Ok(FileSource { label, table })
+    }
+}
+
+fn line_and_column(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!(", line {line}, column {column}")
+}
+
+impl Provider for &FileSource {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(self.label.clone())
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let dict = Value::serialize(&self.table)?.into_dict().unwrap_or_default();
+        Ok(Profile::Default.collect(dict))
+    }
+}
+
+/// One `HERALD_SECTION__KEY=value`.
+struct EnvVar {
+    name: String,
+    path: Vec<String>,
+    value: String,
+}
+
+struct EnvSource {
+    vars: Vec<EnvVar>,
+}
+
+impl EnvSource {
+    fn parse(env: &[(String, String)]) -> Result<EnvSource, ConfigError> {
+        let mut vars: Vec<EnvVar> = Vec::new();
+        for (name, value) in env {
+            let Some(rest) = name.strip_prefix("HERALD_") else { continue };
+            if is_reserved(name) {
+                continue;
+            }
+            let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            if path.iter().any(String::is_empty) {
+                return Err(invalid(format!(
+                    "environment variable {name}: not a configuration key; \
+                     write HERALD_KEY or HERALD_SECTION__KEY, like HERALD_RETRY__ATTEMPTS"
+                )));
+            }
+            if let Some(other) = vars.iter().find(|v| v.path.starts_with(&path) || path.starts_with(&v.path)) {
+                return Err(invalid(format!(
+                    "environment variables {} and {name} both set {}: one is a section the other replaces",
+                    other.name,
+                    key_of(if other.path.len() < path.len() { &other.path } else { &path }),
+                )));
+            }
+            vars.push(EnvVar { name: name.clone(), path, value: value.clone() });
+        }
+        Ok(EnvSource { vars })
+    }
+
+    /// The variable that set `path` or a value inside it (the longest match).
+    fn var_for(&self, path: &[String]) -> Option<&str> {
+        let inside = self.vars.iter().filter(|v| path.starts_with(&v.path)).max_by_key(|v| v.path.len());
+        let below = || self.vars.iter().find(|v| v.path.starts_with(path));
+        inside.or_else(below).map(|v| v.name.as_str())
+    }
+}
+
+impl Provider for &EnvSource {
+    fn metadata(&self) -> Metadata {
+        Metadata::named(ENVIRONMENT)
+    }
+
+    fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        let mut root = Dict::new();
+        for var in &self.vars {
+            let (leaf, sections) = var.path.split_last().expect("parse refuses an empty path");
+            let mut dict = &mut root;
+            for section in sections {
+                let entry = dict.entry(section.clone()).or_insert_with(|| Value::from(Dict::new()));
+                if !matches!(entry, Value::Dict(..)) {
+                    *entry = Value::from(Dict::new());
+                }
+                let Value::Dict(_, inner) = entry else { unreachable!("made a dict just above") };
+                dict = inner;
+            }
+            dict.insert(leaf.clone(), Value::from(var.value.clone()));
+        }
+        Ok(Profile::Default.collect(root))
+    }
+}
+
+/// `routes.0.channels.1` → `routes[0].channels[1]`, the way validation names keys.
+fn key_of(path: &[String]) -> String {
+    let mut out = String::new();
+    for part in path {
+        if part.bytes().all(|b| b.is_ascii_digit()) && !out.is_empty() {
+            out.push_str(&format!("[{part}]"));
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// `(from environment variable HERALD_RETRY__ATTEMPTS)` or `(from ./herald.toml)`.
+fn origin(md: Option<&Metadata>, path: &[String], env: &EnvSource) -> String {
+    match md {
+        Some(md) if md.name == ENVIRONMENT => match env.var_for(path) {
+            Some(var) => format!(" (from environment variable {var})"),
+            None => " (from the environment)".into(),
+        },
+        Some(md) => format!(" (from {})", md.name),
+        None => String::new(),
+    }
+}
+
+fn describe(e: &figment::Error, env: &EnvSource) -> String {
+    let mut path = e.path.clone();
+    let from = origin(e.metadata.as_ref(), &path, env);
+    let secret = path.last().is_some_and(|k| SECRET_KEYS.contains(&k.as_str()));
+    let detail = match &e.kind {
+        Kind::UnknownField(_, expected) => {
+            let field = path.last().cloned().unwrap_or_default();
+            let near = closest(&field, expected).map(|k| {
+                let mut key = path[..path.len() - 1].to_vec();
+                key.push(k.to_string());
+                let var = format!("HERALD_{}", key.join("__").to_ascii_uppercase());
+                match e.metadata.as_ref().is_some_and(|md| md.name == ENVIRONMENT) {
+                    true => format!("; did you mean {} ({var})?", key_of(&key)),
+                    false => format!("; did you mean {}?", key_of(&key)),
+                }
+            });
+            format!("not a configuration key{}", near.unwrap_or_default())
+        }
+        Kind::MissingField(field) => {
+            path.push(field.to_string());
+            "is required".to_string()
+        }
+        Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
+            format!("invalid value (expected {expected})")
+        }
+        kind => kind.to_string(),
+    };
+    let key = if path.is_empty() { "the configuration".to_string() } else { key_of(&path) };
+    format!("{key}: {detail}{from}")
+}
+
+/// The known name nearest to a misspelt one, if any is near enough.
+fn closest<'a>(field: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(field, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Validation messages begin with the key they are about (`retry.attempts: …`);
+/// this adds where that key was set.
+fn with_origin(msg: String, figment: &Figment, env: &EnvSource) -> String {
+    let Some((key, _)) = msg.split_once(": ") else { return msg };
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.[]".contains(&b)) {
+        return msg;
+    }
+    // Values inside a list share the list's source.
+    let lookup = key.split('[').next().unwrap_or(key);
+    let path: Vec<String> = lookup.split('.').map(String::from).collect();
+    match figment.find_metadata(lookup) {
+        Some(md) => format!("{msg}{}", origin(Some(md), &path, env)),
+        None => msg,
+    }
+}
+
+/// A list field: a list in the file, or in an environment variable the text of
+/// a TOML list (`HERALD_ROUTES='[{event = "a.b", template = "t", channels = ["sms"]}]'`).
+pub(super) fn list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned,
+{
+    struct ListVisitor<T>(PhantomData<T>);
+
+    impl<'de, T: DeserializeOwned> Visitor<'de> for ListVisitor<T> {
+        type Value = Vec<T>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Vec<T>, A::Error> {
+            serde::Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Vec<T>, E> {
+            let bad = |e: toml::de::Error| E::custom(format!("not a TOML list: {}", e.message()));
+            let mut table: toml::Table = toml::from_str(&format!("v = {text}")).map_err(bad)?;
+            let value = table.remove("v").unwrap_or(toml::Value::Array(Vec::new()));
+            if !value.is_array() {
+                return Err(E::custom("not a TOML list, like [\"a\", \"b\"] or [{ key = \"value\" }]"));
+            }
+            serde::Deserialize::deserialize(value).map_err(|e: toml::de::Error| E::custom(e.message()))
+        }
+    }
+
+    d.deserialize_seq(ListVisitor(PhantomData))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_written_the_way_validation_writes_them() {
+        let path: Vec<String> = ["routes", "0", "channels", "1"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(key_of(&path), "routes[0].channels[1]");
+    }
+
+    #[test]
+    fn a_near_miss_is_suggested_and_a_far_one_is_not() {
+        let known = ["listen", "database_url", "retry"];
+        assert_eq!(closest("listn", &known), Some("listen"));
+        assert_eq!(closest("databse_url", &known), Some("database_url"));
+        assert_eq!(closest("colour", &known), None);
+    }
+
+    #[test]
+    fn two_variables_that_set_one_key_twice_are_refused_naming_both() {
+        let env = [("HERALD_RETRY".to_string(), "x".to_string()), ("HERALD_RETRY__ATTEMPTS".into(), "3".into())];
+        let e = EnvSource::parse(&env).err().unwrap().to_string();
+        assert!(e.contains("HERALD_RETRY ") && e.contains("HERALD_RETRY__ATTEMPTS"), "{e}");
+    }
+
+    #[test]
+    fn a_toml_syntax_error_gives_the_position_but_not_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, "[channels.webhook]\nsecret = \"whsec_abc\n").unwrap();
+        let e = Config::load_with_env(Some(&path), &[]).unwrap_err().to_string();
+        assert!(e.contains("herald.toml, line 2") && !e.contains("whsec_abc"), "{e}");
+    }
+}
