@@ -24,20 +24,34 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Each inner error is part of the message and not the `source()`, so a chain
+/// printed with `{:#}` says it once.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("templates: {0}")]
-    Templates(#[from] TemplateSetError),
+    Templates(TemplateSetError),
     #[error("{0}")]
     Route(String),
     #[error("database: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("{0}")]
     Provider(String),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: String, source: std::io::Error },
+    #[error("cannot listen on {addr}: {cause}")]
+    Listen { addr: String, cause: std::io::Error },
+}
+
+impl From<TemplateSetError> for AppError {
+    fn from(e: TemplateSetError) -> Self {
+        AppError::Templates(e)
+    }
+}
+
+impl From<StoreError> for AppError {
+    fn from(e: StoreError) -> Self {
+        AppError::Store(e)
+    }
 }
 
 pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
@@ -169,10 +183,10 @@ pub async fn start_with(
         Some(l) => l,
         None => {
             let addr = config.listen_addr()?;
-            TcpListener::bind(addr).await.map_err(|source| AppError::Listen { addr: config.listen.clone(), source })?
+            TcpListener::bind(addr).await.map_err(|cause| AppError::Listen { addr: config.listen.clone(), cause })?
         }
     };
-    let addr = listener.local_addr().map_err(|source| AppError::Listen { addr: config.listen.clone(), source })?;
+    let addr = listener.local_addr().map_err(|cause| AppError::Listen { addr: config.listen.clone(), cause })?;
     let config = Arc::new(config);
     let (shutdown, rx) = watch::channel(false);
 

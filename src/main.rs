@@ -33,8 +33,9 @@ enum Command {
         entity: String,
         #[arg(long)]
         recipient: String,
-        #[arg(long, default_value = "default")]
-        tenant: String,
+        /// Default: `default` without tokens; with tokens, the one tenant they name.
+        #[arg(long)]
+        tenant: Option<String>,
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -52,8 +53,9 @@ enum Command {
 
 #[derive(clap::Args)]
 struct DlqScope {
-    #[arg(long, default_value = "default")]
-    tenant: String,
+    /// Default: `default` without tokens; with tokens, the one tenant they name.
+    #[arg(long)]
+    tenant: Option<String>,
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -81,7 +83,7 @@ enum DlqCommand {
     /// Put dead letters back on the queue: the same intents, key and content.
     Replay {
         /// Comma-separated intent ids.
-        #[arg(long, value_delimiter = ',', conflicts_with = "reason")]
+        #[arg(long, value_delimiter = ',', conflicts_with = "reason", required_unless_present = "reason")]
         ids: Vec<String>,
         #[arg(long)]
         reason: Option<String>,
@@ -118,19 +120,60 @@ struct ConfigArg {
     config: Option<PathBuf>,
 }
 
+/// Standard output and error as the writer of a pipe sees them. Rust ignores
+/// SIGPIPE, so once the reader has gone (`herald … | head`) a write fails with
+/// EPIPE, and `println!` would panic. Here the rest of the output is dropped and
+/// the command finishes with its own exit code. (Restoring SIGPIPE's default
+/// disposition would end the process quietly too, but it would also let a
+/// closed log pipe kill `herald serve` in the middle of a delivery.)
+mod output {
+    use std::io::{self, Write};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static STDOUT_GONE: AtomicBool = AtomicBool::new(false);
+
+    /// Writes to stdout; an error only for a failure other than a reader gone.
+    pub fn out(args: std::fmt::Arguments) -> io::Result<()> {
+        if STDOUT_GONE.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut stdout = io::stdout().lock();
+        match stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                STDOUT_GONE.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// Writes to stderr; there is nowhere left to report a failure of that.
+    pub fn err(args: std::fmt::Arguments) {
+        let _ = io::stderr().lock().write_fmt(args);
+    }
+}
+
+macro_rules! outln {
+    ($($arg:tt)*) => { output::out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+macro_rules! errln {
+    ($($arg:tt)*) => { output::err(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("herald: cannot start the async runtime: {e}");
+            errln!("herald: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("herald: {e:#}");
+            errln!("herald: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -143,13 +186,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(a.config.as_deref())?;
             let store = herald::store::connect(&config.database_url).await?;
             store.migrate().await?;
-            println!("migrations applied to {}", app::redact_url(&config.database_url));
+            outln!("migrations applied to {}", app::redact_url(&config.database_url))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check(a) } => config_check(a.config),
         Command::Templates { command: TemplatesCommand::Check { dir, config } } => templates_check(dir, config),
         Command::Dlq { command } => dlq(command).await,
-        Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, &tenant, config).await,
+        Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, tenant, config).await,
     }
 }
 
@@ -200,28 +243,26 @@ async fn wait_for_signal() {
 }
 
 fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    // Load without the dedupe check first, so the figures can be printed
-    // whatever the verdict.
     let config = match Config::load(path.as_deref()) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("config: {e}");
+            errln!("config: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
     let templates = app::load_templates(&config);
-    println!("retry horizon   {}", format_duration(config.retry_policy().horizon()));
-    println!("dedupe window   {}", format_duration(config.dedupe_window));
-    println!("database        {}", app::redact_url(&config.database_url));
-    println!("routes          {}", config.routes.len());
+    outln!("retry horizon   {}", format_duration(config.retry_policy().horizon()))?;
+    outln!("dedupe window   {}", format_duration(config.dedupe_window))?;
+    outln!("database        {}", app::redact_url(&config.database_url))?;
+    outln!("routes          {}", config.routes.len())?;
     match templates {
-        Ok(t) => println!("templates       {}", t.ids().collect::<Vec<_>>().join(", ")),
+        Ok(t) => outln!("templates       {}", t.ids().collect::<Vec<_>>().join(", "))?,
         Err(e) => {
-            eprintln!("config: {e}");
+            errln!("config: {e}");
             return Ok(ExitCode::FAILURE);
         }
     }
-    println!("ok");
+    outln!("ok")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -237,29 +278,67 @@ fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Res
     let set = match set {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("templates: {e}");
+            errln!("templates: {e}");
             return Ok(ExitCode::FAILURE);
         }
     };
     let rows = check::check(&set);
-    print!("{}", check::report(&rows));
+    output::out(format_args!("{}", check::report(&rows)))?;
     if rows.iter().any(|r| r.failed()) {
         return Ok(ExitCode::FAILURE);
     }
-    println!("\nall {} message(s) render within budget", rows.len());
+    outln!("\nall {} message(s) render within budget", rows.len())?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn why(entity: &str, recipient: &str, tenant: &str, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// The tenant a command reads: `--tenant`; without it, `default` when auth is
+/// off, and with tokens the one tenant they all name — said on stderr, so the
+/// reader knows whose data they see. Tokens of several tenants need `--tenant`.
+fn tenant_for(given: Option<String>, config: &Config) -> Result<String, String> {
+    if let Some(tenant) = given {
+        return Ok(tenant);
+    }
+    let mut tenants: Vec<&str> = config.auth.tokens.iter().map(|t| t.tenant.as_str()).collect();
+    tenants.sort_unstable();
+    tenants.dedup();
+    match tenants.as_slice() {
+        [] => Ok("default".into()),
+        [only] => {
+            errln!("herald: tenant {only} (the one tenant of the configured tokens; --tenant to choose another)");
+            Ok(only.to_string())
+        }
+        many => Err(format!("--tenant is required: the configured tokens name tenants {}", many.join(", "))),
+    }
+}
+
+/// The database as it is: a command that reads creates and migrates nothing.
+async fn open_existing(config: &Config) -> anyhow::Result<std::sync::Arc<dyn herald::store::Store>> {
+    herald::store::open_existing(&config.database_url)
+        .await
+        .with_context(|| format!("cannot use {}", app::redact_url(&config.database_url)))
+}
+
+async fn why(
+    entity: &str,
+    recipient: &str,
+    tenant: Option<String>,
+    config: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let Some((kind, id)) = entity.split_once(':').filter(|(k, i)| !k.is_empty() && !i.is_empty()) else {
-        eprintln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
+        errln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
         return Ok(ExitCode::from(2));
     };
     let config = Config::load(config.as_deref())?;
-    let store = herald::store::connect(&config.database_url).await?;
-    store.migrate().await?;
-    let history = herald::why::history(store.as_ref(), tenant, (kind, id), recipient).await?;
-    print!("{}", herald::why::timeline((kind, id), recipient, &history));
+    let tenant = match tenant_for(tenant, &config) {
+        Ok(t) => t,
+        Err(usage) => {
+            errln!("herald: {usage}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let store = open_existing(&config).await?;
+    let history = herald::why::history(store.as_ref(), &tenant, (kind, id), recipient).await?;
+    output::out(format_args!("{}", herald::why::timeline((kind, id), recipient, &history)))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -269,9 +348,14 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
         DlqCommand::List { scope, .. } | DlqCommand::Show { scope, .. } | DlqCommand::Replay { scope, .. } => scope,
     };
     let config = Config::load(scope.config.as_deref())?;
-    let store = herald::store::connect(&config.database_url).await?;
-    store.migrate().await?;
-    let tenant = scope.tenant.clone();
+    let tenant = match tenant_for(scope.tenant.clone(), &config) {
+        Ok(t) => t,
+        Err(usage) => {
+            errln!("herald: {usage}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let store = open_existing(&config).await?;
     let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
         s.as_deref().map(|s| s.parse::<jiff::Timestamp>().map(|t| t.as_microsecond())).transpose().context("--since")
     };
@@ -279,10 +363,10 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
         DlqCommand::List { reason, since, limit, .. } => {
             let filter = DeadLetterFilter { tenant, reason, since_us: since_us(&since)?, cursor: None, limit };
             let page = store.dead_letters_list(filter).await?;
-            println!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED");
+            outln!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED")?;
             for d in &page.items {
                 let i = &d.intent;
-                println!(
+                outln!(
                     "{:<32}  {:<8}  {:<20}  {:<24}  {}:{} → {}",
                     i.key,
                     i.channel,
@@ -291,25 +375,25 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                     i.entity_type,
                     i.entity_id,
                     i.recipient_id
-                );
+                )?;
             }
             if page.next.is_some() {
-                println!("(more: narrow with --reason or --since, or raise --limit)");
+                outln!("(more: narrow with --reason or --since, or raise --limit)")?;
             }
         }
         DlqCommand::Show { id, .. } => {
             let Some(d) = store.intent_get(&tenant, &id).await? else {
-                eprintln!("no intent {id:?} for tenant {tenant:?}");
+                errln!("no intent {id:?} for tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             };
-            println!("{}", serde_json::to_string_pretty(&herald::api::intent_json(&d))?);
+            outln!("{}", serde_json::to_string_pretty(&herald::api::intent_json(&d))?)?;
         }
         DlqCommand::Replay { ids, reason, since, .. } => {
             let selector = match reason {
                 Some(reason) => ReplaySelector::Reason { reason, since_us: since_us(&since)? },
                 None if !ids.is_empty() => ReplaySelector::Ids(ids),
                 None => {
-                    eprintln!("give --ids ID,ID or --reason R [--since T]");
+                    errln!("give --ids ID,ID or --reason R [--since T]");
                     return Ok(ExitCode::from(2));
                 }
             };
@@ -320,10 +404,10 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             for r in &results {
                 match &r.outcome {
                     ReplayOutcome::Queued => queued += 1,
-                    other => println!("skipped {}: {other:?}", r.key),
+                    other => outln!("skipped {}: {other:?}", r.key)?,
                 }
             }
-            println!("{queued} dead letter(s) back on the queue; a running herald sends them");
+            outln!("{queued} dead letter(s) back on the queue; a running herald sends them")?;
         }
     }
     Ok(ExitCode::SUCCESS)

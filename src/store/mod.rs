@@ -7,24 +7,47 @@ mod delegate;
 mod postgres;
 mod queries;
 mod rows;
+mod schema;
 mod sqlite;
 
 pub use postgres::PostgresStore;
 pub use rows::*;
+pub use schema::SchemaState;
 pub use sqlite::SqliteStore;
 
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A wrapped driver error is part of the message and deliberately not the
+/// error's `source()`: a caller printing the chain (`{:#}`) would say it twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    #[error(
+        "no database at {0}; create it with `herald migrate` (or `herald serve`), or point database_url at an existing one"
+    )]
+    Missing(String),
+    /// The database is there, but not with this binary's schema.
+    #[error("{0}")]
+    Schema(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Database(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Migrate(e)
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -33,6 +56,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub trait Store: Send + Sync + 'static {
     /// Applies this backend's migrations (idempotent).
     async fn migrate(&self) -> StoreResult<()>;
+
+    /// How the database's applied migrations compare with this binary's.
+    async fn schema_state(&self) -> StoreResult<SchemaState>;
 
     /// Whether the database answers (`/readyz`).
     async fn ping(&self) -> StoreResult<()>;
@@ -133,11 +159,30 @@ pub trait Store: Send + Sync + 'static {
     async fn wait_for_work(&self, timeout: Duration);
 }
 
-/// Opens the backend named by the URL's scheme.
+fn is_postgres(database_url: &str) -> bool {
+    database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
+}
+
+/// Opens the backend named by the URL's scheme, creating a SQLite file that
+/// is not there yet (`herald serve`, `herald migrate`).
 pub async fn connect(database_url: &str) -> StoreResult<Arc<dyn Store>> {
-    if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+    if is_postgres(database_url) {
         Ok(Arc::new(PostgresStore::connect(database_url).await?))
     } else {
         Ok(Arc::new(SqliteStore::connect(database_url).await?))
+    }
+}
+
+/// Opens a database that exists and holds this binary's schema, creating and
+/// migrating nothing: for the commands that read (`herald why`, `herald dlq`).
+pub async fn open_existing(database_url: &str) -> StoreResult<Arc<dyn Store>> {
+    let store: Arc<dyn Store> = if is_postgres(database_url) {
+        Arc::new(PostgresStore::connect(database_url).await?)
+    } else {
+        Arc::new(SqliteStore::open_existing(database_url).await?)
+    };
+    match store.schema_state().await?.problem() {
+        None => Ok(store),
+        Some(problem) => Err(StoreError::Schema(problem)),
     }
 }

@@ -10,6 +10,8 @@ use tokio::sync::Notify;
 
 const CHANNEL: &str = "herald_jobs";
 
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
 fn keys_arg(keys: &[String]) -> Vec<String> {
     keys.to_vec()
 }
@@ -71,8 +73,21 @@ impl PostgresStore {
 
 super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("migrations/postgres").run(&self.pool).await?;
+        MIGRATOR.run(&self.pool).await?;
         Ok(())
+    }
+
+    async fn schema_state(&self) -> StoreResult<SchemaState> {
+        let exists: bool =
+            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL").fetch_one(&self.pool).await?;
+        if !exists {
+            return Ok(SchemaState::Missing);
+        }
+        let applied: Vec<(i64, bool)> =
+            sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(SchemaState::compare(&MIGRATOR, &applied))
     }
 
     async fn ping(&self) -> StoreResult<()> {

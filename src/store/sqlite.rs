@@ -4,6 +4,7 @@
 
 use super::queries::{report, transition_columns};
 use super::*;
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -24,22 +25,52 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
+    /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10));
+        let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
+        SqliteStore::open(options).await
+    }
+
+    /// Opens the file only if it exists, and changes nothing in it on the way
+    /// (its journal mode stays what it is).
+    pub async fn open_existing(url: &str) -> StoreResult<SqliteStore> {
+        let options = SqliteConnectOptions::from_str(url)?.create_if_missing(false);
+        let file = options.get_filename();
+        if !file.exists() {
+            return Err(StoreError::Missing(file.display().to_string()));
+        }
+        SqliteStore::open(options).await
+    }
+
+    async fn open(options: SqliteConnectOptions) -> StoreResult<SqliteStore> {
+        let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
         let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
         let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
         Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()) })
     }
 }
 
+static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
+
 super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
     async fn migrate(&self) -> StoreResult<()> {
-        sqlx::migrate!("migrations/sqlite").run(&self.writer).await?;
+        MIGRATOR.run(&self.writer).await?;
         Ok(())
+    }
+
+    async fn schema_state(&self) -> StoreResult<SchemaState> {
+        let tables: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
+                .fetch_one(&self.reader)
+                .await?;
+        if tables == 0 {
+            return Ok(SchemaState::Missing);
+        }
+        let applied: Vec<(i64, bool)> =
+            sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+                .fetch_all(&self.reader)
+                .await?;
+        Ok(SchemaState::compare(&MIGRATOR, &applied))
     }
 
     async fn ping(&self) -> StoreResult<()> {

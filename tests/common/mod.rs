@@ -394,3 +394,18 @@ pub async fn test_redis() -> Option<String> {
     assert_eq!(pong, "PONG");
     Some(url)
 }
+
+/// Runs one SQL statement on a test database, outside Herald.
+pub async fn execute(db: &TestDb, sql: &str) {
+    use sqlx::Connection;
+    match db.backend {
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.expect("connect");
+            sqlx::query(sql).execute(&mut conn).await.expect(sql);
+        }
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+            sqlx::query(sql).execute(&mut conn).await.expect(sql);
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The `herald` command line, run as a user runs it: the built binary in a
+//! directory of its own, its output read (or not read) through a pipe.
+
+mod common;
+
+use common::{Backend, TestDb, backends};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// `herald ARGS` in `dir`, with no `HERALD_…` variable but those given.
+fn herald(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
+    cmd.current_dir(dir).args(args);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("HERALD_") {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.envs(env.iter().copied());
+    cmd
+}
+
+fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    herald(dir, args, env).output().expect("run herald")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const READ_ONLY: [&[&str]; 3] = [
+    &["why", "--entity", "purchase_order:PO-1", "--recipient", "u-1"],
+    &["dlq", "list"],
+    &["dlq", "show", "0123456789abcdef0123456789abcdef"],
+];
+
+#[test]
+fn commands_that_read_never_create_a_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay: &[&str] = &["dlq", "replay", "--ids", "0123456789abcdef0123456789abcdef"];
+    for args in READ_ONLY.iter().copied().chain([replay]) {
+        let out = run(dir.path(), args, &[]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("herald.db") && err.contains("herald migrate"), "{args:?}: {err}");
+        assert!(!dir.path().join("herald.db").exists(), "{args:?} created a database");
+    }
+}
+
+#[tokio::test]
+async fn an_unmigrated_or_outdated_database_is_a_clear_error_and_is_left_as_it_was() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let dir = tempfile::tempdir().unwrap();
+        if backend == Backend::Sqlite {
+            // an empty file where the database should be
+            let file = db.url.trim_start_matches("sqlite://");
+            std::fs::write(file, b"").unwrap();
+        }
+        let env = [("HERALD_DATABASE_URL", db.url.as_str())];
+        for args in READ_ONLY {
+            let out = run(dir.path(), args, &env);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{backend:?} {args:?}: {err}");
+            assert!(err.contains("no Herald schema") && err.contains("herald migrate"), "{backend:?}: {err}");
+        }
+        let still = herald::store::open_existing(&db.url).await.err().expect("still unmigrated").to_string();
+        assert!(still.contains("no Herald schema"), "{backend:?}: {still}");
+        if backend == Backend::Sqlite {
+            let file = db.url.trim_start_matches("sqlite://");
+            assert_eq!(std::fs::metadata(file).unwrap().len(), 0, "the empty file was written to");
+        }
+        let store = db.store().await; // migrates
+        assert!(run(dir.path(), READ_ONLY[0], &env).status.success());
+        // one migration forgotten: the schema is behind this binary
+        let forget = "DELETE FROM _sqlx_migrations WHERE version = (SELECT MAX(version) FROM _sqlx_migrations)";
+        common::execute(&db, forget).await;
+        let out = run(dir.path(), READ_ONLY[1], &env);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{backend:?}: {err}");
+        assert!(err.contains("behind") && err.contains("herald migrate"), "{backend:?}: {err}");
+        drop(store);
+    }
+}
+
+#[test]
+fn why_on_a_migrated_database_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    let out = run(dir.path(), READ_ONLY[0], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("no notification was ever planned"), "{}", stdout(&out));
+}
+
+fn token_config(dir: &Path, tenants: &[&str]) -> String {
+    let mut toml = String::from("database_url = \"sqlite://herald.db\"\ndedupe_window = \"24h\"\n");
+    for (i, tenant) in tenants.iter().enumerate() {
+        toml.push_str(&format!(
+            "[[auth.tokens]]\nname = \"t{i}\"\ntenant = \"{tenant}\"\ntoken_sha256 = \"{}\"\nscopes = [\"ops\"]\n",
+            "ab".repeat(32)
+        ));
+    }
+    let path = dir.join("herald.toml");
+    std::fs::write(&path, toml).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn with_tokens_and_no_tenant_the_cli_says_which_tenant_it_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let one = token_config(dir.path(), &["acme", "acme"]);
+    assert!(run(dir.path(), &["migrate", "--config", &one], &[]).status.success());
+    let out = run(dir.path(), &["dlq", "list", "--config", &one], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("tenant acme"), "{}", stderr(&out));
+    // named: nothing to say
+    let out = run(dir.path(), &["dlq", "list", "--tenant", "acme", "--config", &one], &[]);
+    assert!(out.status.success() && !stderr(&out).contains("tenant"), "{}", stderr(&out));
+
+    let two = token_config(dir.path(), &["acme", "beta"]);
+    let out = run(dir.path(), &["why", "--entity", "a:b", "--recipient", "u", "--config", &two], &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--tenant") && err.contains("acme") && err.contains("beta"), "{err}");
+}
+
+/// Runs `args` with stdout (and stderr) going into a pipe whose reader has
+/// already gone, as in `herald … | head -0`: every write meets EPIPE.
+fn into_closed_pipe(dir: &Path, args: &[&str]) -> std::process::ExitStatus {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let err_writer = writer.try_clone().unwrap();
+    herald(dir, args, &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(err_writer))
+        .status()
+        .unwrap()
+}
+
+#[test]
+fn every_command_exits_quietly_when_its_reader_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(into_closed_pipe(dir.path(), &["migrate"]).code(), Some(0), "migrate");
+    let commands: [&[&str]; 6] =
+        [&["config", "check"], &["templates", "check"], READ_ONLY[0], READ_ONLY[1], &["--help"], &["--version"]];
+    for args in commands {
+        assert_eq!(into_closed_pipe(dir.path(), args).code(), Some(0), "{args:?} did not exit quietly");
+    }
+    // a failing command keeps its verdict: it is not a panic (101)
+    assert_eq!(into_closed_pipe(dir.path(), READ_ONLY[2]).code(), Some(1), "dlq show of a missing intent");
+}
+
+#[tokio::test]
+async fn an_error_says_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(dir.path(), &["why", "--entity", "a:b", "--recipient", "u", "--config", "absent.toml"], &[]);
+    let err = stderr(&out);
+    assert!(err.contains("absent.toml") && err.matches("os error 2").count() == 1, "{err}");
+    if backends().contains(&Backend::Postgres) {
+        let admin = std::env::var("HERALD_TEST_DATABASE_URL").unwrap();
+        let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b).to_string();
+        let url = format!("{base}/herald_test_never_created");
+        let out = run(dir.path(), &["dlq", "list"], &[("HERALD_DATABASE_URL", &url)]);
+        let err = stderr(&out);
+        assert!(err.matches("does not exist").count() == 1, "{err}");
+    }
+}
