@@ -100,6 +100,21 @@ pub struct RetentionConfig {
     /// Whole intents in a final state, with their attempts.
     #[serde(default = "default_intent_age", deserialize_with = "duration")]
     pub intents: Duration,
+    /// Closed digest windows, counted from their close (and only once their
+    /// digest intent is gone).
+    #[serde(default = "default_digest_age", deserialize_with = "duration")]
+    pub digests: Duration,
+    /// Inbox cards, counted from their last change (and only once no intent
+    /// of theirs is left).
+    #[serde(default = "default_intent_age", deserialize_with = "duration")]
+    pub inbox_cards: Duration,
+    /// Records of who replayed a dead letter (sooner if the intent goes).
+    #[serde(default = "default_intent_age", deserialize_with = "duration")]
+    pub dead_letter_replays: Duration,
+    /// Preference versions, counted from when a newer one replaced them (never
+    /// the current one, nor one an intent names).
+    #[serde(default = "default_intent_age", deserialize_with = "duration")]
+    pub preference_versions: Duration,
     #[serde(default = "default_retention_interval", deserialize_with = "duration")]
     pub interval: Duration,
     /// Rows per pruning transaction.
@@ -118,6 +133,9 @@ fn default_payload_age() -> Duration {
 fn default_intent_age() -> Duration {
     Duration::from_secs(90 * 86_400)
 }
+fn default_digest_age() -> Duration {
+    Duration::from_secs(7 * 86_400)
+}
 fn default_retention_interval() -> Duration {
     Duration::from_secs(600)
 }
@@ -131,6 +149,10 @@ impl Default for RetentionConfig {
             attempt_diagnostics: default_diag_age(),
             payloads: default_payload_age(),
             intents: default_intent_age(),
+            digests: default_digest_age(),
+            inbox_cards: default_intent_age(),
+            dead_letter_replays: default_intent_age(),
+            preference_versions: default_intent_age(),
             interval: default_retention_interval(),
             batch: default_batch(),
         }
@@ -562,8 +584,20 @@ impl Config {
                 format_duration(longest_digest)
             )));
         }
-        if r.batch < 1 || r.interval.is_zero() {
-            return Err(invalid("retention.batch and retention.interval: must be positive"));
+        // A member planned just inside a window may arrive after it closed; the
+        // closed window is what sends it on its own instead of reopening it.
+        if r.digests <= longest_digest {
+            return Err(invalid(format!(
+                "retention.digests: {} must be longer than the longest digest window ({})",
+                format_duration(r.digests),
+                format_duration(longest_digest)
+            )));
+        }
+        if r.batch < 1 {
+            return Err(invalid("retention.batch: must be at least 1"));
+        }
+        if r.interval.is_zero() {
+            return Err(invalid("retention.interval: must be longer than zero"));
         }
         Ok(())
     }
@@ -720,6 +754,17 @@ mod tests {
         assert!(e.contains("retention.intents") && e.contains("dedupe_window"), "{e}");
         let e = load("[ops]\ndigest_at = \"8.30\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("ops.digest_at"), "{e}");
+    }
+
+    #[test]
+    fn a_closed_digest_window_is_kept_longer_than_any_window() {
+        let route = "[[routes]]\nevent = \"c\"\ntemplate = \"t\"\nchannels = [\"email\"]\n\
+                     digest = { window = \"2d\", template = \"d\" }\n";
+        let e = load(&format!("[retention]\ndigests = \"1d\"\n{route}"), &[]).unwrap_err().to_string();
+        assert!(e.contains("retention.digests") && e.contains("48h"), "{e}");
+        let c = load(route, &[]).unwrap();
+        assert_eq!(c.retention.digests, Duration::from_secs(7 * 86_400));
+        assert_eq!(c.retention.preference_versions, Duration::from_secs(90 * 86_400));
     }
 
     #[test]

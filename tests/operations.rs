@@ -222,6 +222,7 @@ async fn retention_prunes_old_data_in_order_and_keeps_the_dedupe_window() {
                 intents: Duration::from_secs(40 * 86_400),
                 interval: Duration::from_secs(600),
                 batch: 1,
+                ..RetentionConfig::default()
             },
             dedupe_window: Duration::from_secs(3600),
         };

@@ -415,3 +415,180 @@ async fn retention_keeps_content_that_is_reused_or_still_pending() {
     })
     .await;
 }
+
+const DAY: i64 = 86_400_000_000;
+
+/// An intent already in a final state (no job), updated at `at`.
+fn settled(key: &str, channel: &str, state: &str, at: i64) -> Ingest {
+    let mut it = new_intent(key, channel, None);
+    it.state = state.into();
+    let mut ingest = ingest(&format!("r-{key}"), &format!("fp-{key}"), vec![it]);
+    ingest.now_us = at;
+    ingest
+}
+
+#[tokio::test]
+async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is_gone() {
+    each_backend(|store| async move {
+        let window = |key: &str| NewDigest {
+            key: key.into(),
+            event_type: "comment.created".into(),
+            channel: "email".into(),
+            recipient_id: "u-1".into(),
+            group_key: "PO-1".into(),
+            destination: Some("a@example.com".into()),
+            locale: Some("en".into()),
+            window_start: T0,
+            closes_at: T0 + 3_600_000_000,
+        };
+        // two windows with a member each; one will close, the other stays open
+        for (n, w) in [(1, key(101)), (2, key(102))] {
+            let mut member = new_intent(&key(n), "email", None);
+            (member.decision, member.state, member.digest) = ("digest".into(), "held".into(), Some(window(&w)));
+            store.events_ingest(ingest(&format!("r{n}"), &format!("fp{n}"), vec![member])).await.unwrap();
+        }
+        let due = store.digests_due(T0 + 3_600_000_000, 10).await.unwrap();
+        let closing = due.iter().find(|d| d.key == key(101)).unwrap().clone();
+        let mut digest_intent = new_intent(&key(101), "email", None);
+        digest_intent.state = "sent".into(); // as if delivered already
+        let close = DigestClose {
+            digest: closing,
+            member_keys: vec![key(1)],
+            intent: digest_intent,
+            event_digest: "digest-event".into(),
+            event_body: "{}".into(),
+            occurred_at: "2027-01-15T09:00:00.000000000Z".into(),
+            now_us: T0 + 3_600_000_000,
+        };
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
+
+        let long_after = T0 + 30 * DAY;
+        let pruned = store.retention_batch(PruneStep::Digests, long_after, 100).await.unwrap();
+        assert_eq!(pruned, 0, "the digest intent still exists: its window stays");
+        assert_eq!(store.retention_batch(PruneStep::Intents, long_after, 100).await.unwrap(), 2, "digest + member");
+        assert!(store.intent_get("default", &key(101)).await.unwrap().is_none());
+        assert_eq!(store.retention_batch(PruneStep::Digests, long_after, 100).await.unwrap(), 1, "the closed window");
+        assert_eq!(store.retention_batch(PruneStep::Digests, long_after, 100).await.unwrap(), 0);
+        let open = store.digests_due(long_after, 10).await.unwrap();
+        assert_eq!(open.iter().map(|d| d.key.clone()).collect::<Vec<_>>(), vec![key(102)], "never an open window");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_keeps_an_inbox_card_while_an_intent_of_it_lives() {
+    each_backend(|store| async move {
+        let deliver = |key: String, entity: &str| InboxDelivery {
+            tenant: "default".into(),
+            recipient_id: "u-1".into(),
+            entity_type: "purchase_order".into(),
+            entity_id: entity.into(),
+            version: Some(1),
+            occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+            intent_key: key.clone(),
+            payload_digest: format!("digest-{key}"),
+            now_us: T0,
+        };
+        // PO-1's card: its intent is sent (final). PO-2's: its intent is still queued.
+        store.events_ingest(settled(&key(1), "in_app", "sent", T0)).await.unwrap();
+        let mut live = ingest("r2", "fp2", vec![new_intent(&key(2), "in_app", Some(T0 + 400 * DAY))]);
+        live.entity_id = "PO-2".into();
+        store.events_ingest(live).await.unwrap();
+        store.inbox_deliver(deliver(key(1), "PO-1")).await.unwrap();
+        store.inbox_deliver(deliver(key(2), "PO-2")).await.unwrap();
+
+        let long_after = T0 + 200 * DAY;
+        assert_eq!(
+            store.retention_batch(PruneStep::InboxCards, long_after, 100).await.unwrap(),
+            0,
+            "both intents live"
+        );
+        assert_eq!(store.retention_batch(PruneStep::Intents, long_after, 100).await.unwrap(), 1, "the sent one");
+        assert_eq!(store.retention_batch(PruneStep::InboxCards, T0 - 1, 100).await.unwrap(), 0, "too young");
+        assert_eq!(store.retention_batch(PruneStep::InboxCards, long_after, 100).await.unwrap(), 1);
+        let cards = store.inbox_list("default", "u-1", None, 10).await.unwrap().items;
+        assert_eq!(cards.iter().map(|c| c.entity_id.clone()).collect::<Vec<_>>(), vec!["PO-2".to_string()]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_forgets_a_dead_letter_replay_with_its_intent_or_by_age() {
+    each_backend(|store| async move {
+        for n in [1, 2] {
+            store.events_ingest(settled(&key(n), "sms", "dead", T0)).await.unwrap();
+        }
+        let replay = |keys: Vec<String>, at: i64| Replay {
+            tenant: "default".into(),
+            selector: ReplaySelector::Ids(keys),
+            now_us: at,
+            requested_by: Some("test".into()),
+            limit: 10,
+        };
+        store.dead_letters_replay(replay(vec![key(1), key(2)], T0)).await.unwrap();
+        // both die again: key 1 at once, key 2 much later
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let dead = |k: String, at: i64| FinishedAttempt {
+            finished_at_us: at,
+            ..finished(&k, 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected })
+        };
+        store.attempts_finish(&[dead(key(1), T0 + 10), dead(key(2), T0 + 100 * DAY)]).await.unwrap();
+
+        let young = T0 - 1;
+        assert_eq!(store.retention_batch(PruneStep::DeadLetterReplays, young, 100).await.unwrap(), 0);
+        assert_eq!(store.retention_batch(PruneStep::Intents, T0 + DAY, 100).await.unwrap(), 1, "key 1 goes");
+        assert_eq!(
+            store.retention_batch(PruneStep::DeadLetterReplays, young, 100).await.unwrap(),
+            1,
+            "with its intent"
+        );
+        assert_eq!(store.retention_batch(PruneStep::DeadLetterReplays, T0 + 1, 100).await.unwrap(), 1, "by age");
+        assert!(store.intent_get("default", &key(2)).await.unwrap().is_some(), "the intent itself stays");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_keeps_the_current_preferences_and_every_version_an_intent_names() {
+    each_backend(|store| async move {
+        for (n, at) in [(1, T0), (2, T0 + DAY), (3, T0 + 2 * DAY), (4, T0 + 100 * DAY)] {
+            let put = RecipientPut {
+                tenant: "default".into(),
+                id: "u-1".into(),
+                email: Some("a@example.com".into()),
+                phone: None,
+                locale: None,
+                timezone: None,
+                webhook_url: None,
+                preferences: format!(r#"{{"channels":{{"sms":{}}},"n":{n}}}"#, n % 2 == 0),
+                now_us: at,
+            };
+            assert_eq!(store.recipient_put(put).await.unwrap().preferences_version, n);
+        }
+        // an intent decided by version 2
+        let mut decided = settled(&key(1), "email", "sent", T0 + DAY);
+        decided.intents[0].preferences_version = Some(2);
+        store.events_ingest(decided).await.unwrap();
+
+        let kept = |versions: [i64; 4]| {
+            let store = store.clone();
+            async move {
+                let mut out = Vec::new();
+                for v in versions {
+                    if store.recipient_preferences_get("default", "u-1", v).await.unwrap().is_some() {
+                        out.push(v);
+                    }
+                }
+                out
+            }
+        };
+        // 50 days on: v1 was replaced 49 days ago and nothing names it; v3 was
+        // current until day 100
+        assert_eq!(store.retention_batch(PruneStep::PreferenceVersions, T0 + 50 * DAY, 100).await.unwrap(), 1);
+        assert_eq!(kept([1, 2, 3, 4]).await, vec![2, 3, 4]);
+        assert_eq!(store.retention_batch(PruneStep::PreferenceVersions, T0 + 200 * DAY, 100).await.unwrap(), 1);
+        assert_eq!(kept([1, 2, 3, 4]).await, vec![2, 4], "v2 is named by an intent, v4 is current");
+        assert_eq!(store.retention_batch(PruneStep::PreferenceVersions, T0 + 900 * DAY, 100).await.unwrap(), 0);
+    })
+    .await;
+}

@@ -19,13 +19,17 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 4] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 8] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
             (PruneStep::Payloads, "payloads", c.payloads),
             (PruneStep::Intents, "intents", c.intents),
             (PruneStep::Requests, "requests", self.dedupe_window),
+            (PruneStep::Digests, "digests", c.digests),
+            (PruneStep::InboxCards, "inbox_cards", c.inbox_cards),
+            (PruneStep::DeadLetterReplays, "dead_letter_replays", c.dead_letter_replays),
+            (PruneStep::PreferenceVersions, "preference_versions", c.preference_versions),
         ]
     }
 

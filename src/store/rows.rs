@@ -409,11 +409,20 @@ pub struct QueueStats {
 
 /// Retention, in the order it runs: verbose attempt text first, then content
 /// bodies (their digests stay on the intents), then whole intents, then
-/// request records.
+/// request records; then what hung off intents that are gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PruneStep {
     AttemptDiagnostics,
     Payloads,
     Intents,
     Requests,
+    /// Closed digest windows whose digest intent is gone; never an open one.
+    Digests,
+    /// Inbox cards no intent of which is left (an open card stays).
+    InboxCards,
+    /// Records of dead-letter replays whose intent is gone, or that are old.
+    DeadLetterReplays,
+    /// Preference versions superseded long ago that no intent names; never
+    /// a recipient's current version.
+    PreferenceVersions,
 }

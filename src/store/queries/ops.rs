@@ -253,6 +253,74 @@ macro_rules! ops_queries {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected(),
+                // A closed window is only needed while a member planned inside
+                // it may still arrive (it is then sent on its own): long past
+                // its close, and once its digest intent is gone, it goes. An
+                // open window has members waiting, whatever its age.
+                PruneStep::Digests => sqlx::query(
+                    "DELETE FROM digests WHERE state = 'closed' AND closes_at < $1 AND key IN (
+                         SELECT d.key FROM digests d
+                         WHERE d.state = 'closed' AND d.closes_at < $1
+                           AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.key = d.key)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                // A card is open while any in-app intent about its entity for
+                // its recipient is left (queued, sent, or folded into it).
+                // The outer conditions are checked again as rows are deleted,
+                // so a card a delivery has just moved forward stays.
+                PruneStep::InboxCards => sqlx::query(
+                    "DELETE FROM inbox_cards WHERE updated_at < $1 AND card_id IN (
+                         SELECT c.card_id FROM inbox_cards c
+                         WHERE c.updated_at < $1
+                           AND NOT EXISTS (SELECT 1 FROM intents i WHERE i.key = c.intent_key)
+                           AND NOT EXISTS (SELECT 1 FROM intents i
+                               WHERE i.tenant = c.tenant AND i.entity_type = c.entity_type AND i.entity_id = c.entity_id
+                                 AND i.recipient_id = c.recipient_id AND i.channel = 'in_app')
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                PruneStep::DeadLetterReplays => sqlx::query(
+                    "DELETE FROM dead_letter_replays WHERE (intent_key, replayed_at) IN (
+                         SELECT r.intent_key, r.replayed_at FROM dead_letter_replays r
+                         WHERE r.replayed_at < $1 OR NOT EXISTS (SELECT 1 FROM intents i WHERE i.key = r.intent_key)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                // A version's age counts from when a newer one replaced it (a
+                // planner may have read it just before), so the current version
+                // never qualifies; nor does one an intent was decided by.
+                PruneStep::PreferenceVersions => sqlx::query(
+                    "DELETE FROM recipient_preferences WHERE (tenant, recipient_id, version) IN (
+                         SELECT p.tenant, p.recipient_id, p.version FROM recipient_preferences p
+                         WHERE p.created_at < $1
+                           AND EXISTS (SELECT 1 FROM recipient_preferences n
+                               WHERE n.tenant = p.tenant AND n.recipient_id = p.recipient_id
+                                 AND n.version > p.version AND n.created_at < $1)
+                           AND NOT EXISTS (SELECT 1 FROM recipients r
+                               WHERE r.tenant = p.tenant AND r.id = p.recipient_id AND r.preferences_version = p.version)
+                           AND NOT EXISTS (SELECT 1 FROM intents i
+                               WHERE i.tenant = p.tenant AND i.recipient_id = p.recipient_id
+                                 AND i.preferences_version = p.version)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
             };
             tx.commit().await?;
             Ok(n)
