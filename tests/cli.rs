@@ -170,3 +170,30 @@ async fn an_error_says_its_cause_once() {
         assert!(err.matches("does not exist").count() == 1, "{err}");
     }
 }
+
+#[test]
+fn the_example_configuration_passes_config_check_as_shipped() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = run(repo, &["config", "check", "--config", "herald.example.toml"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("retry horizon   15m30s"), "{}", stdout(&out));
+}
+
+#[test]
+fn the_example_configuration_writes_the_defaults_it_claims() {
+    use herald::config::Config;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = Config::load_with_env(Some(&repo.join("herald.example.toml")), &[]).unwrap();
+    // the same route and sinks, every other key left to its default
+    let dir = tempfile::tempdir().unwrap();
+    let minimal = dir.path().join("minimal.toml");
+    std::fs::write(
+        &minimal,
+        "[[routes]]\nevent = \"purchase_order.approved\"\ntemplate = \"po_approved\"\n\
+         channels = [\"email\", \"sms\", \"in_app\"]\n\
+         [channels.email]\nsink = \"herald-outbox\"\n[channels.sms]\nsink = \"herald-outbox\"\n",
+    )
+    .unwrap();
+    let defaults = Config::load_with_env(Some(&minimal), &[]).unwrap();
+    assert_eq!(format!("{example:#?}"), format!("{defaults:#?}"));
+}
