@@ -705,17 +705,6 @@ mod tests {
     }
 
     #[test]
-    fn environment_overrides_the_file() {
-        let c = load(
-            "[retry]\nattempts = 4\n",
-            &[("HERALD_RETRY__ATTEMPTS", "8"), ("HERALD_WORKER__LEASE", "45s"), ("HERALD_TEST_DATABASE_URL", "x")],
-        )
-        .unwrap();
-        assert_eq!(c.retry.attempts, 8);
-        assert_eq!(c.worker.lease, Duration::from_secs(45));
-    }
-
-    #[test]
     fn errors_name_the_key() {
         let e = load("[retry]\nbase = \"soon\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("soon") && e.contains("duration"), "{e}");
@@ -772,82 +761,5 @@ mod tests {
         let e =
             load("[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("channels.sms.timeout") && e.contains("worker.lease"), "{e}");
-    }
-
-    #[test]
-    fn herald_log_is_the_tracing_filter_not_a_config_key() {
-        let c = load("", &[("HERALD_LOG", "debug"), ("HERALD_TEST_REDIS_URL", "redis://x")]).unwrap();
-        assert_eq!(c.log.level, "info");
-    }
-
-    #[test]
-    fn an_environment_value_is_typed_by_the_field_it_sets() {
-        let c = load(
-            "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n",
-            &[
-                ("HERALD_CHANNELS__SMS__AUTH_TOKEN", "123456"),
-                ("HERALD_RETRY__ATTEMPTS", "8"),
-                ("HERALD_WORKER__DISABLED", "true"),
-                ("HERALD_ROUTES", r#"[{event = "a.b", template = "t", channels = ["sms"]}]"#),
-            ],
-        )
-        .unwrap();
-        assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("123456"));
-        assert_eq!(c.retry.attempts, 8);
-        assert!(c.worker.disabled);
-        assert_eq!(c.routes[0].channels, vec!["sms".to_string()]);
-        // a string field keeps what looks like a boolean or a list, as written
-        let c = load("", &[("HERALD_LOG__LEVEL", "true"), ("HERALD_REDIS_URL", "[x]")]).unwrap();
-        assert_eq!((c.log.level.as_str(), c.redis_url.as_deref()), ("true", Some("[x]")));
-    }
-
-    #[test]
-    fn a_type_error_names_the_key_and_the_source_that_set_it() {
-        let e =
-            Config::load_with_env(None, &[("HERALD_RETRY__ATTEMPTS".into(), "abc".into())]).unwrap_err().to_string();
-        assert!(e.contains("retry.attempts") && e.contains("environment variable HERALD_RETRY__ATTEMPTS"), "{e}");
-        assert!(!e.contains("embedded default"), "{e}");
-        let e = load("[retry]\nattempts = \"many\"\n", &[]).unwrap_err().to_string();
-        assert!(e.contains("retry.attempts") && e.contains("herald.toml"), "{e}");
-        let e = load("[worker]\nlease = \"soon\"\n", &[]).unwrap_err().to_string();
-        assert!(e.contains("worker.lease") && e.contains("herald.toml") && e.contains("soon"), "{e}");
-    }
-
-    #[test]
-    fn a_validation_error_names_the_source_of_the_key() {
-        let e = load("", &[("HERALD_RETRY__ATTEMPTS", "0")]).unwrap_err().to_string();
-        assert!(e.contains("retry.attempts") && e.contains("HERALD_RETRY__ATTEMPTS"), "{e}");
-        let e = load("[retry]\nattempts = 0\n", &[]).unwrap_err().to_string();
-        assert!(e.contains("retry.attempts") && e.contains("herald.toml"), "{e}");
-    }
-
-    #[test]
-    fn an_unknown_herald_variable_is_an_error_that_names_it() {
-        let e = load("", &[("HERALD_LISTN", "127.0.0.1:9000")]).unwrap_err().to_string();
-        assert!(e.contains("HERALD_LISTN") && e.contains("listen"), "{e}");
-        let e = load("", &[("HERALD_RETRY__ATEMPTS", "3")]).unwrap_err().to_string();
-        assert!(e.contains("HERALD_RETRY__ATEMPTS") && e.contains("retry.attempts"), "{e}");
-        // the test suite's own variables are not config keys
-        assert!(load("", &[("HERALD_TEST_DATABASE_URL", "postgres://x")]).is_ok());
-    }
-
-    #[test]
-    fn an_unknown_key_in_the_file_names_the_file() {
-        let e = load("[retry]\nattempt = 3\n", &[]).unwrap_err().to_string();
-        assert!(e.contains("retry.attempt") && e.contains("herald.toml") && e.contains("attempts"), "{e}");
-    }
-
-    #[test]
-    fn a_secret_is_never_printed_in_an_error() {
-        let e = load("", &[("HERALD_CHANNELS__WEBHOOK__SECRET", "hunter2hunter2")]).unwrap_err().to_string();
-        assert!(e.contains("channels.webhook.secret") && !e.contains("hunter2"), "{e}");
-    }
-
-    #[test]
-    fn a_missing_file_says_so_once() {
-        let e = Config::load_with_env(Some(Path::new("/nonexistent/herald.toml")), &[]).unwrap_err();
-        let chain = format!("{:#}", anyhow::Error::from(e));
-        assert_eq!(chain.matches("os error 2").count(), 1, "{chain}");
-        assert!(chain.contains("/nonexistent/herald.toml"), "{chain}");
     }
 }
