@@ -16,6 +16,8 @@ pub struct Received {
     pub path: String,
     pub id: String,
     pub body: serde_json::Value,
+    /// Every header name the delivery carried, lowercased.
+    pub header_names: Vec<String>,
     /// Whether the signature verified against the shared secret.
     pub verified: bool,
 }
@@ -104,6 +106,7 @@ async fn receive(
         path: name.clone(),
         id: headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string(),
         body: serde_json::from_slice(&body).unwrap_or_default(),
+        header_names: headers.keys().map(|k| k.as_str().to_string()).collect(),
         verified,
     });
     let status = match s.scripts.get_mut(&name) {
