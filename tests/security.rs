@@ -5,9 +5,18 @@
 mod common;
 
 use common::smtp::FakeSmtp;
-use common::{Backend, FakeSms, TestApp, TestDb, sms_event};
+use common::webhook::FakeReceiver;
+use common::{Backend, FakeSms, TestApp, TestDb, backends, sms_event};
+use herald::channel::destination::{DestinationPolicy, Lookup};
+use herald::channel::webhook::Webhook;
+use herald::channel::{Delivery, Outcome, Provider};
+use herald::intent::Reason;
+use herald::render::Content;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
 
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// A name that tries to end the subject line and start a forged header.
 const FORGED: &str = "Asha\r\nBcc: mallory@evil.example\r\nX-Injected: yes";
 
@@ -94,4 +103,168 @@ async fn crlf_in_event_data_stays_inside_the_sms_json() {
     assert!(got[0].body["body"].as_str().unwrap().contains(FORGED), "{}", got[0].body);
     assert!(!got[0].header_names.iter().any(|h| h == "bcc" || h == "x-injected"), "{:?}", got[0].header_names);
     app.running.stop().await;
+}
+#[tokio::test]
+async fn crlf_in_event_data_stays_inside_the_webhook_body() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let hooks = FakeReceiver::start(SECRET).await;
+    let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+    let url = format!("{}/hook/crlf", hooks.base);
+    let ev = forged_event("PO-CRLF-HOOK", json!({"id": "u-hook", "webhook_url": url}), "webhook");
+    let (_, b, _) = app.post_event(&ev, None).await;
+    app.wait_state(&id_of(&b), &["sent"]).await;
+    let got = hooks.received("crlf");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].verified);
+    assert_eq!(got[0].body["content"]["data"]["approver"]["name"], FORGED);
+    // Headers carry only values Herald derives (the key, a timestamp, a signature).
+    let mut names = got[0].header_names.clone();
+    names.sort();
+    let expected = ["content-length", "content-type", "host", "webhook-id", "webhook-signature", "webhook-timestamp"];
+    assert_eq!(
+        names.iter().filter(|n| !["accept", "accept-encoding"].contains(&n.as_str())).collect::<Vec<_>>(),
+        expected.iter().collect::<Vec<_>>()
+    );
+    app.running.stop().await;
+}
+
+fn webhook_toml(allow_private: bool) -> String {
+    let allow = if allow_private { "allow_private_destinations = true\n" } else { "" };
+    format!("[channels.webhook]\nsecret = \"{SECRET}\"\ntimeout = \"1s\"\n{allow}")
+}
+
+/// Every way of writing an address inside the deployment that a URL parser accepts.
+const INSIDE: [&str; 14] = [
+    "http://127.0.0.1:9/hook",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.5/hook",
+    "http://192.168.1.1/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://0.0.0.0/hook",
+    "http://[::]/hook",
+    "http://2130706433/hook",
+    "http://0177.0.0.1/hook",
+    "http://localhost:8080/hook",
+    "http://metrics.localhost/hook",
+    "http://[fd12:3456::1]/hook",
+    "http://224.0.0.251/hook",
+];
+
+#[tokio::test]
+async fn a_webhook_url_pointing_inside_is_refused_at_input_naming_the_field() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).with_toml(&webhook_toml(false)).spawn().await;
+    for url in INSIDE {
+        let (s, e) = app.put("/v1/recipients/u-ssrf", &json!({"webhook_url": url})).await;
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(s, 400, "{url}: {e}");
+        assert!(message.starts_with("webhook_url:") && message.contains("allow_private_destinations"), "{e}");
+
+        let mut ev = forged_event("PO-SSRF", json!({"id": "u-ssrf"}), "webhook");
+        ev["recipients"] = json!([{"id": "u-ok"}, {"id": "u-ssrf", "webhook_url": url}]);
+        let (s, e, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 400, "{url}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().starts_with("recipients[1].webhook_url:"), "{e}");
+    }
+    let (s, e) = app.put("/v1/recipients/u-ssrf", &json!({"webhook_url": "https://93.184.216.34/hook"})).await;
+    assert_eq!(s, 200, "a public address is fine: {e}");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn a_stored_url_pointing_inside_dies_at_send_as_forbidden_destination() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let hooks = FakeReceiver::start(SECRET).await;
+        let url = format!("{}/hook/inside", hooks.base);
+        // Written while the deployment allowed private destinations...
+        let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+        assert_eq!(app.put("/v1/recipients/u-inside", &json!({"webhook_url": url})).await.0, 200);
+        app.running.stop().await;
+        // ...and sent after it stopped allowing them.
+        let app = TestApp::new(&db).with_toml(&webhook_toml(false)).spawn().await;
+        let mut ev = forged_event("PO-INSIDE", json!({"id": "u-inside"}), "webhook");
+        ev["data"]["approver"]["name"] = json!("Asha");
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{b}");
+        let it = app.wait_state(&id_of(&b), &["dead"]).await;
+        assert_eq!(it["reason"], "forbidden_destination", "{backend:?}: {it}");
+        let attempt = &it["attempts"][0];
+        assert_eq!(
+            (attempt["outcome"].as_str(), attempt["error_class"].as_str()),
+            (Some("permanent"), Some("forbidden_destination"))
+        );
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "a refusal is not retried");
+        assert!(hooks.received("inside").is_empty(), "nothing reached the address inside");
+        app.running.stop().await;
+    }
+}
+
+/// Answers a public address first and loopback afterwards: a rebinding DNS.
+struct Rebinding(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl Lookup for Rebinding {
+    async fn lookup(&self, _name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(vec![if n == 0 { "93.184.216.34" } else { "127.0.0.1" }.parse().unwrap()])
+    }
+}
+
+#[tokio::test]
+async fn a_name_that_rebinds_to_loopback_after_input_is_refused_on_the_connection() {
+    let hooks = FakeReceiver::start(SECRET).await;
+    let port = hooks.base.rsplit(':').next().unwrap();
+    let url = format!("http://rebind.example:{port}/hook/rebound");
+    let policy = DestinationPolicy::new(false, Arc::new(Rebinding(0.into())));
+    assert_eq!(policy.check_input(&[("webhook_url".into(), url.clone())]).await, Ok(()), "public at input");
+    let webhook = Webhook::new(SECRET, Duration::from_secs(1), &policy).unwrap();
+    let outcome = webhook.send(&delivery(&url)).await;
+    match outcome {
+        Outcome::Permanent { reason: Reason::ForbiddenDestination, error, .. } => {
+            assert!(error.contains("rebind.example"), "{error}");
+        }
+        other => panic!("want a forbidden_destination refusal, got {other:?}"),
+    }
+    assert!(hooks.received("rebound").is_empty(), "the connection never reached loopback");
+}
+
+#[tokio::test]
+async fn a_webhook_redirect_is_never_followed() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let hooks = FakeReceiver::start(SECRET).await;
+        hooks.script("moved", &[307]);
+        let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+        let url = format!("{}/hook/moved", hooks.base);
+        let mut ev = forged_event("PO-MOVED", json!({"id": "u-moved", "webhook_url": url}), "webhook");
+        ev["data"]["approver"]["name"] = json!("Asha");
+        let (_, b, _) = app.post_event(&ev, None).await;
+        let it = app.wait_state(&id_of(&b), &["dead"]).await;
+        assert_eq!(
+            (it["reason"].as_str(), it["attempts"][0]["provider_status"].as_i64()),
+            (Some("rejected"), Some(307))
+        );
+        assert_eq!(hooks.received("moved").len(), 1);
+        assert!(hooks.received("moved-target").is_empty(), "{backend:?}: the redirect was followed");
+        app.running.stop().await;
+    }
+}
+
+fn delivery(url: &str) -> Delivery {
+    Delivery {
+        key: "0123456789abcdef0123456789abcdef".into(),
+        tenant: "default".into(),
+        recipient_id: "u-1".into(),
+        destination: Some(url.into()),
+        entity_type: "purchase_order".into(),
+        entity_id: "PO-1".into(),
+        entity_version: None,
+        occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+        event_type: "purchase_order.approved".into(),
+        payload_digest: None,
+        content: Content { subject: None, body: "{}".into(), html: None, encoding: None, segments: None },
+        attempt: 1,
+    }
 }

@@ -2,6 +2,7 @@
 //! makes one call and classifies what happened (DESIGN §5); the worker turns
 //! that into a state transition.
 
+pub mod destination;
 pub mod in_app;
 pub mod sink;
 pub mod sms_http;
