@@ -131,16 +131,17 @@ impl OpsDigest {
         Ok(self.store.ops_digest_last_until().await?.unwrap_or(until_us - 86_400_000_000))
     }
 
-    /// `POST /v1/ops/dlq-digest`: the caller's tenant's dead letters since the
-    /// last daily digest, now. It does not move the daily digest's window.
-    pub async fn post_now(&self, tenant: &str) -> Result<Value, DigestError> {
+    /// `POST /v1/ops/dlq-digest` (the deployment operator's): every tenant's
+    /// dead letters since the last daily digest, now. It does not move the
+    /// daily digest's window.
+    pub async fn post_now(&self) -> Result<Value, DigestError> {
         if self.webhook.is_none() {
             return Err(DigestError::NotConfigured);
         }
         let now = self.clock.now().as_microsecond();
         let since = self.since(now).await?;
-        let body = self.build(Some(tenant), since, now).await?;
-        let slot = format!("manual:{tenant}:{now}");
+        let body = self.build(None, since, now).await?;
+        let slot = format!("manual:{now}");
         self.store
             .ops_digest_claim(OpsDigestClaim {
                 slot: slot.clone(),
