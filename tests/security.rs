@@ -268,3 +268,101 @@ fn delivery(url: &str) -> Delivery {
         attempt: 1,
     }
 }
+
+/// Every GET route of the router, as written in `src/api/mod.rs`.
+fn get_routes_in_the_router() -> std::collections::BTreeSet<String> {
+    let source = include_str!("../src/api/mod.rs");
+    source
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with(".route(\"") && l.contains("get("))
+        .map(|l| l.split('"').nth(1).unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let (sms, smtp, hooks) = (FakeSms::start().await, FakeSmtp::start().await, FakeReceiver::start(SECRET).await);
+        // Distinctive destinations, each refused with a reply that echoes it.
+        let (email, phone) = ("walker.raw@example.org", "+15557654321");
+        let (dir_email, dir_phone) = ("directory.raw@example.org", "+15551112222");
+        let hook_url = format!("{}/hook/secret-walk-path", hooks.base);
+        smtp.refuse(email, &["550 5.1.1 <walker.raw@example.org>: mailbox unavailable"]);
+        smtp.refuse(dir_email, &["550 5.1.1 <directory.raw@example.org>: mailbox unavailable"]);
+        sms.script(phone, vec![common::Reply::status(400, json!({"error": "15557654321 is not assigned"}))]);
+        hooks.script("secret-walk-path", &[410]);
+        let toml = format!(
+            "{}[channels.email]\nsmtp_url = \"{}\"\ntimeout = \"1s\"\n[ops]\ndigest_webhook = \"{}/hook/ops\"\n",
+            webhook_toml(true),
+            smtp.url,
+            hooks.base
+        );
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let raw = [email, phone, &phone[1..], dir_email, dir_phone, &dir_phone[1..], &hook_url, "secret-walk-path"];
+        let mut seen: Vec<(String, String)> = Vec::new();
+
+        let put_body = json!({"email": dir_email, "phone": dir_phone, "webhook_url": hook_url});
+        let (s, put) = app.put("/v1/recipients/u-walk-dir", &put_body).await;
+        assert_eq!(s, 200, "{put}");
+        seen.push(("PUT /v1/recipients/{id}".into(), put.to_string()));
+        let mut ev = sms_event("PO-WALK", phone);
+        ev["recipients"] =
+            json!([{"id": "u-walk", "email": email, "phone": phone, "webhook_url": hook_url}, {"id": "u-walk-dir"}]);
+        ev["channels"] = json!(["email", "sms", "webhook", "in_app"]);
+        let (s, posted, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{posted}");
+        seen.push(("POST /v1/events".into(), posted.to_string()));
+        let ids: Vec<String> =
+            posted["intents"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().into()).collect();
+        for id in &ids {
+            app.wait_state(id, &["dead", "sent"]).await;
+        }
+
+        let paths: Vec<(&str, String)> = vec![
+            ("/healthz", "/healthz".into()),
+            ("/readyz", "/readyz".into()),
+            ("/metrics", "/metrics".into()),
+            ("/v1/dead-letters", "/v1/dead-letters".into()),
+            ("/v1/dead-letters", "/v1/dead-letters?all_tenants=true".into()),
+            ("/v1/dead-letters/summary", "/v1/dead-letters/summary".into()),
+            ("/v1/intents", "/v1/intents?entity=purchase_order:PO-WALK".into()),
+            ("/v1/intents/{id}", format!("/v1/intents/{}", ids[0])),
+            ("/v1/recipients/{id}", "/v1/recipients/u-walk-dir".into()),
+            ("/v1/recipients/{id}/preferences/{version}", "/v1/recipients/u-walk-dir/preferences/1".into()),
+            ("/v1/recipients/{id}/inbox", "/v1/recipients/u-walk/inbox".into()),
+        ];
+        let listed: std::collections::BTreeSet<String> = paths.iter().map(|(route, _)| route.to_string()).collect();
+        assert_eq!(listed, get_routes_in_the_router(), "a GET route this test does not walk (or walks in vain)");
+        let mut walked = paths.clone();
+        walked.extend(ids.iter().skip(1).map(|id| ("/v1/intents/{id}", format!("/v1/intents/{id}"))));
+        for (route, path) in walked {
+            let resp = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            seen.push((route.to_string(), resp.text().await.unwrap()));
+        }
+        let dead = app.get("/v1/dead-letters").await.1;
+        assert_eq!(
+            dead["dead_letters"].as_array().unwrap().len(),
+            5,
+            "{backend:?}: every refusal is a dead letter: {dead}"
+        );
+        let digest = app.client.post(format!("{}/v1/ops/dlq-digest", app.base)).send().await.unwrap();
+        assert_eq!(digest.status(), 200);
+        seen.push(("POST /v1/ops/dlq-digest".into(), digest.text().await.unwrap()));
+        let replay = app.client.post(format!("{}/v1/dead-letters/replay", app.base)).json(&json!({"ids": ids})).send();
+        seen.push(("POST /v1/dead-letters/replay".into(), replay.await.unwrap().text().await.unwrap()));
+        for r in hooks.received("ops") {
+            seen.push(("the digest on the ops webhook".into(), r.body.to_string()));
+        }
+
+        for (what, body) in &seen {
+            for needle in raw {
+                assert!(!body.contains(needle), "{backend:?}: {what} shows {needle:?} in the clear:\n{body}");
+            }
+        }
+        assert!(seen.iter().any(|(_, b)| b.contains("w***@example.org")), "the masked form is shown");
+        app.running.stop().await;
+    }
+}

@@ -5,7 +5,7 @@ use super::intents::page_limit;
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::intent::Reason;
-use crate::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -96,21 +96,14 @@ pub async fn list(
     };
     let page = app.store.dead_letters_list(filter).await?;
     let keys: Vec<String> = page.items.iter().map(|d| d.intent.key.clone()).collect();
-    let mut attempts: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut attempts: HashMap<String, Vec<AttemptRow>> = HashMap::new();
     for a in app.store.attempts_of(&keys).await? {
-        attempts.entry(a.intent_key.clone()).or_default().push(views::attempt(&a));
+        attempts.entry(a.intent_key.clone()).or_default().push(a);
     }
     let items: Vec<Value> = page
         .items
         .iter()
-        .map(|d| {
-            let mut v = views::intent(&d.intent);
-            v["tenant"] = Value::String(d.intent.tenant.clone());
-            v["content"] = d.content.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
-            v["event"] = d.event_body.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
-            v["attempts"] = Value::Array(attempts.remove(&d.intent.key).unwrap_or_default());
-            v
-        })
+        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice)))
         .collect();
     Ok(Json(json!({"dead_letters": items, "next": page.next})))
 }
