@@ -366,3 +366,19 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
         app.running.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_failed_digest_post_never_names_the_ops_webhook_url() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let digest = herald::ops::dlq_digest::OpsDigest {
+        store: db.store().await,
+        clock: Arc::new(herald::clock::SystemClock),
+        webhook: Some(format!("http://{closed}/services/T000/B000/s3cr3t-hook")),
+        at: "08:30".parse().unwrap(),
+        tz: jiff::tz::TimeZone::UTC,
+        client: reqwest::Client::new(),
+    };
+    let error = digest.post_now().await.unwrap_err().to_string();
+    assert!(error.contains("did not accept") && !error.contains("s3cr3t-hook"), "{error}");
+}

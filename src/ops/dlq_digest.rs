@@ -119,7 +119,14 @@ impl OpsDigest {
 
     async fn post(&self, body: &Value) -> Result<(), DigestError> {
         let url = self.webhook.as_deref().ok_or(DigestError::NotConfigured)?;
-        let resp = self.client.post(url).json(body).send().await.map_err(|e| DigestError::Post(e.to_string()))?;
+        // The URL is a secret of its own (a Slack hook): never in an error.
+        let resp = self
+            .client
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| DigestError::Post(e.without_url().to_string()))?;
         if !resp.status().is_success() {
             return Err(DigestError::Post(format!("HTTP {}", resp.status().as_u16())));
         }
