@@ -223,7 +223,7 @@ async fn a_name_that_rebinds_to_loopback_after_input_is_refused_on_the_connectio
     let outcome = webhook.send(&delivery(&url)).await;
     match outcome {
         Outcome::Permanent { reason: Reason::ForbiddenDestination, error, .. } => {
-            assert!(error.contains("rebind.example"), "{error}");
+            assert!(error.contains("rebind.example resolves only to"), "{error}");
         }
         other => panic!("want a forbidden_destination refusal, got {other:?}"),
     }

@@ -142,17 +142,17 @@ fn all_forbidden(name: &str) -> ForbiddenDestination {
     ))
 }
 
-/// Whether an HTTP client error (anywhere in its chain of causes) is this
-/// guard's refusal.
-pub fn is_forbidden(error: &(dyn std::error::Error + 'static)) -> bool {
+/// This guard's refusal, if it is anywhere in an HTTP client error's chain
+/// of causes.
+pub fn refusal_in<'e>(error: &'e (dyn std::error::Error + 'static)) -> Option<&'e ForbiddenDestination> {
     let mut cause = Some(error);
     while let Some(e) = cause {
-        if e.is::<ForbiddenDestination>() {
-            return true;
+        if let Some(refusal) = e.downcast_ref::<ForbiddenDestination>() {
+            return Some(refusal);
         }
         cause = e.source();
     }
-    false
+    None
 }
 
 /// The resolver the webhook client connects through: the addresses a
@@ -370,11 +370,11 @@ mod tests {
         let mixed: Vec<SocketAddr> = resolve("mixed.example.com").await.unwrap().collect();
         assert_eq!(mixed, vec!["93.184.216.34:0".parse().unwrap()]);
         let err = resolve("internal.example.com").await.err().unwrap();
-        assert!(is_forbidden(err.as_ref()), "{err}");
+        assert!(refusal_in(err.as_ref()).is_some(), "{err}");
         let err = resolve("localhost").await.err().unwrap();
-        assert!(is_forbidden(err.as_ref()), "{err}");
+        assert!(refusal_in(err.as_ref()).is_some(), "{err}");
         let err = resolve("unknown.example.com").await.err().unwrap();
-        assert!(!is_forbidden(err.as_ref()), "an unresolvable name is not a refusal: {err}");
+        assert!(refusal_in(err.as_ref()).is_none(), "an unresolvable name is not a refusal: {err}");
         assert!(policy(true).resolver().is_none());
     }
 }

@@ -3,7 +3,7 @@
 //! `webhook-timestamp` and `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `id.timestamp.body`, keyed with the bytes of a `whsec_` secret.
 
-use super::destination::{DestinationPolicy, is_forbidden};
+use super::destination::{DestinationPolicy, refusal_in};
 use super::sms_http::classify_error;
 use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
 use crate::intent::Reason;
@@ -99,10 +99,12 @@ impl Provider for Webhook {
             .body(body);
         let resp = match req.send().await {
             Ok(r) => r,
-            // Refused by the guarded resolver: nothing was sent, and nothing
-            // of the target's can be in the error.
-            Err(e) if is_forbidden(&e) => return forbidden(short_error(&e.to_string())),
-            Err(e) => return classify_error(&e),
+            // Refused by the guarded resolver: nothing was sent, and the
+            // error is Herald's own words, nothing of the target's.
+            Err(e) => match refusal_in(&e) {
+                Some(refusal) => return forbidden(short_error(&refusal.to_string())),
+                None => return classify_error(&e),
+            },
         };
         let status = resp.status();
         let code = Some(status.as_u16());
