@@ -3,6 +3,7 @@
 
 use crate::api::{AppState, router};
 use crate::channel::Provider;
+use crate::channel::destination::DestinationPolicy;
 use crate::channel::in_app::InApp;
 use crate::channel::sink::DirectorySink;
 use crate::channel::sms_http::SmsHttp;
@@ -102,7 +103,8 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Sms, p);
     }
     if let Some(hook) = &config.channels.webhook {
-        let p = Webhook::new(&hook.secret, hook.timeout).map_err(|e| AppError::Provider(e.to_string()))?;
+        let policy = DestinationPolicy::from_config(config);
+        let p = Webhook::new(&hook.secret, hook.timeout, &policy).map_err(|e| AppError::Provider(e.to_string()))?;
         providers.insert(Channel::Webhook, Arc::new(p));
     }
     Ok(providers)

@@ -332,6 +332,10 @@ pub struct WebhookConfig {
     pub secret: String,
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// Deliver to loopback, private and link-local addresses too (tests,
+    /// on-premise receivers). Off: a tenant's `webhook_url` cannot reach inside.
+    #[serde(default)]
+    pub allow_private_destinations: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -70,6 +70,9 @@ string_enum!(
         Unreachable = "unreachable",
         LeaseExpired = "lease_expired",
         RetriesExhausted = "retries_exhausted",
+        // A webhook whose host is (or resolves to) a loopback, private or
+        // otherwise non-public address.
+        ForbiddenDestination = "forbidden_destination",
     }
 );
 

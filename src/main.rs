@@ -361,7 +361,8 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
     };
     match command {
         DlqCommand::List { reason, since, limit, .. } => {
-            let filter = DeadLetterFilter { tenant, reason, since_us: since_us(&since)?, cursor: None, limit };
+            let filter =
+                DeadLetterFilter { tenant: Some(tenant), reason, since_us: since_us(&since)?, cursor: None, limit };
             let page = store.dead_letters_list(filter).await?;
             outln!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED")?;
             for d in &page.items {

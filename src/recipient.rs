@@ -70,7 +70,9 @@ pub fn validate_webhook_url(s: &str) -> Result<String, String> {
 }
 
 /// A destination as outputs show it: enough to recognise, not enough to use.
-/// `asha@example.com` → `a***@example.com`; `+9779800000000` → `+97798******00`.
+/// `asha@example.com` → `a***@example.com`; `+9779800000000` → `+97798******00`;
+/// a webhook URL keeps its scheme and host. Every API view, the CLI and the
+/// ops digest show destinations through this one function.
 pub fn mask(destination: &str) -> String {
     if let Some((local, domain)) = destination.rsplit_once('@') {
         let first: String = local.chars().take(1).collect();
@@ -91,6 +93,32 @@ pub fn mask(destination: &str) -> String {
     "***".into()
 }
 
+/// The fields of a recipient that are destinations, masked in place: for the
+/// inline recipients of a stored event (`{"recipients": [{"email": …}]}`).
+pub fn mask_inline_recipients(event: &mut serde_json::Value) {
+    let Some(recipients) = event.get_mut("recipients").and_then(|r| r.as_array_mut()) else { return };
+    for r in recipients.iter_mut().filter_map(|r| r.as_object_mut()) {
+        for field in ["email", "phone", "webhook_url"] {
+            if let Some(serde_json::Value::String(v)) = r.get_mut(field) {
+                *v = mask(v);
+            }
+        }
+    }
+}
+
+/// Provider text (an attempt's error) with the destination it was about
+/// masked: an SMTP server or an SMS provider often echoes the address it
+/// refused. A phone number is also found without its `+`.
+pub fn scrub(text: &str, destination: Option<&str>) -> String {
+    let Some(destination) = destination.filter(|d| !d.is_empty()) else { return text.to_string() };
+    let masked = mask(destination);
+    let mut out = text.replace(destination, &masked);
+    if let Some(digits) = destination.strip_prefix('+').filter(|d| d.len() >= 8) {
+        out = out.replace(digits, masked.trim_start_matches('+'));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +128,23 @@ mod tests {
         assert_eq!(mask("asha@example.com"), "a***@example.com");
         assert_eq!(mask("+9779800000000"), "+97798******00");
         assert_eq!(mask("https://hooks.example.com/secret/path?x=1"), "https://hooks.example.com/***");
+    }
+
+    #[test]
+    fn stored_events_and_provider_text_are_masked_too() {
+        let mut event = serde_json::json!({"data": {"email": "kept@example.com"}, "recipients": [
+            {"id": "u-1", "email": "asha@example.com", "phone": "+9779800000000", "webhook_url": "https://h.example.com/s3cret"},
+            {"id": "u-2"}]});
+        mask_inline_recipients(&mut event);
+        assert_eq!(
+            event["recipients"][0],
+            serde_json::json!({"id": "u-1", "email": "a***@example.com", "phone": "+97798******00", "webhook_url": "https://h.example.com/***"})
+        );
+        assert_eq!(event["data"]["email"], "kept@example.com", "data is the sender's, not a destination");
+        let e = scrub("550 5.1.1 <asha@example.com>: no such user", Some("asha@example.com"));
+        assert_eq!(e, "550 5.1.1 <a***@example.com>: no such user");
+        assert_eq!(scrub("9779800000000 is not assigned", Some("+9779800000000")), "97798******00 is not assigned");
+        assert_eq!(scrub("HTTP 503", None), "HTTP 503");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! the preferences version that made it, every attempt, and where it ended.
 
 use crate::clock::rfc3339;
-use crate::recipient::mask;
+use crate::recipient::{mask, scrub};
 use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
 use std::fmt::Write;
 
@@ -85,7 +85,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, ", provider id {m}");
             }
             if let Some(e) = &a.error {
-                let _ = write!(line, " — {e}");
+                let _ = write!(line, " — {}", scrub(e, i.destination.as_deref()));
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
         }

@@ -98,7 +98,9 @@ async fn webhooks_are_signed_and_a_gone_endpoint_is_permanent() {
         let hooks = FakeReceiver::start(SECRET).await;
         hooks.script("flaky", &[503, 200]);
         hooks.script("gone", &[410]);
-        let toml = format!("[channels.webhook]\nsecret = \"{SECRET}\"\ntimeout = \"1s\"\n");
+        // The receiver listens on loopback.
+        let toml =
+            format!("[channels.webhook]\nsecret = \"{SECRET}\"\ntimeout = \"1s\"\nallow_private_destinations = true\n");
         let app = TestApp::new(&db).with_toml(&toml).spawn().await;
         let post = |name: &'static str| {
             let mut ev = sms_event(&format!("PO-HOOK-{name}"), "+15550000101");

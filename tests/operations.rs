@@ -298,7 +298,7 @@ async fn a_redis_that_is_down_never_fails_ingest() {
 }
 
 #[tokio::test]
-async fn tenants_never_see_each_others_dead_letters_or_recipients() {
+async fn tenants_are_kept_apart_and_only_the_operator_sees_across_them() {
     let db = TestDb::new(Backend::Sqlite).await;
     let sms = FakeSms::start().await;
     let phone = "+15550000308";
@@ -307,10 +307,12 @@ async fn tenants_never_see_each_others_dead_letters_or_recipients() {
     let tokens = format!(
         "[[auth.tokens]]\nname = \"a\"\ntenant = \"acme\"\ntoken_sha256 = \"{}\"\nscopes = [\"events:write\", \"intents:read\", \"recipients:write\", \"ops\"]\n\
          [[auth.tokens]]\nname = \"b\"\ntenant = \"globex\"\ntoken_sha256 = \"{}\"\nscopes = [\"events:write\", \"intents:read\", \"recipients:write\", \"ops\"]\n\
-         [[auth.tokens]]\nname = \"reader\"\ntenant = \"acme\"\ntoken_sha256 = \"{}\"\nscopes = [\"intents:read\"]\n",
+         [[auth.tokens]]\nname = \"reader\"\ntenant = \"acme\"\ntoken_sha256 = \"{}\"\nscopes = [\"intents:read\"]\n\
+         [[auth.tokens]]\nname = \"operator\"\ntenant = \"operators\"\ntoken_sha256 = \"{}\"\nscopes = [\"admin\"]\n",
         sha("tok-a"),
         sha("tok-b"),
-        sha("tok-r")
+        sha("tok-r"),
+        sha("tok-admin")
     );
     let hook = FakeReceiver::start("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").await;
     let ops = format!("[ops]\ndigest_webhook = \"{}/hook/ops\"\n", hook.base);
@@ -346,6 +348,9 @@ async fn tenants_never_see_each_others_dead_letters_or_recipients() {
     assert_eq!(status(call(reqwest::Method::GET, "/v1/dead-letters", None, None).await.unwrap()), 401);
     assert_eq!(status(call(reqwest::Method::GET, "/v1/dead-letters", Some("tok-r"), None).await.unwrap()), 403);
     assert_eq!(status(call(reqwest::Method::GET, "/metrics", Some("tok-r"), None).await.unwrap()), 403);
+    // The deployment's queue is the operator's, not a tenant's.
+    assert_eq!(status(call(reqwest::Method::GET, "/metrics", Some("tok-a"), None).await.unwrap()), 403);
+    assert_eq!(status(call(reqwest::Method::GET, "/metrics", Some("tok-admin"), None).await.unwrap()), 200);
     let theirs: Value =
         call(reqwest::Method::GET, "/v1/dead-letters", Some("tok-b"), None).await.unwrap().json().await.unwrap();
     assert_eq!(theirs["dead_letters"], json!([]));
@@ -365,13 +370,36 @@ async fn tenants_never_see_each_others_dead_letters_or_recipients() {
     assert_eq!(put.status(), 200);
     assert_eq!(status(call(reqwest::Method::GET, "/v1/recipients/u-1", Some("tok-b"), None).await.unwrap()), 404);
     assert_eq!(status(call(reqwest::Method::GET, "/healthz", None, None).await.unwrap()), 200);
-    // a tenant's digest on demand shows that tenant's dead letters only
+    // Views across tenants are the operator's; a tenant's ops token cannot ask for them.
+    for path in [
+        "/v1/dead-letters?tenant=acme",
+        "/v1/dead-letters?all_tenants=true",
+        "/v1/dead-letters/summary?all_tenants=true",
+    ] {
+        assert_eq!(status(call(reqwest::Method::GET, path, Some("tok-b"), None).await.unwrap()), 403, "{path}");
+    }
+    assert_eq!(status(call(reqwest::Method::GET, "/v1/dead-letters", Some("tok-admin"), None).await.unwrap()), 403);
+    let get = |path: &'static str| async move {
+        call(reqwest::Method::GET, path, Some("tok-admin"), None).await.unwrap().json::<Value>().await.unwrap()
+    };
+    let all = get("/v1/dead-letters?all_tenants=true").await;
+    assert_eq!(
+        (all["dead_letters"][0]["id"].as_str(), all["dead_letters"][0]["tenant"].as_str()),
+        (Some(id.as_str()), Some("acme"))
+    );
+    assert_eq!(get("/v1/dead-letters?tenant=acme").await["dead_letters"][0]["id"], id.as_str());
+    assert_eq!(get("/v1/dead-letters?tenant=globex").await["dead_letters"], json!([]));
+    assert_eq!(get("/v1/dead-letters/summary?all_tenants=true").await["total"], 1);
+    // Only the operator posts to the operators' webhook: no tenant can spam it.
+    let posted_before = hook.received("ops").len();
+    for tenant_token in ["tok-a", "tok-b"] {
+        let resp = call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some(tenant_token), None).await.unwrap();
+        assert_eq!(status(resp), 403, "{tenant_token}");
+    }
+    assert_eq!(hook.received("ops").len(), posted_before, "a tenant's token posted to the operators' channel");
     let digest: Value =
-        call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some("tok-b"), None).await.unwrap().json().await.unwrap();
-    assert_eq!(digest["total"], 0, "{digest}");
-    assert!(!digest["text"].as_str().unwrap().contains("acme"), "{digest}");
-    let digest: Value =
-        call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some("tok-a"), None).await.unwrap().json().await.unwrap();
+        call(reqwest::Method::POST, "/v1/ops/dlq-digest", Some("tok-admin"), None).await.unwrap().json().await.unwrap();
     assert_eq!(digest["total"], 1, "{digest}");
+    assert!(digest["text"].as_str().unwrap().contains("--tenant acme"), "{digest}");
     app.running.stop().await;
 }

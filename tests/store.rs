@@ -359,6 +359,34 @@ async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
 }
 
 #[tokio::test]
+async fn dead_letters_are_listed_for_one_tenant_or_across_tenants() {
+    each_backend(|store| async move {
+        for (n, tenant) in [(1, "acme"), (2, "globex")] {
+            let mut dead = new_intent(&key(n), "sms", None);
+            (dead.state, dead.reason) = ("dead".into(), Some("template_error".into()));
+            store
+                .events_ingest(Ingest { tenant: tenant.into(), ..ingest(&format!("r{n}"), "fp", vec![dead]) })
+                .await
+                .unwrap();
+        }
+        let list = |tenant: Option<&str>| {
+            let filter = DeadLetterFilter { tenant: tenant.map(String::from), limit: 10, ..Default::default() };
+            let store = store.clone();
+            async move {
+                let page = store.dead_letters_list(filter).await.unwrap();
+                page.items.iter().map(|d| (d.intent.tenant.clone(), d.intent.key.clone())).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(list(Some("acme")).await, vec![("acme".to_string(), key(1))]);
+        assert_eq!(list(Some("initech")).await, vec![]);
+        let mut all = list(None).await;
+        all.sort();
+        assert_eq!(all, vec![("acme".to_string(), key(1)), ("globex".to_string(), key(2))]);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn a_late_outcome_in_the_same_batch_as_the_retry_never_overrides_it() {
     each_backend(|store| async move {
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();

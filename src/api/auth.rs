@@ -15,7 +15,11 @@ pub enum Scope {
     EventsWrite,
     IntentsRead,
     RecipientsWrite,
+    /// The tenant's own dead letters and replays.
     Ops,
+    /// The deployment operator: `/metrics`, the dead-letter digest to the
+    /// operators' webhook, dead-letter views across tenants.
+    Admin,
 }
 
 impl Scope {
@@ -25,11 +29,12 @@ impl Scope {
             Scope::IntentsRead => "intents:read",
             Scope::RecipientsWrite => "recipients:write",
             Scope::Ops => "ops",
+            Scope::Admin => "admin",
         }
     }
 
     fn parse(s: &str) -> Option<Scope> {
-        [Scope::EventsWrite, Scope::IntentsRead, Scope::RecipientsWrite, Scope::Ops]
+        [Scope::EventsWrite, Scope::IntentsRead, Scope::RecipientsWrite, Scope::Ops, Scope::Admin]
             .into_iter()
             .find(|x| x.as_str() == s)
     }
@@ -152,5 +157,7 @@ mod tests {
         let caller = Caller { tenant: tok.tenant.clone(), name: None, scopes: Some(tok.scopes.clone()) };
         assert!(caller.require(Scope::EventsWrite).is_ok());
         assert!(matches!(caller.require(Scope::Ops), Err(ApiError::Forbidden(_))));
+        assert!(matches!(caller.require(Scope::Admin), Err(ApiError::Forbidden(_))));
+        assert_eq!(Scope::parse("admin"), Some(Scope::Admin));
     }
 }

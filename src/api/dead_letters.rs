@@ -5,7 +5,7 @@ use super::intents::page_limit;
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::intent::Reason;
-use crate::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
@@ -22,6 +22,42 @@ pub struct ListQuery {
     since: Option<String>,
     cursor: Option<String>,
     limit: Option<u32>,
+    tenant: Option<String>,
+    #[serde(default)]
+    all_tenants: bool,
+}
+
+/// Whose dead letters: the caller's tenant's (scope `ops`), or — for the
+/// deployment operator (scope `admin`) — another tenant's (`tenant=T`) or
+/// every tenant's (`all_tenants=true`).
+/// (Query strings and `#[serde(flatten)]` do not mix: a flattened struct
+/// reads every value as a string.)
+struct Whose {
+    tenant: Option<String>,
+    all_tenants: bool,
+}
+
+impl Whose {
+    /// The tenant to filter on, `None` for all; checks the scope it needs.
+    fn tenant(self, caller: &Caller) -> Result<Option<String>, ApiError> {
+        match (self.tenant, self.all_tenants) {
+            (None, false) => {
+                caller.require(Scope::Ops)?;
+                Ok(Some(caller.tenant.as_str().to_string()))
+            }
+            (Some(_), true) => {
+                Err(ApiError::invalid_field("all_tenants", "give either tenant or all_tenants, not both"))
+            }
+            (Some(tenant), false) => {
+                caller.require(Scope::Admin)?;
+                Ok(Some(tenant))
+            }
+            (None, true) => {
+                caller.require(Scope::Admin)?;
+                Ok(None)
+            }
+        }
+    }
 }
 
 fn parse_since(since: Option<&str>) -> Result<Option<i64>, ApiError> {
@@ -46,13 +82,13 @@ pub async fn list(
     caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Scope::Ops)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(mut q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let tenant = Whose { tenant: q.tenant.take(), all_tenants: q.all_tenants }.tenant(&caller)?;
     if let Some(r) = &q.reason {
         check_reason(r)?;
     }
     let filter = DeadLetterFilter {
-        tenant: caller.tenant.as_str().to_string(),
+        tenant,
         reason: q.reason,
         since_us: parse_since(q.since.as_deref())?,
         cursor: q.cursor,
@@ -60,20 +96,14 @@ pub async fn list(
     };
     let page = app.store.dead_letters_list(filter).await?;
     let keys: Vec<String> = page.items.iter().map(|d| d.intent.key.clone()).collect();
-    let mut attempts: HashMap<String, Vec<Value>> = HashMap::new();
+    let mut attempts: HashMap<String, Vec<AttemptRow>> = HashMap::new();
     for a in app.store.attempts_of(&keys).await? {
-        attempts.entry(a.intent_key.clone()).or_default().push(views::attempt(&a));
+        attempts.entry(a.intent_key.clone()).or_default().push(a);
     }
     let items: Vec<Value> = page
         .items
         .iter()
-        .map(|d| {
-            let mut v = views::intent(&d.intent);
-            v["content"] = d.content.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
-            v["event"] = d.event_body.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or(Value::Null);
-            v["attempts"] = Value::Array(attempts.remove(&d.intent.key).unwrap_or_default());
-            v
-        })
+        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice)))
         .collect();
     Ok(Json(json!({"dead_letters": items, "next": page.next})))
 }
@@ -81,6 +111,9 @@ pub async fn list(
 #[derive(Debug, Deserialize)]
 pub struct SummaryQuery {
     since: Option<String>,
+    tenant: Option<String>,
+    #[serde(default)]
+    all_tenants: bool,
 }
 
 pub async fn summary(
@@ -88,10 +121,10 @@ pub async fn summary(
     caller: Caller,
     query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    caller.require(Scope::Ops)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(mut q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let tenant = Whose { tenant: q.tenant.take(), all_tenants: q.all_tenants }.tenant(&caller)?;
     let since = parse_since(q.since.as_deref())?.unwrap_or(i64::MIN);
-    let rows = app.store.dead_letters_summary(Some(caller.tenant.as_str()), since, i64::MAX).await?;
+    let rows = app.store.dead_letters_summary(tenant.as_deref(), since, i64::MAX).await?;
     let total: i64 = rows.iter().map(|(_, n)| n).sum();
     let by_reason: serde_json::Map<String, Value> = rows.into_iter().map(|(r, n)| (r, Value::from(n))).collect();
     Ok(Json(json!({"total": total, "by_reason": by_reason})))

@@ -38,6 +38,10 @@ pub async fn post_event(
         message: format!("body is not valid JSON: {e}"),
     })?;
     let event = parse_event(&json).map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
+    let webhook_urls: Vec<(String, String)> = (event.recipients.iter().enumerate())
+        .filter_map(|(i, r)| Some((format!("recipients[{i}].webhook_url"), r.webhook_url.clone()?)))
+        .collect();
+    app.check_webhook_urls(&webhook_urls).await?;
     let route = app.routes.get(&event.event_type).ok_or_else(|| {
         ApiError::UnknownEventType(format!("type: no route is configured for event type {:?}", event.event_type))
     })?;

@@ -19,6 +19,7 @@ pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
     views::intent_detail(d)
 }
 
+use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};
 use crate::ops::dlq_digest::OpsDigest;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     pub fastpath: Option<Arc<FastPath>>,
     pub ops_digest: Arc<OpsDigest>,
+    /// Which webhook destinations input may name.
+    pub destinations: Arc<DestinationPolicy>,
 }
 
 impl AppState {
@@ -58,7 +61,26 @@ impl AppState {
         routes: Arc<HashMap<String, Route>>,
     ) -> AppState {
         let tokens = TokenTable::from_config(&config.auth.tokens);
-        AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, fastpath, ops_digest }
+        let destinations = Arc::new(DestinationPolicy::from_config(&config));
+        AppState {
+            store,
+            config,
+            templates,
+            routes,
+            tokens: Arc::new(tokens),
+            clock,
+            fastpath,
+            ops_digest,
+            destinations,
+        }
+    }
+}
+
+impl AppState {
+    /// Refuses a `webhook_url` that points inside the deployment (a 400
+    /// naming the field), unless `allow_private_destinations` is set.
+    pub async fn check_webhook_urls(&self, urls: &[(String, String)]) -> Result<(), ApiError> {
+        self.destinations.check_input(urls).await.map_err(|(field, message)| ApiError::invalid_field(&field, &message))
     }
 }
 

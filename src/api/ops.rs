@@ -1,4 +1,6 @@
-//! `/metrics` and `POST /v1/ops/dlq-digest`.
+//! The deployment operator's endpoints (scope `admin`): `/metrics` shows the
+//! whole deployment's queue, and `POST /v1/ops/dlq-digest` posts to the
+//! operators' webhook; a tenant's `ops` token reaches neither.
 
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::micros;
@@ -12,7 +14,7 @@ use serde_json::Value;
 
 /// Prometheus text. Queue figures are read from the database at scrape time.
 pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    caller.require(Scope::Ops)?;
+    caller.require(Scope::Admin)?;
     let now = micros(app.clock.now());
     match app.store.queue_stats(now).await {
         Ok(stats) => metrics::queue(stats, now),
@@ -22,9 +24,10 @@ pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Respo
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response())
 }
 
+/// The daily digest (every tenant's dead letters since the last one), now.
 pub async fn dlq_digest(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
-    caller.require(Scope::Ops)?;
-    match app.ops_digest.post_now(caller.tenant.as_str()).await {
+    caller.require(Scope::Admin)?;
+    match app.ops_digest.post_now().await {
         Ok(body) => Ok((StatusCode::OK, Json::<Value>(body)).into_response()),
         Err(DigestError::NotConfigured) => {
             Err(ApiError::invalid_field("ops.digest_webhook", "is not configured; nowhere to post the digest"))

@@ -52,6 +52,9 @@ pub async fn put_one(
         preferences: canonical_json(&preferences.to_json()),
         now_us: micros(app.clock.now()),
     };
+    if let Some(url) = &put.webhook_url {
+        app.check_webhook_urls(&[("webhook_url".into(), url.clone())]).await?;
+    }
     let row = app.store.recipient_put(put).await?;
     Ok((StatusCode::OK, Json(views::recipient(&row))))
 }

@@ -1,9 +1,11 @@
-//! How stored rows look from outside: times in RFC 3339, destinations masked,
-//! content as the JSON object it was frozen as.
+//! How stored rows look from outside: times in RFC 3339, content as the JSON
+//! object it was frozen as, and every destination masked — an intent's, a
+//! directory entry's, a stored event's inline recipients', and any echo of
+//! one in a provider's error text. No view shows a raw address or number.
 
 use crate::clock::rfc3339;
-use crate::recipient::mask;
-use crate::store::{AttemptRow, InboxCard, IntentDetail, IntentRow, RecipientRow};
+use crate::recipient::{mask, mask_inline_recipients, scrub};
+use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, RecipientRow};
 use serde_json::{Value, json};
 
 fn content_value(text: Option<&str>) -> Value {
@@ -43,11 +45,28 @@ pub fn intent(row: &IntentRow) -> Value {
 pub fn intent_detail(d: &IntentDetail) -> Value {
     let mut v = intent(&d.intent);
     v["content"] = content_value(d.content.as_deref());
-    v["attempts"] = d.attempts.iter().map(attempt).collect();
+    let to = d.intent.destination.as_deref();
+    v["attempts"] = d.attempts.iter().map(|a| attempt(a, to)).collect();
     v
 }
 
-pub fn attempt(a: &AttemptRow) -> Value {
+/// A dead letter: the intent, its tenant, the frozen content, the original
+/// event (its inline recipients masked) and every attempt.
+pub fn dead_letter(d: &DeadLetter, attempts: &[AttemptRow]) -> Value {
+    let mut v = intent(&d.intent);
+    v["tenant"] = Value::String(d.intent.tenant.clone());
+    v["content"] = content_value(d.content.as_deref());
+    let mut event = content_value(d.event_body.as_deref());
+    mask_inline_recipients(&mut event);
+    v["event"] = event;
+    let to = d.intent.destination.as_deref();
+    v["attempts"] = attempts.iter().map(|a| attempt(a, to)).collect();
+    v
+}
+
+/// One attempt; `destination` is its intent's, masked wherever the
+/// provider's text echoes it.
+pub fn attempt(a: &AttemptRow, destination: Option<&str>) -> Value {
     json!({
         "n": a.n,
         "started_at": rfc3339(a.started_at),
@@ -56,7 +75,7 @@ pub fn attempt(a: &AttemptRow) -> Value {
         "error_class": a.error_class,
         "provider_status": a.provider_status,
         "provider_message_id": a.provider_message_id,
-        "error": a.error,
+        "error": a.error.as_deref().map(|e| scrub(e, destination)),
     })
 }
 
@@ -73,16 +92,17 @@ pub fn card(c: &InboxCard) -> Value {
     })
 }
 
-/// The directory entry as its owner wrote it (unmasked: the caller holds
-/// `recipients:write` and wrote these values).
+/// A directory entry. Its addresses are masked too: the sender's own system
+/// is where they are read in full; what Herald holds it only uses, so a
+/// leaked `recipients:write` token cannot read the directory out.
 pub fn recipient(r: &RecipientRow) -> Value {
     json!({
         "id": r.id,
-        "email": r.email,
-        "phone": r.phone,
+        "email": r.email.as_deref().map(mask),
+        "phone": r.phone.as_deref().map(mask),
         "locale": r.locale,
         "timezone": r.timezone,
-        "webhook_url": r.webhook_url,
+        "webhook_url": r.webhook_url.as_deref().map(mask),
         "preferences": serde_json::from_str::<Value>(&r.preferences).unwrap_or(Value::Null),
         "preferences_version": r.preferences_version,
         "updated_at": rfc3339(r.updated_at),

@@ -2,6 +2,7 @@
 //! makes one call and classifies what happened (DESIGN §5); the worker turns
 //! that into a state transition.
 
+pub mod destination;
 pub mod in_app;
 pub mod sink;
 pub mod sms_http;
@@ -11,6 +12,7 @@ pub mod webhook;
 use crate::intent::{OutcomeClass, Reason};
 use crate::render::Content;
 use async_trait::async_trait;
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// One message to hand to a provider: the intent's frozen content and
@@ -83,6 +85,18 @@ pub fn short_error(text: &str) -> String {
     out
 }
 
+/// A value for a header-like line (a sink file's `Subject:`, an SMTP header):
+/// CR, LF and every other control or line-separator character becomes a
+/// space, so data from an event can never end the line and start a forged
+/// one (`Bcc: …`).
+pub fn header_value(value: &str) -> Cow<'_, str> {
+    let breaks = |c: char| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}');
+    if !value.contains(breaks) {
+        return Cow::Borrowed(value);
+    }
+    Cow::Owned(value.chars().map(|c| if breaks(c) { ' ' } else { c }).collect())
+}
+
 /// A provider's message id as stored: printable, at most 200 characters
 /// (the database refuses a NUL, and an id is not a place for an essay).
 pub fn clean_id(id: &str) -> Option<String> {
@@ -112,6 +126,13 @@ mod tests {
         assert_eq!(parse_retry_after("Mon, 30 Nov 2026 10:01:00 GMT", now), Some(Duration::from_secs(60)));
         assert_eq!(parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
+    }
+
+    #[test]
+    fn a_header_value_is_always_one_line() {
+        assert_eq!(header_value("PO-1 approved"), "PO-1 approved");
+        assert_eq!(header_value("a\r\nBcc: x@evil.example"), "a  Bcc: x@evil.example");
+        assert_eq!(header_value("a\nb\rc\u{85}d\u{2028}e\u{2029}f\tg"), "a b c d e f g");
     }
 
     #[test]

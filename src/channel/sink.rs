@@ -3,7 +3,7 @@
 //! out. Named by key and written atomically, so a retry overwrites the same
 //! file with the same bytes: exactly once in effect.
 
-use super::{Delivery, Outcome, Provider, short_error};
+use super::{Delivery, Outcome, Provider, header_value, short_error};
 use crate::event::Channel;
 use crate::intent::Reason;
 use async_trait::async_trait;
@@ -23,22 +23,27 @@ impl DirectorySink {
         self.dir.join(format!("{key}.{}.txt", self.channel))
     }
 
+    /// The header lines, then the body. Every header value goes through
+    /// [`header_value`]: event data reaches the subject, and a CR/LF in it
+    /// must not write a line of its own.
     fn render(&self, d: &Delivery) -> String {
-        let mut out = String::new();
-        out.push_str(&format!("Key: {}\n", d.key));
-        out.push_str(&format!("Channel: {}\n", self.channel));
-        out.push_str(&format!("To: {}\n", d.destination.as_deref().unwrap_or("-")));
-        out.push_str(&format!("Recipient: {}\n", d.recipient_id));
-        out.push_str(&format!("Entity: {}:{}", d.entity_type, d.entity_id));
-        if let Some(v) = d.entity_version {
-            out.push_str(&format!(" v{v}"));
-        }
-        out.push('\n');
+        let mut headers: Vec<(&str, String)> = vec![
+            ("Key", d.key.clone()),
+            ("Channel", self.channel.to_string()),
+            ("To", d.destination.clone().unwrap_or_else(|| "-".into())),
+            ("Recipient", d.recipient_id.clone()),
+        ];
+        let version = d.entity_version.map(|v| format!(" v{v}")).unwrap_or_default();
+        headers.push(("Entity", format!("{}:{}{version}", d.entity_type, d.entity_id)));
         if let Some(subject) = &d.content.subject {
-            out.push_str(&format!("Subject: {subject}\n"));
+            headers.push(("Subject", subject.clone()));
         }
         if let (Some(enc), Some(seg)) = (&d.content.encoding, d.content.segments) {
-            out.push_str(&format!("Encoding: {enc}, {seg} segment(s)\n"));
+            headers.push(("Encoding", format!("{enc}, {seg} segment(s)")));
+        }
+        let mut out = String::new();
+        for (name, value) in headers {
+            out.push_str(&format!("{name}: {}\n", header_value(&value)));
         }
         out.push('\n');
         out.push_str(&d.content.body);

@@ -3,7 +3,7 @@
 //! TLS follows the URL: `smtps://` is implicit TLS, `smtp://…?tls=required`
 //! is STARTTLS, plain `smtp://` is unencrypted (local relays, tests).
 
-use super::{Delivery, Outcome, Provider, short_error};
+use super::{Delivery, Outcome, Provider, header_value, short_error};
 use crate::intent::Reason;
 use async_trait::async_trait;
 use lettre::message::{Mailbox, MultiPart, header::ContentType};
@@ -41,7 +41,8 @@ impl Smtp {
         let builder = Message::builder()
             .from(self.from.clone())
             .to(to)
-            .subject(d.content.subject.clone().unwrap_or_default())
+            // lettre encodes header values too; the subject is one line before it gets there.
+            .subject(header_value(d.content.subject.as_deref().unwrap_or_default()))
             .message_id(Some(format!("<{}@{}>", d.key, self.message_id_domain)));
         let built = match &d.content.html {
             Some(html) => builder.multipart(MultiPart::alternative_plain_html(d.content.body.clone(), html.clone())),
@@ -118,6 +119,45 @@ fn refused(e: &SmtpError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn delivery(subject: &str) -> Delivery {
+        Delivery {
+            key: "0123456789abcdef0123456789abcdef".into(),
+            tenant: "default".into(),
+            recipient_id: "u-1".into(),
+            destination: Some("asha@example.com".into()),
+            entity_type: "purchase_order".into(),
+            entity_id: "PO-1".into(),
+            entity_version: None,
+            occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+            event_type: "purchase_order.approved".into(),
+            payload_digest: None,
+            content: crate::render::Content {
+                subject: Some(subject.into()),
+                body: "body".into(),
+                html: None,
+                encoding: None,
+                segments: None,
+            },
+            attempt: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn neither_the_subject_nor_the_from_name_can_start_a_header_line() {
+        // The From comes from config; a CR/LF in it stops the start (lettre refuses it).
+        let forged = "\"Herald\r\nBcc: a@evil.example\" <noreply@herald.test>";
+        let refused = Smtp::new("smtp://127.0.0.1:2525", forged, "herald.test", Duration::from_secs(1));
+        assert!(matches!(refused, Err(SmtpConfigError::From(_))));
+        let from = "Herald <noreply@herald.test>";
+        let smtp = Smtp::new("smtp://127.0.0.1:2525", from, "herald.test", Duration::from_secs(1)).unwrap();
+        let d = delivery("PO-1 approved\r\nBcc: b@evil.example");
+        let raw = String::from_utf8(smtp.message(&d, "asha@example.com").unwrap().formatted()).unwrap();
+        let head = raw.split("\r\n\r\n").next().unwrap();
+        for line in head.split("\r\n") {
+            assert!(!line.to_ascii_lowercase().starts_with("bcc:"), "forged line {line:?} in\n{raw}");
+        }
+    }
 
     #[test]
     fn mailbox_errors_are_hard_bounces() {

@@ -3,6 +3,7 @@
 //! `webhook-timestamp` and `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `id.timestamp.body`, keyed with the bytes of a `whsec_` secret.
 
+use super::destination::{DestinationPolicy, refusal_in};
 use super::sms_http::classify_error;
 use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
 use crate::intent::Reason;
@@ -17,6 +18,7 @@ use std::time::Duration;
 pub struct Webhook {
     client: reqwest::Client,
     key: Vec<u8>,
+    policy: DestinationPolicy,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -41,14 +43,21 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &str) -> String {
 }
 
 impl Webhook {
-    pub fn new(secret: &str, timeout: Duration) -> Result<Webhook, SecretError> {
+    /// A client that never follows a redirect and never goes through a proxy
+    /// (which would resolve the name where the guard cannot see), and that
+    /// connects only through the policy's guarded resolver.
+    pub fn new(secret: &str, timeout: Duration, policy: &DestinationPolicy) -> Result<Webhook, SecretError> {
         let key = decode_secret(secret)?;
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Webhook { client, key })
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy();
+        if let Some(resolver) = policy.resolver() {
+            builder = builder.dns_resolver(resolver);
+        }
+        let client = builder.build().map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Webhook { client, key, policy: policy.clone() })
     }
 
     /// `{type, entity, content, key}`; the content is the frozen rendering,
@@ -72,6 +81,11 @@ impl Provider for Webhook {
         let Some(url) = &d.destination else {
             return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no webhook_url".into() };
         };
+        let forbidden =
+            |error: String| Outcome::Permanent { reason: Reason::ForbiddenDestination, status: None, error };
+        if let Err(why) = self.policy.check_before_send(url) {
+            return forbidden(why);
+        }
         let body = Webhook::body(d);
         let timestamp = jiff::Timestamp::now().as_second();
         let signature = sign(&self.key, &d.key, timestamp, &body);
@@ -85,7 +99,12 @@ impl Provider for Webhook {
             .body(body);
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return classify_error(&e),
+            // Refused by the guarded resolver: nothing was sent, and the
+            // error is Herald's own words, nothing of the target's.
+            Err(e) => match refusal_in(&e) {
+                Some(refusal) => return forbidden(short_error(&refusal.to_string())),
+                None => return classify_error(&e),
+            },
         };
         let status = resp.status();
         let code = Some(status.as_u16());
@@ -102,7 +121,8 @@ impl Provider for Webhook {
         match status.as_u16() {
             429 => Outcome::Retryable { class: Reason::Throttled, status: code, error, retry_after },
             500..=599 => Outcome::Retryable { class: Reason::Provider5xx, status: code, error, retry_after },
-            // 410: the receiver says this endpoint is gone for good.
+            // 410: the receiver says this endpoint is gone for good. A 3xx
+            // lands here too: redirects are not followed.
             _ => Outcome::Permanent { reason: Reason::Rejected, status: code, error },
         }
     }

@@ -119,7 +119,14 @@ impl OpsDigest {
 
     async fn post(&self, body: &Value) -> Result<(), DigestError> {
         let url = self.webhook.as_deref().ok_or(DigestError::NotConfigured)?;
-        let resp = self.client.post(url).json(body).send().await.map_err(|e| DigestError::Post(e.to_string()))?;
+        // The URL is a secret of its own (a Slack hook): never in an error.
+        let resp = self
+            .client
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| DigestError::Post(e.without_url().to_string()))?;
         if !resp.status().is_success() {
             return Err(DigestError::Post(format!("HTTP {}", resp.status().as_u16())));
         }
@@ -131,16 +138,17 @@ impl OpsDigest {
         Ok(self.store.ops_digest_last_until().await?.unwrap_or(until_us - 86_400_000_000))
     }
 
-    /// `POST /v1/ops/dlq-digest`: the caller's tenant's dead letters since the
-    /// last daily digest, now. It does not move the daily digest's window.
-    pub async fn post_now(&self, tenant: &str) -> Result<Value, DigestError> {
+    /// `POST /v1/ops/dlq-digest` (the deployment operator's): every tenant's
+    /// dead letters since the last daily digest, now. It does not move the
+    /// daily digest's window.
+    pub async fn post_now(&self) -> Result<Value, DigestError> {
         if self.webhook.is_none() {
             return Err(DigestError::NotConfigured);
         }
         let now = self.clock.now().as_microsecond();
         let since = self.since(now).await?;
-        let body = self.build(Some(tenant), since, now).await?;
-        let slot = format!("manual:{tenant}:{now}");
+        let body = self.build(None, since, now).await?;
+        let slot = format!("manual:{now}");
         self.store
             .ops_digest_claim(OpsDigestClaim {
                 slot: slot.clone(),

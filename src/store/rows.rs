@@ -340,7 +340,9 @@ pub fn inbox_card_id(tenant: &str, recipient_id: &str, entity_type: &str, entity
 
 #[derive(Debug, Clone, Default)]
 pub struct DeadLetterFilter {
-    pub tenant: String,
+    /// One tenant's dead letters; `None` is every tenant's (the deployment
+    /// operator's view).
+    pub tenant: Option<String>,
     pub reason: Option<String>,
     pub since_us: Option<i64>,
     pub cursor: Option<String>,

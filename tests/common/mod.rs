@@ -109,6 +109,8 @@ impl Reply {
 #[derive(Debug, Clone)]
 pub struct SmsRequest {
     pub idempotency_key: Option<String>,
+    /// Every header name the request carried, lowercased.
+    pub header_names: Vec<String>,
     pub body: Value,
 }
 
@@ -158,6 +160,7 @@ async fn sms_handler(
         let mut s = state.lock().unwrap();
         s.requests.push(SmsRequest {
             idempotency_key: headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(String::from),
+            header_names: headers.keys().map(|k| k.as_str().to_string()).collect(),
             body: body.clone(),
         });
         s.counter += 1;

@@ -4,6 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
@@ -16,6 +17,8 @@ pub struct Received {
     pub path: String,
     pub id: String,
     pub body: serde_json::Value,
+    /// Every header name the delivery carried, lowercased.
+    pub header_names: Vec<String>,
     /// Whether the signature verified against the shared secret.
     pub verified: bool,
 }
@@ -49,7 +52,8 @@ impl FakeReceiver {
         FakeReceiver { base, secret: secret.into(), inner }
     }
 
-    /// Statuses to answer on `/hook/{name}` in turn; the last repeats. Default 204.
+    /// Statuses to answer on `/hook/{name}` in turn; the last repeats. Default
+    /// 204. A 3xx redirects to `/hook/{name}-target`.
     pub fn script(&self, name: &str, statuses: &[u16]) {
         self.inner.lock().unwrap().scripts.insert(name.into(), statuses.to_vec());
     }
@@ -97,13 +101,14 @@ async fn receive(
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> axum::response::Response {
     let verified = verify(&secret, &headers, &body);
     let mut s = inner.lock().unwrap();
     s.received.push(Received {
         path: name.clone(),
         id: headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string(),
         body: serde_json::from_slice(&body).unwrap_or_default(),
+        header_names: headers.keys().map(|k| k.as_str().to_string()).collect(),
         verified,
     });
     let status = match s.scripts.get_mut(&name) {
@@ -111,5 +116,9 @@ async fn receive(
         Some(q) if !q.is_empty() => q[0],
         _ => 204,
     };
-    StatusCode::from_u16(status).unwrap()
+    let status = StatusCode::from_u16(status).unwrap();
+    if status.is_redirection() {
+        return (status, [("location", format!("/hook/{name}-target"))]).into_response();
+    }
+    status.into_response()
 }

@@ -10,9 +10,11 @@ macro_rules! ops_queries {
                 ", p.body AS content, e.body AS event_body FROM intents i
                  LEFT JOIN payloads p ON p.digest = i.payload_digest
                  LEFT JOIN payloads e ON e.digest = i.event_digest
-                 WHERE i.state = 'dead' AND i.tenant = "
+                 WHERE i.state = 'dead'"
             ));
-            q.push_bind(&f.tenant);
+            if let Some(tenant) = &f.tenant {
+                q.push(" AND i.tenant = ").push_bind(tenant);
+            }
             if let Some(r) = &f.reason {
                 q.push(" AND i.reason = ").push_bind(r);
             }

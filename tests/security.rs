@@ -1,0 +1,384 @@
+//! Security properties end to end: event data cannot forge header lines on any
+//! channel, and webhooks never reach loopback, private or link-local addresses
+//! unless the deployment opts in.
+
+mod common;
+
+use common::smtp::FakeSmtp;
+use common::webhook::FakeReceiver;
+use common::{Backend, FakeSms, TestApp, TestDb, backends, sms_event};
+use herald::channel::destination::{DestinationPolicy, Lookup};
+use herald::channel::webhook::Webhook;
+use herald::channel::{Delivery, Outcome, Provider};
+use herald::intent::Reason;
+use herald::render::Content;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// A name that tries to end the subject line and start a forged header.
+const FORGED: &str = "Asha\r\nBcc: mallory@evil.example\r\nX-Injected: yes";
+
+fn id_of(body: &Value) -> String {
+    body["intents"][0]["id"].as_str().unwrap().to_string()
+}
+
+/// The example event for one recipient on one channel, with an approver name
+/// that carries CR/LF into the subject, the SMS and the webhook body.
+fn forged_event(entity: &str, recipient: Value, channel: &str) -> Value {
+    let mut ev = sms_event(entity, "+15550000400");
+    ev["data"]["approver"]["name"] = json!(FORGED);
+    ev["recipients"] = json!([recipient]);
+    ev["channels"] = json!([channel]);
+    ev
+}
+
+/// The header block of a message: its lines up to the first empty one.
+fn header_lines(text: &str) -> Vec<String> {
+    text.split('\n').map(|l| l.trim_end_matches('\r').to_string()).take_while(|l| !l.is_empty()).collect()
+}
+
+fn assert_no_forged_header(head: &[String]) {
+    // A line starting with white space continues (folds) the one before it.
+    for line in head.iter().filter(|l| !l.starts_with([' ', '\t'])) {
+        let name = line.split(':').next().unwrap_or_default().trim().to_ascii_lowercase();
+        assert!(name != "bcc" && name != "x-injected", "a forged header line: {line:?} in {head:#?}");
+    }
+}
+
+#[tokio::test]
+async fn crlf_in_event_data_cannot_forge_a_header_in_the_directory_sink() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let outbox = tempfile::tempdir().unwrap();
+    let toml = format!("[channels.email]\nsink = {:?}\ntimeout = \"1s\"\n", outbox.path().display().to_string());
+    let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+    let ev = forged_event("PO-CRLF-SINK", json!({"id": "u-sink", "email": "asha@example.com"}), "email");
+    let (s, b, _) = app.post_event(&ev, None).await;
+    assert_eq!(s, 202, "{b}");
+    let it = app.wait_state(&id_of(&b), &["sent"]).await;
+    let file = outbox.path().join(format!("{}.email.txt", it["key"].as_str().unwrap()));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let head = header_lines(&text);
+    assert_no_forged_header(&head);
+    let subject: Vec<_> = head.iter().filter(|l| l.starts_with("Subject:")).collect();
+    assert_eq!(subject.len(), 1, "{head:#?}");
+    assert!(subject[0].contains("Asha") && subject[0].contains("mallory@evil.example"), "the text stays, on one line");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn crlf_in_event_data_cannot_forge_a_header_over_smtp() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    let toml = format!(
+        "[channels.email]\nsmtp_url = \"{}\"\nfrom = \"Herald <noreply@herald.test>\"\ntimeout = \"1s\"\n",
+        smtp.url
+    );
+    let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+    let ev = forged_event("PO-CRLF-SMTP", json!({"id": "u-smtp", "email": "asha@example.com"}), "email");
+    let (_, b, _) = app.post_event(&ev, None).await;
+    app.wait_state(&id_of(&b), &["sent"]).await;
+    let mails = smtp.to("asha@example.com");
+    assert_eq!(mails.len(), 1);
+    assert_eq!(mails[0].to, vec!["asha@example.com".to_string()], "no forged recipient reached the envelope");
+    let head: Vec<String> = mails[0].raw.split("\r\n\r\n").next().unwrap().split("\r\n").map(String::from).collect();
+    assert_no_forged_header(&head);
+    assert!(mails[0].header("bcc").is_none() && mails[0].header("x-injected").is_none());
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn crlf_in_event_data_stays_inside_the_sms_json() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let sms = FakeSms::start().await;
+    let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+    let phone = "+15550000401";
+    let ev = forged_event("PO-CRLF-SMS", json!({"id": "u-sms", "phone": phone}), "sms");
+    let (_, b, _) = app.post_event(&ev, None).await;
+    app.wait_state(&id_of(&b), &["sent"]).await;
+    let got = sms.sent_to(phone);
+    assert_eq!(got.len(), 1);
+    // The CR/LF arrive as characters of the JSON string, never as the end of a line.
+    assert!(got[0].body["body"].as_str().unwrap().contains(FORGED), "{}", got[0].body);
+    assert!(!got[0].header_names.iter().any(|h| h == "bcc" || h == "x-injected"), "{:?}", got[0].header_names);
+    app.running.stop().await;
+}
+#[tokio::test]
+async fn crlf_in_event_data_stays_inside_the_webhook_body() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let hooks = FakeReceiver::start(SECRET).await;
+    let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+    let url = format!("{}/hook/crlf", hooks.base);
+    let ev = forged_event("PO-CRLF-HOOK", json!({"id": "u-hook", "webhook_url": url}), "webhook");
+    let (_, b, _) = app.post_event(&ev, None).await;
+    app.wait_state(&id_of(&b), &["sent"]).await;
+    let got = hooks.received("crlf");
+    assert_eq!(got.len(), 1);
+    assert!(got[0].verified);
+    assert_eq!(got[0].body["content"]["data"]["approver"]["name"], FORGED);
+    // Headers carry only values Herald derives (the key, a timestamp, a signature).
+    let mut names = got[0].header_names.clone();
+    names.sort();
+    let expected = ["content-length", "content-type", "host", "webhook-id", "webhook-signature", "webhook-timestamp"];
+    assert_eq!(
+        names.iter().filter(|n| !["accept", "accept-encoding"].contains(&n.as_str())).collect::<Vec<_>>(),
+        expected.iter().collect::<Vec<_>>()
+    );
+    app.running.stop().await;
+}
+
+fn webhook_toml(allow_private: bool) -> String {
+    let allow = if allow_private { "allow_private_destinations = true\n" } else { "" };
+    format!("[channels.webhook]\nsecret = \"{SECRET}\"\ntimeout = \"1s\"\n{allow}")
+}
+
+/// Every way of writing an address inside the deployment that a URL parser accepts.
+const INSIDE: [&str; 14] = [
+    "http://127.0.0.1:9/hook",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://10.0.0.5/hook",
+    "http://192.168.1.1/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://0.0.0.0/hook",
+    "http://[::]/hook",
+    "http://2130706433/hook",
+    "http://0177.0.0.1/hook",
+    "http://localhost:8080/hook",
+    "http://metrics.localhost/hook",
+    "http://[fd12:3456::1]/hook",
+    "http://224.0.0.251/hook",
+];
+
+#[tokio::test]
+async fn a_webhook_url_pointing_inside_is_refused_at_input_naming_the_field() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).with_toml(&webhook_toml(false)).spawn().await;
+    for url in INSIDE {
+        let (s, e) = app.put("/v1/recipients/u-ssrf", &json!({"webhook_url": url})).await;
+        let message = e["error"]["message"].as_str().unwrap_or_default();
+        assert_eq!(s, 400, "{url}: {e}");
+        assert!(message.starts_with("webhook_url:") && message.contains("allow_private_destinations"), "{e}");
+
+        let mut ev = forged_event("PO-SSRF", json!({"id": "u-ssrf"}), "webhook");
+        ev["recipients"] = json!([{"id": "u-ok"}, {"id": "u-ssrf", "webhook_url": url}]);
+        let (s, e, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 400, "{url}: {e}");
+        assert!(e["error"]["message"].as_str().unwrap().starts_with("recipients[1].webhook_url:"), "{e}");
+    }
+    let (s, e) = app.put("/v1/recipients/u-ssrf", &json!({"webhook_url": "https://93.184.216.34/hook"})).await;
+    assert_eq!(s, 200, "a public address is fine: {e}");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn a_stored_url_pointing_inside_dies_at_send_as_forbidden_destination() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let hooks = FakeReceiver::start(SECRET).await;
+        let url = format!("{}/hook/inside", hooks.base);
+        // Written while the deployment allowed private destinations...
+        let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+        assert_eq!(app.put("/v1/recipients/u-inside", &json!({"webhook_url": url})).await.0, 200);
+        app.running.stop().await;
+        // ...and sent after it stopped allowing them.
+        let app = TestApp::new(&db).with_toml(&webhook_toml(false)).spawn().await;
+        let mut ev = forged_event("PO-INSIDE", json!({"id": "u-inside"}), "webhook");
+        ev["data"]["approver"]["name"] = json!("Asha");
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{b}");
+        let it = app.wait_state(&id_of(&b), &["dead"]).await;
+        assert_eq!(it["reason"], "forbidden_destination", "{backend:?}: {it}");
+        let attempt = &it["attempts"][0];
+        assert_eq!(
+            (attempt["outcome"].as_str(), attempt["error_class"].as_str()),
+            (Some("permanent"), Some("forbidden_destination"))
+        );
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "a refusal is not retried");
+        assert!(hooks.received("inside").is_empty(), "nothing reached the address inside");
+        app.running.stop().await;
+    }
+}
+
+/// Answers a public address first and loopback afterwards: a rebinding DNS.
+struct Rebinding(std::sync::atomic::AtomicUsize);
+
+#[async_trait::async_trait]
+impl Lookup for Rebinding {
+    async fn lookup(&self, _name: &str) -> std::io::Result<Vec<std::net::IpAddr>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(vec![if n == 0 { "93.184.216.34" } else { "127.0.0.1" }.parse().unwrap()])
+    }
+}
+
+#[tokio::test]
+async fn a_name_that_rebinds_to_loopback_after_input_is_refused_on_the_connection() {
+    let hooks = FakeReceiver::start(SECRET).await;
+    let port = hooks.base.rsplit(':').next().unwrap();
+    let url = format!("http://rebind.example:{port}/hook/rebound");
+    let policy = DestinationPolicy::new(false, Arc::new(Rebinding(0.into())));
+    assert_eq!(policy.check_input(&[("webhook_url".into(), url.clone())]).await, Ok(()), "public at input");
+    let webhook = Webhook::new(SECRET, Duration::from_secs(1), &policy).unwrap();
+    let outcome = webhook.send(&delivery(&url)).await;
+    match outcome {
+        Outcome::Permanent { reason: Reason::ForbiddenDestination, error, .. } => {
+            assert!(error.contains("rebind.example resolves only to"), "{error}");
+        }
+        other => panic!("want a forbidden_destination refusal, got {other:?}"),
+    }
+    assert!(hooks.received("rebound").is_empty(), "the connection never reached loopback");
+}
+
+#[tokio::test]
+async fn a_webhook_redirect_is_never_followed() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let hooks = FakeReceiver::start(SECRET).await;
+        hooks.script("moved", &[307]);
+        let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+        let url = format!("{}/hook/moved", hooks.base);
+        let mut ev = forged_event("PO-MOVED", json!({"id": "u-moved", "webhook_url": url}), "webhook");
+        ev["data"]["approver"]["name"] = json!("Asha");
+        let (_, b, _) = app.post_event(&ev, None).await;
+        let it = app.wait_state(&id_of(&b), &["dead"]).await;
+        assert_eq!(
+            (it["reason"].as_str(), it["attempts"][0]["provider_status"].as_i64()),
+            (Some("rejected"), Some(307))
+        );
+        assert_eq!(hooks.received("moved").len(), 1);
+        assert!(hooks.received("moved-target").is_empty(), "{backend:?}: the redirect was followed");
+        app.running.stop().await;
+    }
+}
+
+fn delivery(url: &str) -> Delivery {
+    Delivery {
+        key: "0123456789abcdef0123456789abcdef".into(),
+        tenant: "default".into(),
+        recipient_id: "u-1".into(),
+        destination: Some(url.into()),
+        entity_type: "purchase_order".into(),
+        entity_id: "PO-1".into(),
+        entity_version: None,
+        occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+        event_type: "purchase_order.approved".into(),
+        payload_digest: None,
+        content: Content { subject: None, body: "{}".into(), html: None, encoding: None, segments: None },
+        attempt: 1,
+    }
+}
+
+/// Every GET route of the router, as written in `src/api/mod.rs`.
+fn get_routes_in_the_router() -> std::collections::BTreeSet<String> {
+    let source = include_str!("../src/api/mod.rs");
+    source
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with(".route(\"") && l.contains("get("))
+        .map(|l| l.split('"').nth(1).unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let (sms, smtp, hooks) = (FakeSms::start().await, FakeSmtp::start().await, FakeReceiver::start(SECRET).await);
+        // Distinctive destinations, each refused with a reply that echoes it.
+        let (email, phone) = ("walker.raw@example.org", "+15557654321");
+        let (dir_email, dir_phone) = ("directory.raw@example.org", "+15551112222");
+        let hook_url = format!("{}/hook/secret-walk-path", hooks.base);
+        smtp.refuse(email, &["550 5.1.1 <walker.raw@example.org>: mailbox unavailable"]);
+        smtp.refuse(dir_email, &["550 5.1.1 <directory.raw@example.org>: mailbox unavailable"]);
+        sms.script(phone, vec![common::Reply::status(400, json!({"error": "15557654321 is not assigned"}))]);
+        hooks.script("secret-walk-path", &[410]);
+        let toml = format!(
+            "{}[channels.email]\nsmtp_url = \"{}\"\ntimeout = \"1s\"\n[ops]\ndigest_webhook = \"{}/hook/ops\"\n",
+            webhook_toml(true),
+            smtp.url,
+            hooks.base
+        );
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let raw = [email, phone, &phone[1..], dir_email, dir_phone, &dir_phone[1..], &hook_url, "secret-walk-path"];
+        let mut seen: Vec<(String, String)> = Vec::new();
+
+        let put_body = json!({"email": dir_email, "phone": dir_phone, "webhook_url": hook_url});
+        let (s, put) = app.put("/v1/recipients/u-walk-dir", &put_body).await;
+        assert_eq!(s, 200, "{put}");
+        seen.push(("PUT /v1/recipients/{id}".into(), put.to_string()));
+        let mut ev = sms_event("PO-WALK", phone);
+        ev["recipients"] =
+            json!([{"id": "u-walk", "email": email, "phone": phone, "webhook_url": hook_url}, {"id": "u-walk-dir"}]);
+        ev["channels"] = json!(["email", "sms", "webhook", "in_app"]);
+        let (s, posted, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{posted}");
+        seen.push(("POST /v1/events".into(), posted.to_string()));
+        let ids: Vec<String> =
+            posted["intents"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().into()).collect();
+        for id in &ids {
+            app.wait_state(id, &["dead", "sent"]).await;
+        }
+
+        let paths: Vec<(&str, String)> = vec![
+            ("/healthz", "/healthz".into()),
+            ("/readyz", "/readyz".into()),
+            ("/metrics", "/metrics".into()),
+            ("/v1/dead-letters", "/v1/dead-letters".into()),
+            ("/v1/dead-letters", "/v1/dead-letters?all_tenants=true".into()),
+            ("/v1/dead-letters/summary", "/v1/dead-letters/summary".into()),
+            ("/v1/intents", "/v1/intents?entity=purchase_order:PO-WALK".into()),
+            ("/v1/intents/{id}", format!("/v1/intents/{}", ids[0])),
+            ("/v1/recipients/{id}", "/v1/recipients/u-walk-dir".into()),
+            ("/v1/recipients/{id}/preferences/{version}", "/v1/recipients/u-walk-dir/preferences/1".into()),
+            ("/v1/recipients/{id}/inbox", "/v1/recipients/u-walk/inbox".into()),
+        ];
+        let listed: std::collections::BTreeSet<String> = paths.iter().map(|(route, _)| route.to_string()).collect();
+        assert_eq!(listed, get_routes_in_the_router(), "a GET route this test does not walk (or walks in vain)");
+        let mut walked = paths.clone();
+        walked.extend(ids.iter().skip(1).map(|id| ("/v1/intents/{id}", format!("/v1/intents/{id}"))));
+        for (route, path) in walked {
+            let resp = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{path}");
+            seen.push((route.to_string(), resp.text().await.unwrap()));
+        }
+        let dead = app.get("/v1/dead-letters").await.1;
+        assert_eq!(
+            dead["dead_letters"].as_array().unwrap().len(),
+            5,
+            "{backend:?}: every refusal is a dead letter: {dead}"
+        );
+        let digest = app.client.post(format!("{}/v1/ops/dlq-digest", app.base)).send().await.unwrap();
+        assert_eq!(digest.status(), 200);
+        seen.push(("POST /v1/ops/dlq-digest".into(), digest.text().await.unwrap()));
+        let replay = app.client.post(format!("{}/v1/dead-letters/replay", app.base)).json(&json!({"ids": ids})).send();
+        seen.push(("POST /v1/dead-letters/replay".into(), replay.await.unwrap().text().await.unwrap()));
+        for r in hooks.received("ops") {
+            seen.push(("the digest on the ops webhook".into(), r.body.to_string()));
+        }
+
+        for (what, body) in &seen {
+            for needle in raw {
+                assert!(!body.contains(needle), "{backend:?}: {what} shows {needle:?} in the clear:\n{body}");
+            }
+        }
+        assert!(seen.iter().any(|(_, b)| b.contains("w***@example.org")), "the masked form is shown");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_digest_post_never_names_the_ops_webhook_url() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let digest = herald::ops::dlq_digest::OpsDigest {
+        store: db.store().await,
+        clock: Arc::new(herald::clock::SystemClock),
+        webhook: Some(format!("http://{closed}/services/T000/B000/s3cr3t-hook")),
+        at: "08:30".parse().unwrap(),
+        tz: jiff::tz::TimeZone::UTC,
+        client: reqwest::Client::new(),
+    };
+    let error = digest.post_now().await.unwrap_err().to_string();
+    assert!(error.contains("did not accept") && !error.contains("s3cr3t-hook"), "{error}");
+}
