@@ -245,6 +245,11 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     for (path, value, field) in [
         ("/recipients/0/phone", json!("12345"), "recipients[0].phone"),
         ("/occurred_at", json!("2026-11-29"), "occurred_at"),
+        ("/occurred_at", json!("2016-12-31T23:59:60Z"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T04:30:60Z"), "occurred_at"),
+        ("/occurred_at", json!("9999-12-31T23:59:59Z"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T10:15:00+24:00"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T10:15:00+05:45[America/New_York]"), "occurred_at"),
         ("/entity/version", json!("three"), "entity.version"),
         ("/data/recipient", json!({}), "data.recipient"),
         ("/channels", json!(["fax"]), "channels[0]"),

@@ -2,6 +2,7 @@
 //! further in sees raw JSON. Identity (DESIGN §3) lives in [`identity`].
 
 pub mod identity;
+mod occurred_at;
 mod parse;
 
 pub use identity::{NotificationKey, OccurredAt, Tenant, canonical_json};
