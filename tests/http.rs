@@ -326,3 +326,56 @@ async fn intents_are_listed_by_entity_and_recipient_with_masked_destinations() {
         app.running.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_repeated_json_key_is_refused_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let post = |body: String| {
+        app.client.post(format!("{}/v1/events", app.base)).header("content-type", "application/json").body(body).send()
+    };
+    let event = |data: &str, channels: &str| {
+        format!(
+            r#"{{"type": "purchase_order.approved", "entity": {{"type": "purchase_order", "id": "PO-DUP"}},
+                "occurred_at": "2026-11-29T10:15:00Z", "data": {data}, "recipients": [{{"id": "u-1"}}], {channels}}}"#
+        )
+    };
+    for (body, path) in [
+        (event(r#"{"po": {"number": "PO-1", "number": "PO-2"}}"#, r#""channels": ["in_app"]"#), "data.po.number"),
+        (event("{}", r#""channels": ["in_app"], "channels": ["email"]"#), "channels"),
+    ] {
+        let resp = post(body).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let b: Value = resp.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "duplicate_key", "{b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with(path), "{b}");
+    }
+    // nesting past Herald's limit is refused, naming where
+    let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    let resp = post(event(&format!(r#"{{"deep": {deep}}}"#), r#""channels": ["in_app"]"#)).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "too_deep", "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().starts_with("data.deep[0]"), "{b}");
+    // within the limit, the same shape is accepted
+    let ok = format!("{}1{}", "[".repeat(20), "]".repeat(20));
+    let resp = post(event(&format!(r#"{{"deep": {ok}}}"#), r#""channels": ["in_app"]"#)).await.unwrap();
+    assert_eq!(resp.status(), 202);
+    // the directory reads its bodies the same way
+    let resp = app
+        .client
+        .put(format!("{}/v1/recipients/u-1", app.base))
+        .header("content-type", "application/json")
+        .body(r#"{"email": "a@example.com", "email": "b@example.com"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (b["error"]["code"].as_str(), b["error"]["message"].as_str().map(|m| m.starts_with("email"))),
+        (Some("duplicate_key"), Some(true)),
+        "{b}"
+    );
+    app.running.stop().await;
+}

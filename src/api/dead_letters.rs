@@ -4,6 +4,7 @@
 use super::intents::page_limit;
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
+use crate::event::json::read_strict;
 use crate::intent::Reason;
 use crate::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
 use axum::Json;
@@ -100,10 +101,7 @@ pub async fn summary(
 /// `{"ids": [...]}` or `{"reason": "...", "since": "..."}`.
 pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("body is not valid JSON: {e}"),
-    })?;
+    let v = read_strict(&body)?;
     let obj = v.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
     if let Some(k) = obj.keys().find(|k| !["ids", "reason", "since"].contains(&k.as_str())) {
         return Err(ApiError::invalid_field(k, "unknown field; expected ids, or reason and since"));

@@ -2,6 +2,7 @@
 //! A 5xx says only that something failed and where to look (the log, by a
 //! correlation id); its cause never reaches the client.
 
+use crate::event::json::JsonError;
 use crate::store::StoreError;
 use axum::Json;
 use axum::http::StatusCode;
@@ -56,6 +57,17 @@ impl ApiError {
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
+    }
+}
+
+impl From<JsonError> for ApiError {
+    fn from(e: JsonError) -> ApiError {
+        let code = match e {
+            JsonError::Malformed(_) => "malformed_json",
+            JsonError::DuplicateKey { .. } => "duplicate_key",
+            JsonError::TooDeep { .. } => "too_deep",
+        };
+        ApiError::BadRequest { code, message: e.to_string() }
     }
 }
 

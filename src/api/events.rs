@@ -3,6 +3,7 @@
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::micros;
 use crate::event::identity::sha256_hex;
+use crate::event::json::read_strict;
 use crate::event::{canonical_json, parse_event};
 use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
@@ -13,7 +14,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use std::collections::HashMap;
 
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -33,10 +33,7 @@ pub async fn post_event(
             ApiError::bad_request(format!("could not read the request body: {rejection}"))
         }
     })?;
-    let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("body is not valid JSON: {e}"),
-    })?;
+    let json = read_strict(&body)?;
     let event = parse_event(&json).map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
     let route = app.routes.get(&event.event_type).ok_or_else(|| {
         ApiError::UnknownEventType(format!("type: no route is configured for event type {:?}", event.event_type))

@@ -2,6 +2,7 @@
 //! further in sees raw JSON. Identity (DESIGN §3) lives in [`identity`].
 
 pub mod identity;
+pub mod json;
 mod occurred_at;
 mod parse;
 
