@@ -379,3 +379,26 @@ async fn a_repeated_json_key_is_refused_naming_it() {
     );
     app.running.stop().await;
 }
+
+#[tokio::test]
+async fn an_undecodable_cursor_is_a_400_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let key = "0".repeat(32);
+    for path in [
+        "/v1/intents?recipient=u-1&cursor=garbage".to_string(),
+        format!("/v1/intents?recipient=u-1&cursor=12.{}", "x".repeat(32)),
+        format!("/v1/intents?recipient=u-1&cursor=twelve.{key}"),
+        "/v1/dead-letters?cursor=garbage".to_string(),
+        "/v1/recipients/u-1/inbox?cursor=garbage".to_string(),
+        "/v1/recipients/u-1/inbox?cursor=".to_string(),
+    ] {
+        let (s, b) = app.get(&path).await;
+        assert_eq!(s, 400, "{path}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("cursor"), "{path}: {b}");
+    }
+    // a cursor of the shape Herald hands out is accepted
+    let (s, b) = app.get(&format!("/v1/intents?recipient=u-1&cursor=1764390000000000.{key}")).await;
+    assert_eq!(s, 200, "{b}");
+    app.running.stop().await;
+}

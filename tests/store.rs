@@ -335,7 +335,7 @@ async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
         let intents = (1..=5).map(|n| new_intent(&key(n), "sms", None)).collect();
         store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         assert!(store.intent_get("other", &key(1)).await.unwrap().is_none());
-        let filter = |cursor: Option<String>| IntentFilter {
+        let filter = |cursor: Option<Cursor>| IntentFilter {
             tenant: "default".into(),
             entity: Some(("purchase_order".into(), "PO-1".into())),
             recipient_id: Some("u-1".into()),

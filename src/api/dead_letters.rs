@@ -1,7 +1,7 @@
 //! Dead letters (DESIGN rule 5): readable — the event, the frozen content and
 //! every attempt — and replayable, as the same intents with the same key.
 
-use super::intents::page_limit;
+use super::intents::{page_cursor, page_limit};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::event::json::read_strict;
@@ -56,7 +56,7 @@ pub async fn list(
         tenant: caller.tenant.as_str().to_string(),
         reason: q.reason,
         since_us: parse_since(q.since.as_deref())?,
-        cursor: q.cursor,
+        cursor: page_cursor(q.cursor.as_deref())?,
         limit: page_limit(q.limit)?,
     };
     let page = app.store.dead_letters_list(filter).await?;

@@ -57,7 +57,7 @@ macro_rules! store_impl {
                 Ok(())
             }
 
-            async fn inbox_list(&self, tenant: &str, recipient_id: &str, cursor: Option<&str>, limit: u32) -> StoreResult<Page<InboxCard>> {
+            async fn inbox_list(&self, tenant: &str, recipient_id: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<InboxCard>> {
                 q::inbox_list(&self.$reader, tenant, recipient_id, cursor, limit).await
             }
 

@@ -86,7 +86,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         tenant: &str,
         recipient_id: &str,
-        cursor: Option<&str>,
+        cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<InboxCard>>;
 

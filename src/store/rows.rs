@@ -181,24 +181,52 @@ pub struct IntentFilter {
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
     pub state: Option<String>,
-    pub cursor: Option<String>,
+    pub cursor: Option<Cursor>,
     pub limit: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
     pub items: Vec<T>,
-    pub next: Option<String>,
+    pub next: Option<Cursor>,
 }
 
-/// `created_at.key`-style cursors: the position after the last row returned.
-pub fn cursor_encode(at: i64, id: &str) -> String {
-    format!("{at}.{id}")
+/// Where the next page starts: the (time, id) of the last row returned, written
+/// `TIME.ID` (microseconds, then the 32-hex id of an intent or a card).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at: i64,
+    pub id: String,
 }
 
-pub fn cursor_decode(cursor: &str) -> Option<(i64, String)> {
-    let (at, id) = cursor.split_once('.')?;
-    Some((at.parse().ok()?, id.to_string()))
+impl Cursor {
+    pub fn new(at: i64, id: &str) -> Cursor {
+        Cursor { at, id: id.to_string() }
+    }
+
+    /// Only what [`Cursor`]'s `Display` writes; anything else is None.
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let (at, id) = s.split_once('.')?;
+        let digits = at.strip_prefix('-').unwrap_or(at);
+        let at_ok = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        let id_ok = id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !(at_ok && id_ok) {
+            return None;
+        }
+        Some(Cursor { at: at.parse().ok()?, id: id.to_string() })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.at, self.id)
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -343,7 +371,7 @@ pub struct DeadLetterFilter {
     pub tenant: String,
     pub reason: Option<String>,
     pub since_us: Option<i64>,
-    pub cursor: Option<String>,
+    pub cursor: Option<Cursor>,
     pub limit: u32,
 }
 

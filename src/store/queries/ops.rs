@@ -19,13 +19,13 @@ macro_rules! ops_queries {
             if let Some(since) = f.since_us {
                 q.push(" AND i.updated_at >= ").push_bind(since);
             }
-            if let Some((at, key)) = f.cursor.as_deref().and_then(cursor_decode) {
-                q.push(" AND (i.updated_at < ").push_bind(at);
-                q.push(" OR (i.updated_at = ").push_bind(at).push(" AND i.key < ").push_bind(key).push("))");
+            if let Some(c) = &f.cursor {
+                q.push(" AND (i.updated_at < ").push_bind(c.at);
+                q.push(" OR (i.updated_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
             }
             q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
             let mut items: Vec<DeadLetter> = q.build_query_as().fetch_all(pool).await?;
-            Ok(page(&mut items, f.limit, |d| cursor_encode(d.intent.updated_at, &d.intent.key)))
+            Ok(page(&mut items, f.limit, |d| Cursor::new(d.intent.updated_at, &d.intent.key)))
         }
 
         /// Dead letters by reason; `tenant` None counts every tenant (the ops digest).
