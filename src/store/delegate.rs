@@ -22,6 +22,11 @@ macro_rules! store_impl {
                 q::recipient_preferences_get(&self.$reader, tenant, id, version).await
             }
 
+            async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::intents_status(&mut conn, tenant, keys).await
+            }
+
             async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
                 q::intent_get(&self.$reader, tenant, key).await
             }

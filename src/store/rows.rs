@@ -77,10 +77,15 @@ pub struct NewDigest {
 #[derive(Debug, Clone)]
 pub struct Ingest {
     pub tenant: String,
-    /// The `Idempotency-Key`, or the event key.
+    /// `key:` and the `Idempotency-Key`, or `event:` and the event key with
+    /// the fingerprint (see [`IngestOutcome`]).
     pub identity: String,
+    /// Of the whole request: the event and its audience.
     pub fingerprint: String,
     pub event_key: String,
+    /// Of the event's content alone (type, entity with version, occurred_at,
+    /// data): frozen once the event key is accepted.
+    pub content_digest: String,
     pub event_type: String,
     pub entity_type: String,
     pub entity_id: String,
@@ -111,15 +116,50 @@ pub struct IngestResponse {
     pub intents: Vec<IntentSummary>,
 }
 
+impl IngestResponse {
+    /// The intents as they are now, for a replay; `created` stays as the
+    /// original answer gave it (that request created them, or not). An intent
+    /// no longer stored keeps what the original answer said.
+    pub fn refresh(&mut self, now: &[IntentStatus]) {
+        for i in &mut self.intents {
+            if let Some(s) = now.iter().find(|s| s.key == i.key) {
+                i.decision.clone_from(&s.decision);
+                i.reason.clone_from(&s.reason);
+                i.state.clone_from(&s.state);
+            }
+        }
+    }
+
+    pub fn intent_keys(&self) -> Vec<String> {
+        self.intents.iter().map(|i| i.key.clone()).collect()
+    }
+}
+
+/// An intent's decision, reason and state as they are now.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct IntentStatus {
+    pub key: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub state: String,
+}
+
+/// How one request fared. The request identity is decided first (a reused
+/// `Idempotency-Key` with another body is a mismatch), then the event's
+/// content (another content under an accepted event key is a conflict), then
+/// the audience (intents that do not exist yet are created).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
     /// This request was new. `any_created` is false when every intent existed
-    /// already (the same event under another `Idempotency-Key`).
+    /// already (the same event under another request identity).
     Accepted { response: IngestResponse, any_created: bool },
-    /// The same identity and fingerprint were seen before: the stored response.
+    /// The same identity and fingerprint were seen before: the stored
+    /// response, its intents as they are now.
     Replayed { response: IngestResponse },
     /// The same identity arrived with another event.
     Mismatch,
+    /// The event key was accepted with other content; nothing was written.
+    Conflict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -436,12 +476,13 @@ pub struct QueueStats {
 }
 
 /// Retention, in the order it runs: verbose attempt text first, then content
-/// bodies (their digests stay on the intents), then whole intents, then
-/// request records.
+/// bodies (their digests stay on the intents), then whole intents, then the
+/// content records of events whose intents are all gone, then request records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PruneStep {
     AttemptDiagnostics,
     Payloads,
     Intents,
+    Events,
     Requests,
 }

@@ -244,6 +244,23 @@ macro_rules! ops_queries {
                     }
                     candidates.len() as u64
                 }
+                // An event's content record stays while any of its intents
+                // does: a later post with other data is still a conflict.
+                PruneStep::Events => sqlx::query(
+                    "DELETE FROM events WHERE event_key IN (
+                         SELECT e.event_key FROM events e
+                         WHERE e.created_at < $1
+                           AND NOT EXISTS (
+                               SELECT 1 FROM intents i
+                               WHERE i.tenant = e.tenant AND i.entity_type = e.entity_type AND i.entity_id = e.entity_id
+                                 AND i.event_type = e.event_type AND i.occurred_at = e.occurred_at)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
                 PruneStep::Requests => sqlx::query(
                     "DELETE FROM requests WHERE (tenant, identity) IN (
                          SELECT tenant, identity FROM requests WHERE created_at < $1 LIMIT $2)",
