@@ -121,8 +121,9 @@ impl IngestResponse {
     /// original answer gave it (that request created them, or not). An intent
     /// no longer stored keeps what the original answer said.
     pub fn refresh(&mut self, now: &[IntentStatus]) {
+        let now: std::collections::HashMap<&str, &IntentStatus> = now.iter().map(|s| (s.key.as_str(), s)).collect();
         for i in &mut self.intents {
-            if let Some(s) = now.iter().find(|s| s.key == i.key) {
+            if let Some(s) = now.get(i.key.as_str()) {
                 i.decision.clone_from(&s.decision);
                 i.reason.clone_from(&s.reason);
                 i.state.clone_from(&s.state);
