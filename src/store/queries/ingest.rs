@@ -85,30 +85,38 @@ macro_rules! ingest_queries {
         /// difference. On Postgres a concurrent insert of the same key waits
         /// here for the other transaction, then sees its row.
         async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<bool> {
-            let inserted = sqlx::query(
-                "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-                 ON CONFLICT (event_key) DO NOTHING",
-            )
-            .bind(&ingest.event_key)
-            .bind(&ingest.tenant)
-            .bind(&ingest.event_type)
-            .bind(&ingest.entity_type)
-            .bind(&ingest.entity_id)
-            .bind(&ingest.occurred_at)
-            .bind(&ingest.content_digest)
-            .bind(ingest.now_us)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-            if inserted == 1 {
-                return Ok(true);
-            }
-            let accepted: String = sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+            // Twice at most: retention may remove a forgotten event's record
+            // between the insert that found it and the read.
+            for _ in 0..2 {
+                let inserted = sqlx::query(
+                    "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (event_key) DO NOTHING",
+                )
                 .bind(&ingest.event_key)
-                .fetch_one(&mut **tx)
-                .await?;
-            Ok(accepted == ingest.content_digest)
+                .bind(&ingest.tenant)
+                .bind(&ingest.event_type)
+                .bind(&ingest.entity_type)
+                .bind(&ingest.entity_id)
+                .bind(&ingest.occurred_at)
+                .bind(&ingest.content_digest)
+                .bind(ingest.now_us)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if inserted == 1 {
+                    return Ok(true);
+                }
+                let accepted: Option<String> =
+                    sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+                        .bind(&ingest.event_key)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                if let Some(accepted) = accepted {
+                    return Ok(accepted == ingest.content_digest);
+                }
+            }
+            Err(StoreError::Corrupt(format!("the content record of {} vanished twice", ingest.event_key)))
         }
 
         /// The decision, reason and state of these intents as they are now.
