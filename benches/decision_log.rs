@@ -121,9 +121,10 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
         store
             .events_ingest(Ingest {
                 tenant: "default".into(),
-                identity: format!("event:{}", event.event_key(&tenant)),
+                identity: format!("event:{}#{}", event.event_key(&tenant), event.fingerprint()),
                 fingerprint: event.fingerprint(),
                 event_key: event.event_key(&tenant),
+                content_digest: event.content_digest(),
                 event_type: event.event_type.clone(),
                 entity_type: event.entity.kind.clone(),
                 entity_id: event.entity.id.clone(),

@@ -72,6 +72,7 @@ async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
                 identity: format!("bench:{e}"),
                 fingerprint: format!("event-{e}"),
                 event_key: format!("bench|{e}"),
+                content_digest: format!("content-{e}"),
                 event_type: "purchase_order.approved".into(),
                 entity_type: "purchase_order".into(),
                 entity_id: format!("PO-{e}"),

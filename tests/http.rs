@@ -245,6 +245,11 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     for (path, value, field) in [
         ("/recipients/0/phone", json!("12345"), "recipients[0].phone"),
         ("/occurred_at", json!("2026-11-29"), "occurred_at"),
+        ("/occurred_at", json!("2016-12-31T23:59:60Z"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T04:30:60Z"), "occurred_at"),
+        ("/occurred_at", json!("9999-12-31T23:59:59Z"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T10:15:00+24:00"), "occurred_at"),
+        ("/occurred_at", json!("2026-11-29T10:15:00+05:45[America/New_York]"), "occurred_at"),
         ("/entity/version", json!("three"), "entity.version"),
         ("/data/recipient", json!({}), "data.recipient"),
         ("/channels", json!(["fax"]), "channels[0]"),
@@ -320,4 +325,80 @@ async fn intents_are_listed_by_entity_and_recipient_with_masked_destinations() {
         assert_eq!(sms_intent["destination"], "+97798******00");
         app.running.stop().await;
     }
+}
+
+#[tokio::test]
+async fn a_repeated_json_key_is_refused_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let post = |body: String| {
+        app.client.post(format!("{}/v1/events", app.base)).header("content-type", "application/json").body(body).send()
+    };
+    let event = |data: &str, channels: &str| {
+        format!(
+            r#"{{"type": "purchase_order.approved", "entity": {{"type": "purchase_order", "id": "PO-DUP"}},
+                "occurred_at": "2026-11-29T10:15:00Z", "data": {data}, "recipients": [{{"id": "u-1"}}], {channels}}}"#
+        )
+    };
+    for (body, path) in [
+        (event(r#"{"po": {"number": "PO-1", "number": "PO-2"}}"#, r#""channels": ["in_app"]"#), "data.po.number"),
+        (event("{}", r#""channels": ["in_app"], "channels": ["email"]"#), "channels"),
+    ] {
+        let resp = post(body).await.unwrap();
+        assert_eq!(resp.status(), 400);
+        let b: Value = resp.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "duplicate_key", "{b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with(path), "{b}");
+    }
+    // nesting past Herald's limit is refused, naming where
+    let deep = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    let resp = post(event(&format!(r#"{{"deep": {deep}}}"#), r#""channels": ["in_app"]"#)).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(b["error"]["code"], "too_deep", "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().starts_with("data.deep[0]"), "{b}");
+    // within the limit, the same shape is accepted
+    let ok = format!("{}1{}", "[".repeat(20), "]".repeat(20));
+    let resp = post(event(&format!(r#"{{"deep": {ok}}}"#), r#""channels": ["in_app"]"#)).await.unwrap();
+    assert_eq!(resp.status(), 202);
+    // the directory reads its bodies the same way
+    let resp = app
+        .client
+        .put(format!("{}/v1/recipients/u-1", app.base))
+        .header("content-type", "application/json")
+        .body(r#"{"email": "a@example.com", "email": "b@example.com"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (b["error"]["code"].as_str(), b["error"]["message"].as_str().map(|m| m.starts_with("email"))),
+        (Some("duplicate_key"), Some(true)),
+        "{b}"
+    );
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn an_undecodable_cursor_is_a_400_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let key = "0".repeat(32);
+    for path in [
+        "/v1/intents?recipient=u-1&cursor=garbage".to_string(),
+        format!("/v1/intents?recipient=u-1&cursor=12.{}", "x".repeat(32)),
+        format!("/v1/intents?recipient=u-1&cursor=twelve.{key}"),
+        "/v1/dead-letters?cursor=garbage".to_string(),
+        "/v1/recipients/u-1/inbox?cursor=garbage".to_string(),
+        "/v1/recipients/u-1/inbox?cursor=".to_string(),
+    ] {
+        let (s, b) = app.get(&path).await;
+        assert_eq!(s, 400, "{path}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("cursor"), "{path}: {b}");
+    }
+    // a cursor of the shape Herald hands out is accepted
+    let (s, b) = app.get(&format!("/v1/intents?recipient=u-1&cursor=1764390000000000.{key}")).await;
+    assert_eq!(s, 200, "{b}");
+    app.running.stop().await;
 }

@@ -36,6 +36,7 @@ fn ingest(identity: &str, fingerprint: &str, intents: Vec<NewIntent>) -> Ingest 
         identity: identity.into(),
         fingerprint: fingerprint.into(),
         event_key: "default|e|x|1|t".into(),
+        content_digest: "content-1".into(),
         event_type: "purchase_order.approved".into(),
         entity_type: "purchase_order".into(),
         entity_id: "PO-1".into(),
@@ -335,7 +336,7 @@ async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
         let intents = (1..=5).map(|n| new_intent(&key(n), "sms", None)).collect();
         store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         assert!(store.intent_get("other", &key(1)).await.unwrap().is_none());
-        let filter = |cursor: Option<String>| IntentFilter {
+        let filter = |cursor: Option<Cursor>| IntentFilter {
             tenant: "default".into(),
             entity: Some(("purchase_order".into(), "PO-1".into())),
             recipient_id: Some("u-1".into()),
@@ -617,6 +618,104 @@ async fn retention_keeps_the_current_preferences_and_every_version_an_intent_nam
         assert_eq!(store.retention_batch(PruneStep::PreferenceVersions, T0 + 200 * DAY, 100).await.unwrap(), 1);
         assert_eq!(kept([1, 2, 3, 4]).await, vec![2, 4], "v2 is named by an intent, v4 is current");
         assert_eq!(store.retention_batch(PruneStep::PreferenceVersions, T0 + 900 * DAY, 100).await.unwrap(), 0);
+    })
+    .await;
+}
+
+/// `ingest` for the event `default|e|x|1|t` with the given content.
+fn ingest_content(identity: &str, fingerprint: &str, content: &str, intents: Vec<NewIntent>) -> Ingest {
+    Ingest { content_digest: content.into(), ..ingest(identity, fingerprint, intents) }
+}
+
+#[tokio::test]
+async fn another_content_for_an_accepted_event_key_is_a_conflict_that_leaves_nothing_behind() {
+    each_backend(|store| async move {
+        let intents = || vec![new_intent(&key(1), "sms", Some(T0))];
+        let first = store.events_ingest(ingest_content("r1", "fp1", "c1", intents())).await.unwrap();
+        assert!(matches!(first, IngestOutcome::Accepted { any_created: true, .. }), "{first:?}");
+        // other content under a fresh identity
+        let other = store.events_ingest(ingest_content("r2", "fp2", "c2", intents())).await.unwrap();
+        assert_eq!(other, IngestOutcome::Conflict);
+        // the identity r2 was not kept: the accepted content goes through under it
+        let retry = store.events_ingest(ingest_content("r2", "fp1", "c1", intents())).await.unwrap();
+        let IngestOutcome::Accepted { response, any_created: false } = retry else { panic!("{retry:?}") };
+        assert!(!response.intents[0].created);
+        // a reused identity with another body is a mismatch before it is a conflict
+        let reused = store.events_ingest(ingest_content("r1", "fp3", "c2", intents())).await.unwrap();
+        assert_eq!(reused, IngestOutcome::Mismatch);
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 1, "one job, from the first");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn conflicting_contents_racing_for_one_event_key_make_one_set_of_intents() {
+    each_backend(|store| async move {
+        let mut tasks = Vec::new();
+        for n in 0..16 {
+            let store = store.clone();
+            let content = if n % 2 == 0 { "even" } else { "odd" };
+            let mut it = new_intent(&key(7), "sms", Some(T0));
+            it.payload = Some((format!("content-{content}"), "{}".into()));
+            tasks.push(tokio::spawn(async move {
+                let out =
+                    store.events_ingest(ingest_content(&format!("r{n}"), content, content, vec![it])).await.unwrap();
+                (content, out)
+            }));
+        }
+        let mut winners = HashSet::new();
+        let mut created = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                (content, IngestOutcome::Accepted { any_created, .. }) => {
+                    winners.insert(content);
+                    created += usize::from(any_created);
+                }
+                (_, IngestOutcome::Conflict) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!((winners.len(), created), (1, 1), "one content wins, one intent is created: {winners:?}");
+        let winner = winners.into_iter().next().unwrap();
+        let d = store.intent_get("default", &key(7)).await.unwrap().unwrap();
+        assert_eq!(d.intent.payload_digest, Some(format!("content-{winner}")));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replay_reports_the_intents_as_they_are_now_and_keeps_created() {
+    each_backend(|store| async move {
+        let intents = || vec![new_intent(&key(1), "sms", Some(T0))];
+        store.events_ingest(ingest("r1", "fp1", intents())).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let replay = store.events_ingest(ingest("r1", "fp1", intents())).await.unwrap();
+        let IngestOutcome::Replayed { response } = replay else { panic!("{replay:?}") };
+        assert_eq!((response.intents[0].state.as_str(), response.intents[0].created), ("sent", true));
+        let now = store.intents_status("default", &[key(1), key(2)]).await.unwrap();
+        assert_eq!(now.len(), 1);
+        assert_eq!((now[0].key.as_str(), now[0].state.as_str()), (key(1).as_str(), "sent"));
+        assert!(store.intents_status("other", &[key(1)]).await.unwrap().is_empty(), "scoped by tenant");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_events_content_record_is_pruned_only_once_its_intents_are_gone() {
+    each_backend(|store| async move {
+        let day = 86_400_000_000_i64;
+        let mut suppressed = new_intent(&key(1), "sms", None);
+        suppressed.state = "suppressed".into();
+        store.events_ingest(ingest_content("r1", "fp1", "c1", vec![suppressed.clone()])).await.unwrap();
+        // old enough, but its intent is still there
+        assert_eq!(store.retention_batch(PruneStep::Events, T0 + 100 * day, 100).await.unwrap(), 0);
+        let conflict = store.events_ingest(ingest_content("r2", "fp2", "c2", vec![suppressed.clone()])).await;
+        assert_eq!(conflict.unwrap(), IngestOutcome::Conflict);
+        assert_eq!(store.retention_batch(PruneStep::Intents, T0 + 100 * day, 100).await.unwrap(), 1);
+        // too young
+        assert_eq!(store.retention_batch(PruneStep::Events, T0, 100).await.unwrap(), 0);
+        assert_eq!(store.retention_batch(PruneStep::Events, T0 + 100 * day, 100).await.unwrap(), 1);
     })
     .await;
 }

@@ -1,9 +1,10 @@
 //! Dead letters (DESIGN rule 5): readable — the event, the frozen content and
 //! every attempt — and replayable, as the same intents with the same key.
 
-use super::intents::page_limit;
+use super::intents::{page_cursor, page_limit};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
+use crate::event::json::read_strict;
 use crate::intent::Reason;
 use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
 use axum::Json;
@@ -91,7 +92,7 @@ pub async fn list(
         tenant,
         reason: q.reason,
         since_us: parse_since(q.since.as_deref())?,
-        cursor: q.cursor,
+        cursor: page_cursor(q.cursor.as_deref())?,
         limit: page_limit(q.limit)?,
     };
     let page = app.store.dead_letters_list(filter).await?;
@@ -133,10 +134,7 @@ pub async fn summary(
 /// `{"ids": [...]}` or `{"reason": "...", "since": "..."}`.
 pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
-    let v: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("body is not valid JSON: {e}"),
-    })?;
+    let v = read_strict(&body)?;
     let obj = v.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
     if let Some(k) = obj.keys().find(|k| !["ids", "reason", "since"].contains(&k.as_str())) {
         return Err(ApiError::invalid_field(k, "unknown field; expected ids, or reason and since"));

@@ -2,6 +2,7 @@
 //! A 5xx says only that something failed and where to look (the log, by a
 //! correlation id); its cause never reaches the client.
 
+use crate::event::json::JsonError;
 use crate::store::StoreError;
 use axum::Json;
 use axum::http::StatusCode;
@@ -19,8 +20,13 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     UnknownEventType(String),
-    #[error("this Idempotency-Key (or event) was used before with a different request body")]
+    #[error("this Idempotency-Key was used before with a different request body")]
     IdempotencyMismatch,
+    #[error(
+        "this event (type, entity and occurred_at) was accepted before with other data or entity.version; \
+         an event's content cannot change — a changed event needs its own occurred_at"
+    )]
+    EventConflict,
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]
@@ -50,12 +56,24 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::UnknownEventType(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_event_type"),
             ApiError::IdempotencyMismatch => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_mismatch"),
+            ApiError::EventConflict => (StatusCode::CONFLICT, "event_conflict"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::BadGateway(_) => (StatusCode::BAD_GATEWAY, "bad_gateway"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
+    }
+}
+
+impl From<JsonError> for ApiError {
+    fn from(e: JsonError) -> ApiError {
+        let code = match e {
+            JsonError::Malformed(_) => "malformed_json",
+            JsonError::DuplicateKey { .. } => "duplicate_key",
+            JsonError::TooDeep { .. } => "too_deep",
+        };
+        ApiError::BadRequest { code, message: e.to_string() }
     }
 }
 

@@ -3,6 +3,7 @@
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::micros;
 use crate::event::identity::sha256_hex;
+use crate::event::json::read_strict;
 use crate::event::{canonical_json, parse_event};
 use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
@@ -13,7 +14,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 use std::collections::HashMap;
 
 const MAX_IDEMPOTENCY_KEY: usize = 255;
@@ -33,10 +33,7 @@ pub async fn post_event(
             ApiError::bad_request(format!("could not read the request body: {rejection}"))
         }
     })?;
-    let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("body is not valid JSON: {e}"),
-    })?;
+    let json = read_strict(&body)?;
     let event = parse_event(&json).map_err(|e| ApiError::invalid_field(&e.field, &e.message))?;
     let webhook_urls: Vec<(String, String)> = (event.recipients.iter().enumerate())
         .filter_map(|(i, r)| Some((format!("recipients[{i}].webhook_url"), r.webhook_url.clone()?)))
@@ -45,20 +42,16 @@ pub async fn post_event(
     let route = app.routes.get(&event.event_type).ok_or_else(|| {
         ApiError::UnknownEventType(format!("type: no route is configured for event type {:?}", event.event_type))
     })?;
+    let event_key = event.event_key(&caller.tenant);
+    let fingerprint = event.fingerprint();
     let identity = match idempotency_key(&headers)? {
         Some(k) => format!("key:{k}"),
-        None => format!("event:{}", event.event_key(&caller.tenant)),
+        // Without a key the request is the event with its audience: an exact
+        // repeat replays, another audience is a new request, and other content
+        // is refused by the event's own record (409).
+        None => format!("event:{event_key}#{fingerprint}"),
     };
-
-    let fingerprint = event.fingerprint();
-    if let Some(fast) = &app.fastpath
-        && let Some(seen) = fast.lookup(caller.tenant.as_str(), &identity).await
-        && seen.fingerprint == fingerprint
-        && let Ok(response) = serde_json::from_str::<IngestResponse>(&seen.response)
-    {
-        // Answered from Redis; a mismatch or anything unreadable falls through
-        // to the database, which stays the authority.
-        metrics::idempotency_conflict("duplicate");
+    if let Some(response) = fast_replay(&app, caller.tenant.as_str(), &identity, &fingerprint).await? {
         return Ok(replayed(response));
     }
 
@@ -81,7 +74,8 @@ pub async fn post_event(
         tenant: caller.tenant.as_str().to_string(),
         identity,
         fingerprint: fingerprint.clone(),
-        event_key: event.event_key(&caller.tenant),
+        content_digest: event.content_digest(),
+        event_key,
         event_type: event.event_type.clone(),
         entity_type: event.entity.kind.clone(),
         entity_id: event.entity.id.clone(),
@@ -143,7 +137,37 @@ pub async fn post_event(
             metrics::idempotency_conflict("mismatch");
             Err(ApiError::IdempotencyMismatch)
         }
+        IngestOutcome::Conflict => {
+            metrics::idempotency_conflict("conflict");
+            Err(ApiError::EventConflict)
+        }
     }
+}
+
+/// A replay answered from Redis without the write path: the stored answer
+/// for this identity and fingerprint, its intents read as they are now. Only
+/// an exact repeat of an accepted request can match, so a conflicting request
+/// never gets here; anything missing or unreadable falls through to the
+/// database, which stays the authority.
+async fn fast_replay(
+    app: &AppState,
+    tenant: &str,
+    identity: &str,
+    fingerprint: &str,
+) -> Result<Option<IngestResponse>, ApiError> {
+    let Some(fast) = &app.fastpath else { return Ok(None) };
+    let Some(seen) = fast.lookup(tenant, identity).await else { return Ok(None) };
+    if seen.fingerprint != fingerprint {
+        return Ok(None);
+    }
+    let Ok(mut response) = serde_json::from_str::<IngestResponse>(&seen.response) else { return Ok(None) };
+    let now = app.store.intents_status(tenant, &response.intent_keys()).await?;
+    if now.len() != response.intents.len() {
+        return Ok(None);
+    }
+    response.refresh(&now);
+    metrics::idempotency_conflict("duplicate");
+    Ok(Some(response))
 }
 
 fn replayed(response: IngestResponse) -> Response {

@@ -1,6 +1,6 @@
 //! The in-app inbox: one card per entity at its highest version (DESIGN rule 4).
 
-use super::intents::page_limit;
+use super::intents::{page_cursor, page_limit};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use axum::Json;
@@ -23,7 +23,8 @@ pub async fn list(
     caller.require(Scope::IntentsRead)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = page_limit(q.limit)?;
-    let page = app.store.inbox_list(caller.tenant.as_str(), &recipient, q.cursor.as_deref(), limit).await?;
+    let cursor = page_cursor(q.cursor.as_deref())?;
+    let page = app.store.inbox_list(caller.tenant.as_str(), &recipient, cursor.as_ref(), limit).await?;
     let cards: Vec<Value> = page.items.iter().map(views::card).collect();
     Ok(Json(json!({"cards": cards, "next": page.next})))
 }

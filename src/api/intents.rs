@@ -3,7 +3,7 @@
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::event::NotificationKey;
 use crate::intent::State as IntentState;
-use crate::store::IntentFilter;
+use crate::store::{Cursor, IntentFilter};
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
@@ -65,12 +65,23 @@ pub async fn list(
         entity,
         recipient_id: q.recipient,
         state: q.state,
-        cursor: q.cursor,
+        cursor: page_cursor(q.cursor.as_deref())?,
         limit: page_limit(q.limit)?,
     };
     let page = app.store.intents_list(filter).await?;
     let intents: Vec<Value> = page.items.iter().map(views::intent).collect();
     Ok(Json(json!({"intents": intents, "next": page.next})))
+}
+
+/// `?cursor=`: only what a previous page's `next` was.
+pub fn page_cursor(cursor: Option<&str>) -> Result<Option<Cursor>, ApiError> {
+    cursor
+        .map(|c| {
+            Cursor::parse(c).ok_or_else(|| {
+                ApiError::invalid_field("cursor", "is not a cursor Herald handed out; pass a page's `next` as it is")
+            })
+        })
+        .transpose()
 }
 
 pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {

@@ -3,6 +3,7 @@
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::event::canonical_json;
+use crate::event::json::read_strict;
 use crate::preferences::Preferences;
 use crate::recipient::{validate_email, validate_locale, validate_phone, validate_timezone, validate_webhook_url};
 use crate::store::RecipientPut;
@@ -24,10 +25,7 @@ pub async fn put_one(
     if id.is_empty() || id.len() > 256 || id.contains('|') {
         return Err(ApiError::invalid_field("id", "must be 1 to 256 characters without '|'"));
     }
-    let json: Value = serde_json::from_slice(&body).map_err(|e| ApiError::BadRequest {
-        code: "malformed_json",
-        message: format!("body is not valid JSON: {e}"),
-    })?;
+    let json = read_strict(&body)?;
     let obj = json.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
     if let Some(unknown) = obj.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(ApiError::invalid_field(unknown, &format!("unknown field; expected one of {}", FIELDS.join(", "))));

@@ -1,9 +1,9 @@
 //! Identity (DESIGN §3, contract): the canonical instant, the notification key and
 //! the canonical JSON the request fingerprint is taken over.
 
+pub use super::occurred_at::OccurredAt;
+
 use super::Channel;
-use jiff::Timestamp;
-use jiff::tz::TimeZone;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -27,45 +27,6 @@ impl Tenant {
 
     pub fn as_str(&self) -> &str {
         &self.0
-    }
-}
-
-/// The sender's timestamp. Required, never defaulted to our clock: a re-emitted
-/// event with a new `occurred_at` is a new event, the same instant written with
-/// another offset is the same one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct OccurredAt(Timestamp);
-
-impl OccurredAt {
-    /// Accepts RFC 3339 with an offset (`Z` or `±HH:MM`); a bare local time is
-    /// ambiguous and refused.
-    pub fn parse(s: &str) -> Result<OccurredAt, String> {
-        s.parse::<Timestamp>().map(OccurredAt).map_err(|_| {
-            format!("must be an RFC 3339 timestamp with an offset, like 2026-11-29T10:15:00+05:45; got {s:?}")
-        })
-    }
-
-    pub fn from_timestamp(ts: Timestamp) -> OccurredAt {
-        OccurredAt(ts)
-    }
-
-    pub fn timestamp(self) -> Timestamp {
-        self.0
-    }
-
-    /// `YYYY-MM-DDTHH:MM:SS.fffffffffZ`, always UTC and nine fractional digits.
-    pub fn canonical(self) -> String {
-        let dt = self.0.to_zoned(TimeZone::UTC).datetime();
-        format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-            dt.year(),
-            dt.month(),
-            dt.day(),
-            dt.hour(),
-            dt.minute(),
-            dt.second(),
-            dt.subsec_nanosecond()
-        )
     }
 }
 
@@ -140,29 +101,6 @@ fn write_canonical(value: &Value, out: &mut String) {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn the_same_instant_in_any_offset_is_one_canonical_time() {
-        let a = OccurredAt::parse("2026-11-29T10:15:00+05:45").unwrap();
-        let b = OccurredAt::parse("2026-11-29T04:30:00Z").unwrap();
-        assert_eq!(a.canonical(), "2026-11-29T04:30:00.000000000Z");
-        assert_eq!(a.canonical(), b.canonical());
-    }
-
-    #[test]
-    fn canonical_time_keeps_nine_fractional_digits() {
-        let t = OccurredAt::parse("2026-01-02T03:04:05.123456789-01:00").unwrap();
-        assert_eq!(t.canonical(), "2026-01-02T04:04:05.123456789Z");
-        let t = OccurredAt::parse("2026-01-02T03:04:05.5Z").unwrap();
-        assert_eq!(t.canonical(), "2026-01-02T03:04:05.500000000Z");
-    }
-
-    #[test]
-    fn a_time_without_offset_or_in_words_is_refused() {
-        assert!(OccurredAt::parse("2026-11-29T10:15:00").is_err());
-        assert!(OccurredAt::parse("yesterday").is_err());
-        assert!(OccurredAt::parse("").is_err());
-    }
 
     #[test]
     fn the_key_is_the_design_formula() {

@@ -2,6 +2,8 @@
 //! further in sees raw JSON. Identity (DESIGN §3) lives in [`identity`].
 
 pub mod identity;
+pub mod json;
+mod occurred_at;
 mod parse;
 
 pub use identity::{NotificationKey, OccurredAt, Tenant, canonical_json};
@@ -111,8 +113,22 @@ impl Event {
         identity::sha256_hex(canonical_json(&self.canonical()).as_bytes())
     }
 
-    /// `tenant|type|entity.type|entity.id|occurred_at`: the request identity when
-    /// no `Idempotency-Key` is sent.
+    /// SHA-256 (hex) of the event's content alone — type, entity with its
+    /// version, occurred_at and data, in canonical form — without the audience
+    /// (recipients, channels). Once an event key is accepted its content is
+    /// frozen; the audience is not.
+    pub fn content_digest(&self) -> String {
+        let mut content = self.canonical();
+        if let Value::Object(map) = &mut content {
+            map.remove("recipients");
+            map.remove("channels");
+        }
+        identity::sha256_hex(canonical_json(&content).as_bytes())
+    }
+
+    /// `tenant|type|entity.type|entity.id|occurred_at`: what identifies the
+    /// event, and with the fingerprint the request when no `Idempotency-Key`
+    /// is sent.
     pub fn event_key(&self, tenant: &Tenant) -> String {
         [tenant.as_str(), &self.event_type, &self.entity.kind, &self.entity.id, &self.occurred_at.canonical()].join("|")
     }

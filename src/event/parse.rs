@@ -20,8 +20,10 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> EventError {
 /// Names the template context reserves; `data` may not use them.
 pub const RESERVED_DATA_NAMES: [&str; 3] = ["event", "entity", "recipient"];
 
-const MAX_RECIPIENTS: usize = 1000;
-const MAX_ID_LEN: usize = 256;
+/// The most recipients one event may name (README, *Limits*).
+pub const MAX_RECIPIENTS: usize = 1000;
+/// The longest identifier (type, entity.type, entity.id, a recipient id), in bytes.
+pub const MAX_ID_LEN: usize = 256;
 
 pub fn parse_event(body: &Value) -> Result<Event, EventError> {
     let obj = body.as_object().ok_or_else(|| err("body", "must be a JSON object"))?;
@@ -255,6 +257,21 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_limits_hold() {
+        let many = |n: usize| (0..n).map(|i| json!({"id": format!("u-{i}")})).collect::<Vec<_>>();
+        let mut v = sample();
+        v["recipients"] = Value::Array(many(MAX_RECIPIENTS));
+        assert!(parse_event(&v).is_ok());
+        v["recipients"] = Value::Array(many(MAX_RECIPIENTS + 1));
+        assert_eq!(parse_event(&v).unwrap_err().message, "at most 1000 per event");
+        let mut v = sample();
+        v["entity"]["id"] = json!("x".repeat(MAX_ID_LEN));
+        assert!(parse_event(&v).is_ok());
+        v["entity"]["id"] = json!("x".repeat(MAX_ID_LEN + 1));
+        assert_eq!(field_of(v), "entity.id");
+    }
+
+    #[test]
     fn a_recipient_listed_twice_is_refused() {
         let mut v = sample();
         v["recipients"] = json!([{"id": "u-1"}, {"id": "u-1"}]);
@@ -271,5 +288,24 @@ mod tests {
         let mut c = sample();
         c["data"]["po"]["number"] = json!("PO-CHANGED");
         assert_ne!(a.fingerprint(), parse_event(&c).unwrap().fingerprint());
+    }
+
+    #[test]
+    fn the_content_digest_covers_data_and_version_but_not_the_audience() {
+        let a = parse_event(&sample()).unwrap();
+        let mut audience = sample();
+        audience["recipients"].as_array_mut().unwrap().push(json!({"id": "u-21"}));
+        audience["channels"] = json!(["email"]);
+        let b = parse_event(&audience).unwrap();
+        assert_eq!(a.content_digest(), b.content_digest());
+        assert_ne!(a.fingerprint(), b.fingerprint());
+        for (path, value) in [("/data/po/number", json!("PO-X")), ("/entity/version", json!(4))] {
+            let mut c = sample();
+            *c.pointer_mut(path).unwrap() = value;
+            assert_ne!(a.content_digest(), parse_event(&c).unwrap().content_digest(), "{path}");
+        }
+        let mut unversioned = sample();
+        unversioned["entity"].as_object_mut().unwrap().remove("version");
+        assert_ne!(a.content_digest(), parse_event(&unversioned).unwrap().content_digest());
     }
 }

@@ -1,8 +1,9 @@
 //! Retention: a scheduled job that prunes by age in small batches, each its own
 //! short transaction, so pruning never blocks the hot path. Verbose attempt
 //! text goes first, content bodies next (intents keep their digests), whole
-//! intents last — never younger than the dedupe window, and request records
-//! exactly at it.
+//! intents then — never younger than the dedupe window — and with them the
+//! content records of events none of whose intents remain; request records go
+//! exactly at the dedupe window.
 
 use crate::clock::Clock;
 use crate::config::RetentionConfig;
@@ -19,12 +20,13 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 8] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 9] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
             (PruneStep::Payloads, "payloads", c.payloads),
             (PruneStep::Intents, "intents", c.intents),
+            (PruneStep::Events, "events", c.intents),
             (PruneStep::Requests, "requests", self.dedupe_window),
             (PruneStep::Digests, "digests", c.digests),
             (PruneStep::InboxCards, "inbox_cards", c.inbox_cards),

@@ -22,6 +22,11 @@ macro_rules! store_impl {
                 q::recipient_preferences_get(&self.$reader, tenant, id, version).await
             }
 
+            async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::intents_status(&mut conn, tenant, keys).await
+            }
+
             async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
                 q::intent_get(&self.$reader, tenant, key).await
             }
@@ -57,7 +62,7 @@ macro_rules! store_impl {
                 Ok(())
             }
 
-            async fn inbox_list(&self, tenant: &str, recipient_id: &str, cursor: Option<&str>, limit: u32) -> StoreResult<Page<InboxCard>> {
+            async fn inbox_list(&self, tenant: &str, recipient_id: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<InboxCard>> {
                 q::inbox_list(&self.$reader, tenant, recipient_id, cursor, limit).await
             }
 

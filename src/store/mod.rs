@@ -81,6 +81,10 @@ pub trait Store: Send + Sync + 'static {
     /// constraints on the request identity and the intent key decide.
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome>;
 
+    /// The decision, reason and state of these intents as they are now (a
+    /// replay answered from the Redis fast path reads them here).
+    async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>>;
+
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>>;
 
     /// Newest first.
@@ -112,7 +116,7 @@ pub trait Store: Send + Sync + 'static {
         &self,
         tenant: &str,
         recipient_id: &str,
-        cursor: Option<&str>,
+        cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<InboxCard>>;
 

@@ -29,6 +29,11 @@ impl PostgresStore {
     async fn ingest_once(&self, ingest: &Ingest) -> StoreResult<IngestOutcome> {
         let mut tx = self.pool.begin().await?;
         let outcome = q::ingest(&mut tx, ingest).await?;
+        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
+            // A conflict wrote a request record that must not stay.
+            tx.rollback().await?;
+            return Ok(outcome);
+        }
         let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
         if queued {
             // Delivered to listeners when the transaction commits.

@@ -77,10 +77,15 @@ pub struct NewDigest {
 #[derive(Debug, Clone)]
 pub struct Ingest {
     pub tenant: String,
-    /// The `Idempotency-Key`, or the event key.
+    /// `key:` and the `Idempotency-Key`, or `event:` and the event key with
+    /// the fingerprint (see [`IngestOutcome`]).
     pub identity: String,
+    /// Of the whole request: the event and its audience.
     pub fingerprint: String,
     pub event_key: String,
+    /// Of the event's content alone (type, entity with version, occurred_at,
+    /// data): frozen once the event key is accepted.
+    pub content_digest: String,
     pub event_type: String,
     pub entity_type: String,
     pub entity_id: String,
@@ -111,15 +116,51 @@ pub struct IngestResponse {
     pub intents: Vec<IntentSummary>,
 }
 
+impl IngestResponse {
+    /// The intents as they are now, for a replay; `created` stays as the
+    /// original answer gave it (that request created them, or not). An intent
+    /// no longer stored keeps what the original answer said.
+    pub fn refresh(&mut self, now: &[IntentStatus]) {
+        let now: std::collections::HashMap<&str, &IntentStatus> = now.iter().map(|s| (s.key.as_str(), s)).collect();
+        for i in &mut self.intents {
+            if let Some(s) = now.get(i.key.as_str()) {
+                i.decision.clone_from(&s.decision);
+                i.reason.clone_from(&s.reason);
+                i.state.clone_from(&s.state);
+            }
+        }
+    }
+
+    pub fn intent_keys(&self) -> Vec<String> {
+        self.intents.iter().map(|i| i.key.clone()).collect()
+    }
+}
+
+/// An intent's decision, reason and state as they are now.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct IntentStatus {
+    pub key: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub state: String,
+}
+
+/// How one request fared. The request identity is decided first (a reused
+/// `Idempotency-Key` with another body is a mismatch), then the event's
+/// content (another content under an accepted event key is a conflict), then
+/// the audience (intents that do not exist yet are created).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
     /// This request was new. `any_created` is false when every intent existed
-    /// already (the same event under another `Idempotency-Key`).
+    /// already (the same event under another request identity).
     Accepted { response: IngestResponse, any_created: bool },
-    /// The same identity and fingerprint were seen before: the stored response.
+    /// The same identity and fingerprint were seen before: the stored
+    /// response, its intents as they are now.
     Replayed { response: IngestResponse },
     /// The same identity arrived with another event.
     Mismatch,
+    /// The event key was accepted with other content; nothing was written.
+    Conflict,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -181,24 +222,52 @@ pub struct IntentFilter {
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
     pub state: Option<String>,
-    pub cursor: Option<String>,
+    pub cursor: Option<Cursor>,
     pub limit: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Page<T> {
     pub items: Vec<T>,
-    pub next: Option<String>,
+    pub next: Option<Cursor>,
 }
 
-/// `created_at.key`-style cursors: the position after the last row returned.
-pub fn cursor_encode(at: i64, id: &str) -> String {
-    format!("{at}.{id}")
+/// Where the next page starts: the (time, id) of the last row returned, written
+/// `TIME.ID` (microseconds, then the 32-hex id of an intent or a card).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub at: i64,
+    pub id: String,
 }
 
-pub fn cursor_decode(cursor: &str) -> Option<(i64, String)> {
-    let (at, id) = cursor.split_once('.')?;
-    Some((at.parse().ok()?, id.to_string()))
+impl Cursor {
+    pub fn new(at: i64, id: &str) -> Cursor {
+        Cursor { at, id: id.to_string() }
+    }
+
+    /// Only what [`Cursor`]'s `Display` writes; anything else is None.
+    pub fn parse(s: &str) -> Option<Cursor> {
+        let (at, id) = s.split_once('.')?;
+        let digits = at.strip_prefix('-').unwrap_or(at);
+        let at_ok = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+        let id_ok = id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        if !(at_ok && id_ok) {
+            return None;
+        }
+        Some(Cursor { at: at.parse().ok()?, id: id.to_string() })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.at, self.id)
+    }
+}
+
+impl Serialize for Cursor {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -345,7 +414,7 @@ pub struct DeadLetterFilter {
     pub tenant: Option<String>,
     pub reason: Option<String>,
     pub since_us: Option<i64>,
-    pub cursor: Option<String>,
+    pub cursor: Option<Cursor>,
     pub limit: u32,
 }
 
@@ -410,13 +479,15 @@ pub struct QueueStats {
 }
 
 /// Retention, in the order it runs: verbose attempt text first, then content
-/// bodies (their digests stay on the intents), then whole intents, then
-/// request records; then what hung off intents that are gone.
+/// bodies (their digests stay on the intents), then whole intents, then the
+/// content records of events whose intents are all gone, then request records;
+/// then what hung off intents that are gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PruneStep {
     AttemptDiagnostics,
     Payloads,
     Intents,
+    Events,
     Requests,
     /// Closed digest windows whose digest intent is gone; never an open one.
     Digests,

@@ -81,6 +81,11 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
         let mut tx = self.writer.begin().await?;
         let outcome = q::ingest(&mut tx, &ingest).await?;
+        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
+            // A conflict wrote a request record that must not stay.
+            tx.rollback().await?;
+            return Ok(outcome);
+        }
         tx.commit().await?;
         if matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. }) {
             self.wake.notify_one();

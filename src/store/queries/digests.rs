@@ -55,6 +55,7 @@ macro_rules! digests_queries {
                 identity: String::new(),
                 fingerprint: close.event_digest.clone(),
                 event_key: String::new(),
+                content_digest: String::new(),
                 event_type: d.event_type.clone(),
                 entity_type: "digest".into(),
                 entity_id: d.group_key.clone(),

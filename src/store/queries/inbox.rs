@@ -46,10 +46,10 @@ macro_rules! inbox_queries {
             pool: &Pool<$db>,
             tenant: &str,
             recipient_id: &str,
-            cursor: Option<&str>,
+            cursor: Option<&Cursor>,
             limit: u32,
         ) -> StoreResult<Page<InboxCard>> {
-            let (at, id) = cursor.and_then(cursor_decode).unwrap_or((i64::MAX, String::new()));
+            let (at, id) = cursor.map_or((i64::MAX, ""), |c| (c.at, c.id.as_str()));
             let mut items: Vec<InboxCard> = sqlx::query_as(
                 "SELECT c.card_id, c.entity_type, c.entity_id, c.version, c.intent_key, c.collapsed, c.read_at,
                         c.updated_at, p.body AS content
@@ -65,7 +65,7 @@ macro_rules! inbox_queries {
             .bind(i64::from(limit) + 1)
             .fetch_all(pool)
             .await?;
-            Ok(page(&mut items, limit, |c| cursor_encode(c.updated_at, &c.card_id)))
+            Ok(page(&mut items, limit, |c| Cursor::new(c.updated_at, &c.card_id)))
         }
 
         pub async fn inbox_mark_read(pool: &Pool<$db>, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {

@@ -1,5 +1,7 @@
-//! Ingest: the one transaction of `POST /v1/events` (request record, payloads, intents, jobs, digest windows).
-//! Instantiated per backend by [`super::shared_queries`].
+//! Ingest: the one transaction of `POST /v1/events` (request record, event
+//! content record, payloads, intents, jobs, digest windows). Instantiated per
+//! backend by [`super::shared_queries`]. The backend commits it only when the
+//! outcome is `Accepted`: a conflict must leave no request record behind.
 
 macro_rules! ingest_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
@@ -32,7 +34,12 @@ macro_rules! ingest_queries {
                 let mut response: IngestResponse =
                     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
                 response.replayed = true;
+                let now = intents_status(&mut **tx, &ingest.tenant, &response.intent_keys()).await?;
+                response.refresh(&now);
                 return Ok(IngestOutcome::Replayed { response });
+            }
+            if !event_claim(tx, ingest).await? {
+                return Ok(IngestOutcome::Conflict);
             }
 
             // Payloads first, each once, in digest order: content is shared
@@ -71,6 +78,62 @@ macro_rules! ingest_queries {
                 .execute(&mut **tx)
                 .await?;
             Ok(IngestOutcome::Accepted { response, any_created })
+        }
+
+        /// Records the content this event key is accepted with, or checks it
+        /// against the content it was accepted with before; false on a
+        /// difference. On Postgres a concurrent insert of the same key waits
+        /// here for the other transaction, then sees its row.
+        async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<bool> {
+            // Twice at most: retention may remove a forgotten event's record
+            // between the insert that found it and the read.
+            for _ in 0..2 {
+                let inserted = sqlx::query(
+                    "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                     ON CONFLICT (event_key) DO NOTHING",
+                )
+                .bind(&ingest.event_key)
+                .bind(&ingest.tenant)
+                .bind(&ingest.event_type)
+                .bind(&ingest.entity_type)
+                .bind(&ingest.entity_id)
+                .bind(&ingest.occurred_at)
+                .bind(&ingest.content_digest)
+                .bind(ingest.now_us)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if inserted == 1 {
+                    return Ok(true);
+                }
+                let accepted: Option<String> =
+                    sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+                        .bind(&ingest.event_key)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                if let Some(accepted) = accepted {
+                    return Ok(accepted == ingest.content_digest);
+                }
+            }
+            Err(StoreError::Corrupt(format!("the content record of {} vanished twice", ingest.event_key)))
+        }
+
+        /// The decision, reason and state of these intents as they are now.
+        pub async fn intents_status(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            tenant: &str,
+            keys: &[String],
+        ) -> StoreResult<Vec<IntentStatus>> {
+            let rows = sqlx::query_as(concat!(
+                "SELECT key, decision, reason, state FROM intents WHERE tenant = $2 AND key ",
+                $in_keys
+            ))
+            .bind($keys_arg(keys))
+            .bind(tenant)
+            .fetch_all(conn)
+            .await?;
+            Ok(rows)
         }
 
         /// Stores content once by digest. A reuse moves `created_at` forward, so

@@ -36,13 +36,13 @@ macro_rules! intents_queries {
             if let Some(s) = &f.state {
                 q.push(" AND i.state = ").push_bind(s);
             }
-            if let Some((at, key)) = f.cursor.as_deref().and_then(cursor_decode) {
-                q.push(" AND (i.created_at < ").push_bind(at);
-                q.push(" OR (i.created_at = ").push_bind(at).push(" AND i.key < ").push_bind(key).push("))");
+            if let Some(c) = &f.cursor {
+                q.push(" AND (i.created_at < ").push_bind(c.at);
+                q.push(" OR (i.created_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
             }
             q.push(" ORDER BY i.created_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
             let mut items: Vec<IntentRow> = q.build_query_as().fetch_all(pool).await?;
-            Ok(page(&mut items, f.limit, |r| cursor_encode(r.created_at, &r.key)))
+            Ok(page(&mut items, f.limit, |r| Cursor::new(r.created_at, &r.key)))
         }
 
         /// Every attempt of these intents, in order.

@@ -69,7 +69,7 @@ macro_rules! shared_queries {
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
-        fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> String) -> Page<T> {
+        fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
             let more = items.len() > limit as usize;
             items.truncate(limit as usize);
             let next = if more { items.last().map(cursor) } else { None };

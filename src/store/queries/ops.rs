@@ -21,13 +21,13 @@ macro_rules! ops_queries {
             if let Some(since) = f.since_us {
                 q.push(" AND i.updated_at >= ").push_bind(since);
             }
-            if let Some((at, key)) = f.cursor.as_deref().and_then(cursor_decode) {
-                q.push(" AND (i.updated_at < ").push_bind(at);
-                q.push(" OR (i.updated_at = ").push_bind(at).push(" AND i.key < ").push_bind(key).push("))");
+            if let Some(c) = &f.cursor {
+                q.push(" AND (i.updated_at < ").push_bind(c.at);
+                q.push(" OR (i.updated_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
             }
             q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
             let mut items: Vec<DeadLetter> = q.build_query_as().fetch_all(pool).await?;
-            Ok(page(&mut items, f.limit, |d| cursor_encode(d.intent.updated_at, &d.intent.key)))
+            Ok(page(&mut items, f.limit, |d| Cursor::new(d.intent.updated_at, &d.intent.key)))
         }
 
         /// Dead letters by reason; `tenant` None counts every tenant (the ops digest).
@@ -246,6 +246,23 @@ macro_rules! ops_queries {
                     }
                     candidates.len() as u64
                 }
+                // An event's content record stays while any of its intents
+                // does: a later post with other data is still a conflict.
+                PruneStep::Events => sqlx::query(
+                    "DELETE FROM events WHERE event_key IN (
+                         SELECT e.event_key FROM events e
+                         WHERE e.created_at < $1
+                           AND NOT EXISTS (
+                               SELECT 1 FROM intents i
+                               WHERE i.tenant = e.tenant AND i.entity_type = e.entity_type AND i.entity_id = e.entity_id
+                                 AND i.event_type = e.event_type AND i.occurred_at = e.occurred_at)
+                         LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
                 PruneStep::Requests => sqlx::query(
                     "DELETE FROM requests WHERE (tenant, identity) IN (
                          SELECT tenant, identity FROM requests WHERE created_at < $1 LIMIT $2)",

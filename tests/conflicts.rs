@@ -1,0 +1,294 @@
+//! One event key, many posts (DESIGN §3): the content an event was accepted
+//! with is frozen whatever the request identity, its audience is not, and a
+//! replay shows the intents as they are now. Every order, on every backend,
+//! with and without the Redis fast path in front.
+
+mod common;
+
+use common::{FakeSms, Spawned, TestApp, TestDb, backends, sms_event, test_redis};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// A token that differs between runs, so identities remembered in a shared
+/// Redis by an earlier run are never this run's.
+fn run_id() -> String {
+    format!("{}-{}", std::process::id(), jiff::Timestamp::now().as_nanosecond())
+}
+
+/// The variants of one event that the orders below combine.
+#[derive(Clone, Copy, Debug)]
+enum Body {
+    /// The event as first accepted.
+    X,
+    /// Other `data`.
+    OtherData,
+    /// Another `entity.version`.
+    OtherVersion,
+    /// No `entity.version` at all.
+    NoVersion,
+    /// The same event for one more recipient.
+    MoreRecipients,
+    /// Other `data` and one more recipient.
+    OtherDataMoreRecipients,
+}
+
+fn body(entity_id: &str, which: Body) -> Value {
+    let mut ev = sms_event(entity_id, "+15550000700");
+    ev["channels"] = json!(["sms", "in_app"]);
+    let more = json!({"id": format!("u-more-{entity_id}"), "phone": "+15550000701"});
+    match which {
+        Body::X => {}
+        Body::OtherData => ev["data"]["po"]["number"] = json!("PO-CHANGED"),
+        Body::OtherVersion => ev["entity"]["version"] = json!(2),
+        Body::NoVersion => {
+            ev["entity"].as_object_mut().unwrap().remove("version");
+        }
+        Body::MoreRecipients => ev["recipients"].as_array_mut().unwrap().push(more),
+        Body::OtherDataMoreRecipients => {
+            ev["data"]["po"]["number"] = json!("PO-CHANGED");
+            ev["recipients"].as_array_mut().unwrap().push(more);
+        }
+    }
+    ev
+}
+
+/// What a post must answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Want {
+    /// 202: at least one intent created.
+    Created,
+    /// 200, a new request whose intents all existed: `created: false` on each.
+    AllExisted,
+    /// 200, the stored request replayed.
+    Replayed,
+    Conflict,
+    Mismatch,
+}
+
+/// One post: which body, under which `Idempotency-Key` (none: the event's own
+/// identity), and what it must answer.
+type Post = (Body, Option<&'static str>, Want);
+
+async fn run_order(app: &Spawned, name: &str, order: &[Post]) {
+    let run = run_id();
+    let entity_id = format!("PO-{name}-{run}");
+    let mut first_ids: Option<Vec<String>> = None;
+    let mut first_changed = false;
+    for (step, (which, key, want)) in order.iter().enumerate() {
+        let key = key.map(|k| format!("{k}-{run}"));
+        let (s, b, h) = app.post_event(&body(&entity_id, *which), key.as_deref()).await;
+        let at = format!("{name} step {step} ({which:?}, key {key:?}): {s} {b}");
+        let created: Vec<bool> =
+            b["intents"].as_array().map(|a| a.iter().map(|i| i["created"] == true).collect()).unwrap_or_default();
+        match want {
+            Want::Created => assert!(s == 202 && b["replayed"] == false && created.contains(&true), "{at}"),
+            Want::AllExisted => {
+                assert!(s == 200 && b["replayed"] == false && created.iter().all(|c| !c), "{at}");
+                assert!(h.get("idempotent-replayed").is_none(), "{at}");
+            }
+            Want::Replayed => {
+                assert!(s == 200 && b["replayed"] == true, "{at}");
+                assert_eq!(h.get("idempotent-replayed").map(|v| v.to_str().unwrap()), Some("true"), "{at}");
+            }
+            Want::Conflict => assert!(s == 409 && b["error"]["code"] == "event_conflict", "{at}"),
+            Want::Mismatch => assert!(s == 422 && b["error"]["code"] == "idempotency_key_mismatch", "{at}"),
+        }
+        if s < 300 && first_ids.is_none() {
+            first_changed = matches!(which, OtherData | OtherDataMoreRecipients);
+            // The in-app intents: they have content (no SMS provider is configured here).
+            let in_app = b["intents"].as_array().unwrap().iter().filter(|i| i["channel"] == "in_app");
+            first_ids = Some(in_app.map(|i| i["id"].as_str().unwrap().to_string()).collect());
+        }
+    }
+    // Whatever came later, the intents carry the content first accepted.
+    let ids = first_ids.expect("something was accepted");
+    for id in ids {
+        let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
+        let text = it["content"].to_string();
+        assert_eq!(text.contains("PO-CHANGED"), first_changed, "{name}: {it}");
+        assert_eq!(text.contains(&entity_id), !first_changed, "{name}: {it}");
+    }
+}
+
+use Body::*;
+use Want::*;
+
+/// Every order of the posts, and the ones around them.
+const ORDERS: &[(&str, &[Post])] = &[
+    // X without a key, then other data under a fresh key, then without one.
+    (
+        "nokey-then-fresh-key",
+        &[(X, None, Created), (OtherData, Some("k1"), Conflict), (OtherData, None, Conflict), (X, None, Replayed)],
+    ),
+    // A refused request leaves nothing behind: its key is free for the real event.
+    ("refused-key-is-free", &[(X, None, Created), (OtherData, Some("k2"), Conflict), (X, Some("k2"), AllExisted)]),
+    // X under o4, other data without a key, then the original body without a key:
+    // a retry, under an identity never seen — 200, nothing created.
+    (
+        "key-then-nokey",
+        &[
+            (X, Some("o4"), Created),
+            (OtherData, None, Conflict),
+            (X, None, AllExisted),
+            (X, None, Replayed),
+            (X, Some("o4"), Replayed),
+        ],
+    ),
+    // The content also covers entity.version, present or not.
+    (
+        "version",
+        &[
+            (X, None, Created),
+            (OtherVersion, Some("k3"), Conflict),
+            (OtherVersion, None, Conflict),
+            (NoVersion, None, Conflict),
+        ],
+    ),
+    // A reused key with another body is a mismatch first, a conflict second.
+    ("reused-key", &[(X, Some("k4"), Created), (OtherData, Some("k4"), Mismatch), (OtherData, None, Conflict)]),
+    // The other data accepted first: X is then the conflicting one.
+    ("other-first", &[(OtherData, None, Created), (X, None, Conflict), (X, Some("k5"), Conflict)]),
+    // The audience is open: more recipients create their intents, with or without a key.
+    (
+        "more-recipients-nokey",
+        &[
+            (X, None, Created),
+            (MoreRecipients, None, Created),
+            (MoreRecipients, None, Replayed),
+            (X, None, Replayed),
+            (OtherDataMoreRecipients, None, Conflict),
+            (OtherDataMoreRecipients, Some("k6"), Conflict),
+        ],
+    ),
+    (
+        "more-recipients-key",
+        &[
+            (X, Some("k7"), Created),
+            (MoreRecipients, Some("k8"), Created),
+            (MoreRecipients, Some("k7"), Mismatch),
+            (X, Some("k9"), AllExisted),
+            (MoreRecipients, None, AllExisted),
+        ],
+    ),
+];
+
+#[tokio::test]
+async fn the_same_event_key_keeps_its_content_whatever_the_request_identity() {
+    let redis = test_redis().await;
+    for backend in backends() {
+        for redis in [None, redis.clone()].into_iter().collect::<std::collections::HashSet<_>>() {
+            let db = TestDb::new(backend).await;
+            let mut app = TestApp::new(&db).without_workers();
+            if let Some(url) = &redis {
+                app = app.with_redis(url);
+            }
+            let app = app.spawn().await;
+            for (name, order) in ORDERS {
+                run_order(&app, &format!("{backend:?}-{}-{name}", redis.is_some()), order).await;
+            }
+            app.running.stop().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn more_recipients_create_their_intents_and_report_the_others_as_they_stand() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let (s, first, _) = app.post_event(&body("PO-AUDIENCE", X), None).await;
+        assert_eq!(s, 202);
+        let sms_id = first["intents"].as_array().unwrap().iter().find(|i| i["channel"] == "sms").unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        app.wait_state(&sms_id, &["sent"]).await;
+        let (s, b, _) = app.post_event(&body("PO-AUDIENCE", MoreRecipients), None).await;
+        assert_eq!(s, 202, "{backend:?}: {b}");
+        let intents = b["intents"].as_array().unwrap();
+        assert_eq!(intents.len(), 4, "{b}");
+        for i in intents {
+            let old = i["recipient_id"] == "u-PO-AUDIENCE";
+            assert_eq!(i["created"], !old, "{i}");
+        }
+        let old_sms = intents.iter().find(|i| i["id"] == sms_id.as_str()).unwrap();
+        assert_eq!(old_sms["state"], "sent", "the old intent as it stands: {old_sms}");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_replay_shows_the_intents_as_they_are_now() {
+    let redis = test_redis().await;
+    for backend in backends() {
+        for redis in [None, redis.clone()].into_iter().collect::<std::collections::HashSet<_>>() {
+            let db = TestDb::new(backend).await;
+            let sms = FakeSms::start().await;
+            let mut app = TestApp::new(&db).with_sms(&sms);
+            if let Some(url) = &redis {
+                app = app.with_redis(url);
+            }
+            let app = app.spawn().await;
+            let entity = format!("PO-NOW-{}", run_id());
+            let mut ev = sms_event(&entity, "+15550000702");
+            ev["channels"] = json!(["sms"]);
+            for key in [Some(format!("now-{}", run_id())), None] {
+                let (s, first, _) = app.post_event(&ev, key.as_deref()).await;
+                assert!(s == 202 || s == 200, "{first}");
+                let id = first["intents"][0]["id"].as_str().unwrap().to_string();
+                app.wait_state(&id, &["sent"]).await;
+                let (s, again, h) = app.post_event(&ev, key.as_deref()).await;
+                let at = format!("{backend:?} redis={} key={key:?}: {again}", redis.is_some());
+                assert_eq!((s, h.get("idempotent-replayed").is_some()), (200, true), "{at}");
+                assert_eq!(again["intents"][0]["state"], "sent", "{at}");
+                assert_eq!(again["intents"][0]["decision"], "send", "{at}");
+                // `created` is the original answer's: that request created it
+                assert_eq!(again["intents"][0]["created"], first["intents"][0]["created"], "{at}");
+            }
+            app.running.stop().await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn two_conflicting_bodies_racing_for_one_event_key_make_one_set_of_intents() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = Arc::new(TestApp::new(&db).without_workers().spawn().await);
+        for round in 0..8 {
+            let entity = format!("PO-RACE-{round}");
+            let mut tasks = Vec::new();
+            for (i, which) in [X, OtherData, X, OtherData].into_iter().enumerate() {
+                let (app, ev) = (app.clone(), body(&entity, which));
+                let key = (i >= 2).then(|| format!("race-{round}-{i}"));
+                tasks.push(tokio::spawn(async move {
+                    let (s, b, _) = app.post_event(&ev, key.as_deref()).await;
+                    (which, s, b)
+                }));
+            }
+            let mut results = Vec::new();
+            for t in tasks {
+                results.push(t.await.unwrap());
+            }
+            let won: Vec<_> = results.iter().filter(|(_, s, _)| *s == 202).collect();
+            assert_eq!(won.len(), 1, "{backend:?} round {round}: {results:?}");
+            let winner = format!("{:?}", won[0].0);
+            for (which, s, b) in &results {
+                let same = format!("{which:?}") == winner;
+                // the winner's twin is a 200 (all intents existed); the other body is refused
+                let want = if same { [200, 202] } else { [409, 409] };
+                assert!(want.contains(s), "{backend:?} round {round}: {which:?} got {s} {b}");
+            }
+            let intents = won[0].2["intents"].as_array().unwrap();
+            let id = intents.iter().find(|i| i["channel"] == "in_app").unwrap()["id"].as_str().unwrap();
+            let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
+            let changed = it["content"].to_string().contains("PO-CHANGED");
+            assert_eq!(changed, winner == "OtherData", "the intents carry the winner's content: {it}");
+        }
+        match Arc::try_unwrap(app) {
+            Ok(app) => app.running.stop().await,
+            Err(_) => panic!("app still shared"),
+        }
+    }
+}
