@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::peer::{Blackhole, Misbehaviour, Peer};
 use common::{Backend, FakeSms, Reply, TestApp, TestDb, backends, sms_event};
 use herald::store::Claim;
 use serde_json::{Value, json};
@@ -318,6 +319,54 @@ async fn intents_are_listed_by_entity_and_recipient_with_masked_destinations() {
         let all: Vec<Value> = [page, page2].iter().flat_map(|p| p["intents"].as_array().unwrap().clone()).collect();
         let sms_intent = all.iter().find(|i| i["channel"] == "sms").unwrap();
         assert_eq!(sms_intent["destination"], "+97798******00");
+        app.running.stop().await;
+    }
+}
+
+/// Seconds between an attempt's start (its claim) and its recorded finish.
+fn took(attempt: &Value) -> f64 {
+    let at = |k: &str| attempt[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    at("finished_at").duration_since(at("started_at")).as_secs_f64()
+}
+
+/// An SMS provider that misbehaves on the network: nothing can have been sent
+/// when the connection never opened (retryable); once the request may have
+/// left, a timeout or a dropped connection is unknown (DESIGN rule 8).
+#[tokio::test]
+async fn sms_transport_failures_are_retryable_before_the_request_and_unknown_after() {
+    let hang = Peer::start(Misbehaviour::AcceptAndHang).await;
+    let read_hang = Peer::start(Misbehaviour::ReadThenHang).await;
+    let read_drop = Peer::start(Misbehaviour::ReadThenDrop).await;
+    let hole = Blackhole::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let cases = [
+        ("accepts-never-answers", hang.url("/sms"), "unknown", "timeout"),
+        ("reads-never-answers", read_hang.url("/sms"), "unknown", "timeout"),
+        ("reads-then-drops", read_drop.url("/sms"), "unknown", "connection_lost"),
+        ("nobody-listens", format!("http://{closed}/sms"), "retryable", "unreachable"),
+        ("connect-never-completes", format!("http://{}/sms", hole.addr), "retryable", "unreachable"),
+        ("no-such-host", "http://herald-test.invalid/sms".to_string(), "retryable", "unreachable"),
+    ];
+    let mut running = Vec::new();
+    for (name, url, _, _) in &cases {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let app =
+            TestApp::new(&db).with_sms_url(url).with_lease("3s", "1s").with_retry(1, "10ms", "10ms").spawn().await;
+        let (s, b, _) = app.post_event(&sms_event(&format!("PO-NET-{name}"), "+15550000020"), None).await;
+        assert_eq!(s, 202, "{name}: {b}");
+        running.push((db, app, b["intents"][0]["id"].as_str().unwrap().to_string()));
+    }
+    for ((name, _, outcome, class), (_db, app, id)) in cases.iter().zip(&running) {
+        let it = app.wait_state(id, &["dead"]).await;
+        let a = &it["attempts"][0];
+        assert_eq!((a["outcome"].as_str(), a["error_class"].as_str()), (Some(*outcome), Some(*class)), "{name}: {a}");
+        assert!(took(a) < 2.5, "{name}: abandoned inside the 3s lease: {a}");
+    }
+    assert_eq!((read_hang.requests(), read_drop.requests()), (1, 1));
+    for held in hang.held_for().into_iter().chain(read_hang.held_for()) {
+        assert!(held < Duration::from_millis(1500), "a silent peer was held {held:?} past the 1s timeout");
+    }
+    for (_db, app, _) in running {
         app.running.stop().await;
     }
 }

@@ -1,7 +1,14 @@
 //! Channels: the seam between a claimed intent and a provider. Each provider
-//! makes one call and classifies what happened (DESIGN §5); the worker turns
-//! that into a state transition.
+//! makes one call and classifies what happened (DESIGN §5); the worker bounds
+//! the call by the provider's timeout and turns the outcome into a state
+//! transition.
+//!
+//! The classification rests on one question: can the provider have acted on
+//! the request? A connection that never opened (refused, no such host, a
+//! connect that timed out) sent nothing, so it is retryable. A timeout or a
+//! lost connection once the request may have left is `unknown` (DESIGN rule 8).
 
+mod http;
 pub mod in_app;
 pub mod sink;
 pub mod sms_http;
@@ -29,6 +36,10 @@ pub struct Delivery {
     pub payload_digest: Option<String>,
     pub content: Content,
     pub attempt: i64,
+    /// The call must be over by then: the worker abandons it a moment later
+    /// (as `unknown`), so a provider that tracks how far it got should stop
+    /// here and say so itself.
+    pub deadline: tokio::time::Instant,
 }
 
 /// What one provider call came to.
@@ -45,9 +56,11 @@ pub enum Outcome {
         error: String,
         retry_after: Option<Duration>,
     },
-    /// The request may or may not have been acted on (a timeout after it was
-    /// sent). Retried with the same downstream key.
+    /// The request may or may not have been acted on (a timeout or a lost
+    /// connection after it was sent): `class` says which. Retried with the
+    /// same downstream key.
     Unknown {
+        class: Reason,
         error: String,
     },
     Permanent {
@@ -70,7 +83,19 @@ impl Outcome {
 
 #[async_trait]
 pub trait Provider: Send + Sync {
+    /// The longest one call may take, from the first connect to the final
+    /// answer; shorter than the worker's lease. The worker enforces it.
+    fn timeout(&self) -> Duration;
+
+    /// One call, over by `delivery.deadline`.
     async fn send(&self, delivery: &Delivery) -> Outcome;
+}
+
+/// How long opening a connection may take: at most half the call, so a
+/// connect that hangs fails as a connect (nothing sent, retryable) before the
+/// whole call runs out.
+pub fn connect_timeout(call: Duration) -> Duration {
+    (call / 2).min(Duration::from_secs(5))
 }
 
 /// Provider error text as stored on the attempt: bounded, one line.

@@ -3,8 +3,7 @@
 //! `webhook-timestamp` and `webhook-signature: v1,<base64 HMAC-SHA256>` over
 //! `id.timestamp.body`, keyed with the bytes of a `whsec_` secret.
 
-use super::sms_http::classify_error;
-use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
+use super::{Delivery, Outcome, Provider, http, short_error};
 use crate::intent::Reason;
 use async_trait::async_trait;
 use base64::Engine;
@@ -17,6 +16,7 @@ use std::time::Duration;
 pub struct Webhook {
     client: reqwest::Client,
     key: Vec<u8>,
+    timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,12 +43,8 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &str) -> String {
 impl Webhook {
     pub fn new(secret: &str, timeout: Duration) -> Result<Webhook, SecretError> {
         let key = decode_secret(secret)?;
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Webhook { client, key })
+        let client = http::client(timeout).map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Webhook { client, key, timeout })
     }
 
     /// `{type, entity, content, key}`; the content is the frozen rendering,
@@ -68,6 +64,10 @@ impl Webhook {
 
 #[async_trait]
 impl Provider for Webhook {
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(url) = &d.destination else {
             return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no webhook_url".into() };
@@ -83,21 +83,17 @@ impl Provider for Webhook {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
             .body(body);
-        let resp = match req.send().await {
+        let resp = match http::send(req, d.deadline).await {
             Ok(r) => r,
-            Err(e) => return classify_error(&e),
+            Err(outcome) => return outcome,
         };
         let status = resp.status();
         let code = Some(status.as_u16());
         if status.is_success() {
             return Outcome::Accepted { status: code, message_id: None };
         }
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
-        let text = resp.text().await.unwrap_or_default();
+        let retry_after = http::retry_after(&resp);
+        let text = http::body(resp, d.deadline).await.unwrap_or_default();
         let error = short_error(&format!("HTTP {}: {text}", status.as_u16()));
         match status.as_u16() {
             429 => Outcome::Retryable { class: Reason::Throttled, status: code, error, retry_after },

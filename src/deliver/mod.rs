@@ -143,7 +143,7 @@ impl Worker {
                 error: format!("no provider is configured for channel {}", job.intent.channel),
             },
             (_, Err(e)) => Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e },
-            (Some(provider), Ok(d)) => provider.send(&d).await,
+            (Some(provider), Ok(d)) => call(provider.as_ref(), d).await,
         };
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
@@ -185,6 +185,25 @@ impl Worker {
     }
 }
 
+/// One provider call, bounded by the provider's timeout whatever the provider
+/// does. The provider is asked to be done a moment before the bound, so one
+/// that knows how far it got can say so; at the bound itself the call is
+/// abandoned and recorded `unknown`, the one answer that is never wrong.
+async fn call(provider: &dyn Provider, mut d: Delivery) -> Outcome {
+    let timeout = provider.timeout();
+    let bound = tokio::time::Instant::now() + timeout;
+    d.deadline = bound - (timeout / 20).min(Duration::from_millis(50));
+    match tokio::time::timeout_at(bound, provider.send(&d)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Unknown {
+            class: Reason::Timeout,
+            error: format!(
+                "the provider call did not finish within {timeout:?} and was abandoned; it may have been acted on"
+            ),
+        },
+    }
+}
+
 fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
     let i = &job.intent;
     let text = job.content.as_deref().ok_or("the intent has no rendered content")?;
@@ -202,6 +221,7 @@ fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
         payload_digest: i.payload_digest.clone(),
         content,
         attempt: i.attempts,
+        deadline: tokio::time::Instant::now(),
     })
 }
 
@@ -210,7 +230,7 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
     let (error_class, status, message_id, error) = match outcome {
         Outcome::Accepted { status, message_id } => (None, status, message_id, None),
         Outcome::Retryable { class, status, error, .. } => (Some(class), status, None, Some(error)),
-        Outcome::Unknown { error } => (Some(Reason::Timeout), None, None, Some(error)),
+        Outcome::Unknown { class, error } => (Some(class), None, None, Some(error)),
         Outcome::Permanent { reason, status, error } => (Some(reason), status, None, Some(error)),
     };
     FinishedAttempt {
@@ -280,7 +300,7 @@ fn outcome_class_reason(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Accepted { .. } => "",
         Outcome::Retryable { class, .. } => class.as_str(),
-        Outcome::Unknown { .. } => "unknown",
+        Outcome::Unknown { class, .. } => class.as_str(),
         Outcome::Permanent { reason, .. } => reason.as_str(),
     }
 }

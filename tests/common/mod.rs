@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod peer;
 pub mod smtp;
 pub mod webhook;
 
@@ -236,6 +237,12 @@ impl TestApp {
 
     pub fn with_sms(mut self, sms: &FakeSms) -> TestApp {
         self.sms_url = Some(sms.url.clone());
+        self
+    }
+
+    /// An SMS provider at any URL (a misbehaving peer, a closed port).
+    pub fn with_sms_url(mut self, url: &str) -> TestApp {
+        self.sms_url = Some(url.to_string());
         self
     }
 
