@@ -1,9 +1,10 @@
 //! The worker: claim due jobs in batches (their attempt rows are written in the
 //! claiming transaction), call providers with no transaction open, and record
-//! outcomes in batches. A job whose worker dies is retaken after its lease and
-//! the unfinished attempt recorded as `unknown`.
+//! outcomes in batches (see [`recorder`]). A job whose worker dies is retaken
+//! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
+mod recorder;
 pub mod retry;
 
 use crate::channel::{Delivery, Outcome, Provider};
@@ -14,18 +15,18 @@ use crate::render::Content;
 use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use recorder::{Done, Unrecorded};
 use retry::RetryPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
 
 /// The most jobs one claim takes, whatever the concurrency.
 const MAX_BATCH: usize = 256;
 /// Under load, how long a claim may wait for more free slots.
 const GATHER: Duration = Duration::from_millis(5);
-/// The most outcomes one recording transaction writes.
-const MAX_RECORD_BATCH: usize = 512;
 
 pub type Providers = HashMap<Channel, Arc<dyn Provider>>;
 
@@ -44,10 +45,16 @@ pub struct Worker {
 impl Worker {
     /// Runs until `shutdown` turns true, then stops claiming, lets in-flight
     /// attempts finish for up to `grace` and records their outcomes.
+    ///
+    /// A slot (one of `concurrency`) is held from the claim until the
+    /// attempt's outcome is in the recorder's queue. The queue is bounded,
+    /// so when recording falls behind, finished attempts keep their slots and
+    /// claiming slows down to the pace of the database.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
         let permits = Arc::new(Semaphore::new(self.concurrency));
-        let (done_tx, done_rx) = mpsc::unbounded_channel::<FinishedAttempt>();
-        let recorder = tokio::spawn(record_outcomes(self.store.clone(), done_rx));
+        let (done_tx, done_rx) = mpsc::channel::<Done>(self.concurrency.max(1));
+        let unrecorded = Arc::new(Unrecorded::default());
+        let recorder = tokio::spawn(recorder::run(self.store.clone(), done_rx, unrecorded.clone()));
         let rng = Arc::new(Mutex::new(SmallRng::from_os_rng()));
         let this = Arc::new(self);
         let mut busy = false;
@@ -69,7 +76,13 @@ impl Worker {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
+            if !this.wait_for_recording(&unrecorded, &mut shutdown).await {
+                break;
+            }
             let free = (1 + permits.available_permits()).min(MAX_BATCH);
+            // Measured before the claim, so never later than the lease the
+            // database grants.
+            let lease_end = Instant::now() + this.lease;
             let jobs = match this.claim(free).await {
                 Ok(jobs) => jobs,
                 Err(e) => {
@@ -97,10 +110,12 @@ impl Worker {
                         Err(_) => break,
                     },
                 };
-                let (this, done, rng) = (this.clone(), done_tx.clone(), rng.clone());
+                let (this, done, rng, unrecorded) = (this.clone(), done_tx.clone(), rng.clone(), unrecorded.clone());
                 tokio::spawn(async move {
-                    let finished = this.attempt(job, &rng).await;
-                    let _ = done.send(finished);
+                    let attempt = this.attempt(job, &rng).await;
+                    unrecorded.add(lease_end);
+                    // Waits, holding the slot, while the recorder's queue is full.
+                    let _ = done.send(Done { attempt, lease_end }).await;
                     drop(permit);
                 });
             }
@@ -114,6 +129,33 @@ impl Worker {
         }
         drop(done_tx);
         let _ = tokio::time::timeout(grace, recorder).await;
+    }
+
+    /// Waits while an outcome still on its way to the database belongs to a
+    /// job whose lease ends within a quarter of a lease: a claim now could
+    /// find that lease expired, rescue the finished attempt as `unknown` and
+    /// send it again. False if shutdown came meanwhile.
+    async fn wait_for_recording(&self, unrecorded: &Unrecorded, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let margin = self.lease / 4;
+        let mut warned = false;
+        loop {
+            let next_write = unrecorded.next_write();
+            tokio::pin!(next_write);
+            next_write.as_mut().enable();
+            match unrecorded.earliest() {
+                Some(end) if end <= Instant::now() + margin => {}
+                _ => return true,
+            }
+            if !warned {
+                tracing::warn!("recording outcomes lags behind the leases; claims wait for it");
+                warned = true;
+            }
+            tokio::select! {
+                _ = next_write => {},
+                _ = tokio::time::sleep(self.poll_interval) => {},
+                _ = shutdown.changed() => return false,
+            }
+        }
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
@@ -244,54 +286,6 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
         error,
         transition,
     }
-}
-
-/// Drains finished attempts and records whatever has accumulated in one
-/// transaction: immediate when idle, batched under load.
-async fn record_outcomes(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<FinishedAttempt>) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(f) => batch.push(f),
-                Err(_) => break,
-            }
-        }
-        if !record(store.as_ref(), &batch, 4).await && batch.len() > 1 {
-            // One row the database refuses must not take the rest of the
-            // batch down with it: record them one by one.
-            for one in batch.chunks(1) {
-                record(store.as_ref(), one, 2).await;
-            }
-        }
-        batch.clear();
-    }
-}
-
-/// Records a batch, retrying with backoff; false if it never went in. An
-/// outcome that is never recorded leaves its attempt unfinished: once the
-/// lease expires it is retaken and recorded as `unknown`, never lost.
-async fn record(store: &dyn Store, batch: &[FinishedAttempt], tries: u32) -> bool {
-    let mut delay = Duration::from_millis(50);
-    for try_no in 1..=tries {
-        match store.attempts_finish(batch).await {
-            Ok(report) => {
-                for (key, n) in &report.stale {
-                    tracing::warn!(intent = %key, attempt = n, "outcome arrived after the attempt was rescued; kept the rescue");
-                }
-                return true;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, try_no, count = batch.len(), "recording outcomes failed");
-                if try_no < tries {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-    false
 }
 
 /// The error class of an outcome, for logs (never the provider's text, which

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod peer;
+pub mod slow_store;
 pub mod smtp;
 pub mod webhook;
 
