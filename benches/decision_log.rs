@@ -145,7 +145,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
             .jobs_claim(Claim {
                 now_us: at,
                 limit: 500,
-                lease_until_us: at + 30_000_000,
+                lease_us: 30_000_000,
                 max_attempts: 6,
                 supersede_types: vec![],
             })

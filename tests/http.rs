@@ -3,7 +3,7 @@
 mod common;
 
 use common::peer::{Blackhole, Misbehaviour, Peer};
-use common::{Backend, FakeSms, Reply, TestApp, TestDb, backends, sms_event};
+use common::{Backend, FakeSms, Reply, TestApp, TestClock, TestDb, backends, sms_event};
 use herald::store::Claim;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -180,13 +180,7 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
         let claimed = store
-            .jobs_claim(Claim {
-                now_us: now,
-                limit: 10,
-                lease_until_us: now + 300_000,
-                max_attempts: 4,
-                supersede_types: vec![],
-            })
+            .jobs_claim(Claim { now_us: now, limit: 10, lease_us: 300_000, max_attempts: 4, supersede_types: vec![] })
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1, "{backend:?}");
@@ -368,5 +362,39 @@ async fn sms_transport_failures_are_retryable_before_the_request_and_unknown_aft
     }
     for (_db, app, _) in running {
         app.running.stop().await;
+    }
+}
+
+/// Two processes on one Postgres, the second with its clock an hour ahead.
+/// It must not take the first one's job while that is being sent: leases are
+/// set and judged by the database's clock. (SQLite is one process.)
+#[tokio::test]
+async fn a_process_whose_clock_runs_an_hour_ahead_never_takes_a_leased_job() {
+    for backend in backends().into_iter().filter(|b| *b == Backend::Postgres) {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let phone = "+15550000040";
+        sms.script(phone, vec![Reply::ok("slow-ok").slow(Duration::from_millis(1500))]);
+        let on_time = TestApp::new(&db).with_sms(&sms).with_lease("5s", "3s").spawn().await;
+        let (_, b, _) = on_time.post_event(&sms_event("PO-SKEW", phone), None).await;
+        let id = b["intents"][0]["id"].as_str().unwrap().to_string();
+        for _ in 0..100 {
+            if !sms.sent_to(phone).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let later = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_hours(1)).unwrap();
+        let ahead = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_lease("5s", "3s")
+            .with_clock(TestClock::at(&later.to_string()))
+            .spawn()
+            .await;
+        let it = on_time.wait_state(&id, &["sent"]).await;
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "{it}");
+        assert_eq!(sms.sent_to(phone).len(), 1, "the process an hour ahead sent it again");
+        ahead.running.stop().await;
+        on_time.running.stop().await;
     }
 }

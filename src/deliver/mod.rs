@@ -159,13 +159,11 @@ impl Worker {
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
-        let now = self.clock.now();
-        let lease_until = now.checked_add(self.lease).unwrap_or(now);
         self.store
             .jobs_claim(Claim {
-                now_us: micros(now),
+                now_us: micros(self.clock.now()),
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                lease_until_us: micros(lease_until),
+                lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
                 max_attempts: i64::from(self.policy.attempts),
                 supersede_types: self.supersede_types.clone(),
             })

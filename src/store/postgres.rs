@@ -100,19 +100,24 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.pool.begin().await?;
+        // Due by the claimer's clock (what the tests and the schedules drive),
+        // leased by the database's: one clock for every process, so a process
+        // whose clock runs ahead cannot see another's lease as expired, nor
+        // one whose clock lags hold a lease longer than asked.
         let keys: Vec<String> = sqlx::query_scalar(
             "WITH due AS (
                      SELECT intent_key FROM jobs
-                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+                     WHERE run_at <= $1
+                       AND (locked_until IS NULL OR locked_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
                      ORDER BY run_at LIMIT $2
                      FOR UPDATE SKIP LOCKED)
-                 UPDATE jobs SET locked_until = $3 FROM due
+                 UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
                  WHERE jobs.intent_key = due.intent_key
                  RETURNING jobs.intent_key",
         )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
-        .bind(claim.lease_until_us)
+        .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
         if keys.is_empty() {

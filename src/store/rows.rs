@@ -203,9 +203,13 @@ pub fn cursor_decode(cursor: &str) -> Option<(i64, String)> {
 
 #[derive(Debug, Clone)]
 pub struct Claim {
+    /// The claimer's clock: jobs due by then are taken.
     pub now_us: i64,
     pub limit: u32,
-    pub lease_until_us: i64,
+    /// How long the lease lasts. Postgres sets and judges leases by the
+    /// database's clock (`now()`), so processes whose clocks disagree never
+    /// take each other's jobs; SQLite (one process) by `now_us`.
+    pub lease_us: i64,
     /// The retry policy's `attempts`: a job rescued after its last try is dead.
     pub max_attempts: i64,
     /// Event types whose routes skip superseded versions.

@@ -59,8 +59,9 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.writer.begin().await?;
+        // One process: its clock judges the leases (Postgres uses the database's).
         let keys: Vec<String> = sqlx::query_scalar(
-            "UPDATE jobs SET locked_until = $3 WHERE intent_key IN (
+            "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
                      SELECT intent_key FROM jobs
                      WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
                      ORDER BY run_at LIMIT $2)
@@ -68,7 +69,7 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
-        .bind(claim.lease_until_us)
+        .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
         if keys.is_empty() {
