@@ -164,6 +164,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 provider_status: Some(200),
                 provider_message_id: Some(format!("msg-{}", &j.intent.key[..12])),
                 error: None,
+                retry_after_us: None,
                 transition: Transition::Sent,
             })
             .collect();

@@ -365,6 +365,60 @@ async fn sms_transport_failures_are_retryable_before_the_request_and_unknown_aft
     }
 }
 
+/// A provider's `Retry-After` is a floor, but never above `retry.max`: not ten
+/// years, and not "immediately" when the number overflows. Seconds and HTTP
+/// dates both count, and the floor applied is recorded on the attempt.
+#[tokio::test]
+async fn retry_after_is_capped_at_retry_max_and_recorded_on_the_attempt() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let in_ten_years = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_hours(24 * 3650)).unwrap();
+        let cases = [
+            ("+15550000030", 429, "315360000".to_string()),
+            ("+15550000031", 429, u64::MAX.to_string()),
+            (
+                "+15550000032",
+                503,
+                jiff::fmt::rfc2822::to_string(&in_ten_years.to_zoned(jiff::tz::TimeZone::UTC))
+                    .unwrap()
+                    .replace("+0000", "GMT"),
+            ),
+        ];
+        for (phone, status, retry_after) in &cases {
+            let mut first = Reply::status(*status, json!({"error": "later"}));
+            first.retry_after = Some(retry_after.clone());
+            sms.script(phone, vec![first, Reply::ok("ok")]);
+        }
+        let app = TestApp::new(&db).with_sms(&sms).with_retry(4, "10ms", "1s").spawn().await;
+        let mut ids = Vec::new();
+        for (phone, _, _) in &cases {
+            let (_, b, _) = app.post_event(&sms_event(&format!("PO-RA{phone}"), phone), None).await;
+            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+        }
+        for ((phone, _, retry_after), id) in cases.iter().zip(&ids) {
+            let it = app.wait_state(id, &["sent"]).await;
+            let first = &it["attempts"][0];
+            assert_eq!(first["retry_after_seconds"], 1.0, "{backend:?} {retry_after}: capped at retry.max: {it}");
+            let at = |v: &Value| v.as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+            let waited = at(&it["attempts"][1]["started_at"]).duration_since(at(&first["finished_at"])).as_secs_f64();
+            assert!((0.95..3.0).contains(&waited), "{retry_after}: waited {waited}s, not the provider's years nor 0");
+            assert_eq!(at(&first["next_try_at"]).duration_since(at(&first["finished_at"])).as_secs_f64(), 1.0);
+            assert_eq!(sms.sent_to(phone).len(), 2);
+        }
+        // `herald why` says so too
+        let store = db.store().await;
+        let entity = format!("PO-RA{}", cases[0].0);
+        let history =
+            herald::why::history(store.as_ref(), "default", ("purchase_order", &entity), &format!("u-{entity}"))
+                .await
+                .unwrap();
+        let text = herald::why::timeline(("purchase_order", &entity), &format!("u-{entity}"), &history);
+        assert!(text.contains("(Retry-After honoured: 1s)") && text.contains("; next try 20"), "{text}");
+        app.running.stop().await;
+    }
+}
+
 /// Two processes on one Postgres, the second with its clock an hour ahead.
 /// It must not take the first one's job while that is being sent: leases are
 /// set and judged by the database's clock. (SQLite is one process.)

@@ -71,6 +71,7 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         provider_status: Some(200),
         provider_message_id: Some("m-1".into()),
         error: None,
+        retry_after_us: None,
         transition,
     }
 }
@@ -191,12 +192,15 @@ async fn outcomes_move_intents_and_jobs() {
         let report = store
             .attempts_finish(&[
                 finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent),
-                finished(
-                    &key(2),
-                    1,
-                    OutcomeClass::Retryable,
-                    Transition::Retry { run_at_us: T0 + 2_000_000, state: State::Queued },
-                ),
+                FinishedAttempt {
+                    retry_after_us: Some(1_500_000),
+                    ..finished(
+                        &key(2),
+                        1,
+                        OutcomeClass::Retryable,
+                        Transition::Retry { run_at_us: T0 + 2_000_000, state: State::Queued },
+                    )
+                },
                 finished(&key(3), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }),
             ])
             .await
@@ -208,7 +212,11 @@ async fn outcomes_move_intents_and_jobs() {
         };
         assert_eq!(state(key(1)).await.intent.state, "sent");
         assert_eq!(state(key(1)).await.attempts[0].provider_message_id.as_deref(), Some("m-1"));
-        assert_eq!(state(key(2)).await.intent.state, "queued");
+        let retried = state(key(2)).await;
+        assert_eq!(retried.intent.state, "queued");
+        let a = &retried.attempts[0];
+        assert_eq!((a.retry_after, a.retry_at), (Some(1_500_000), Some(T0 + 2_000_000)), "what the retry waited for");
+        assert_eq!((state(key(1)).await.attempts[0].retry_at), None);
         let dead = state(key(3)).await;
         assert_eq!((dead.intent.state.as_str(), dead.intent.reason.as_deref()), ("dead", Some("rejected")));
         // only the retry is left, and only once it is due

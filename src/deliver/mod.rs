@@ -187,7 +187,7 @@ impl Worker {
         };
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
-        let transition = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
         crate::ops::metrics::attempt_finished(&job.intent.channel, outcome.class().as_str(), started.elapsed());
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
@@ -203,13 +203,23 @@ impl Worker {
             next = ?transition,
             "attempt finished"
         );
-        finished(job.intent.key, n, micros(now), outcome, transition)
+        let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
+        done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        done
     }
 
-    fn transition(&self, outcome: &Outcome, n: i64, now: jiff::Timestamp, rng: &Mutex<SmallRng>) -> Transition {
+    /// What the outcome leads to, and the provider's `Retry-After` as
+    /// honoured when a retry is scheduled.
+    fn transition(
+        &self,
+        outcome: &Outcome,
+        n: i64,
+        now: jiff::Timestamp,
+        rng: &Mutex<SmallRng>,
+    ) -> (Transition, Option<Duration>) {
         let (retry_after, state) = match outcome {
-            Outcome::Accepted { .. } => return Transition::Sent,
-            Outcome::Permanent { reason, .. } => return Transition::Dead { reason: *reason },
+            Outcome::Accepted { .. } => return (Transition::Sent, None),
+            Outcome::Permanent { reason, .. } => return (Transition::Dead { reason: *reason }, None),
             Outcome::Retryable { retry_after, .. } => (*retry_after, State::Queued),
             Outcome::Unknown { .. } => (None, State::Unknown),
         };
@@ -218,10 +228,17 @@ impl Worker {
             let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             self.policy.next_delay(made, retry_after, &mut *rng)
         };
-        match delay {
-            Some(d) => Transition::Retry { run_at_us: micros(now.checked_add(d).unwrap_or(now)), state },
-            None => Transition::Dead { reason: Reason::RetriesExhausted },
-        }
+        let Some(delay) = delay else { return (Transition::Dead { reason: Reason::RetriesExhausted }, None) };
+        let honoured = retry_after.map(|asked| {
+            let honoured = self.policy.honoured_retry_after(asked);
+            if honoured < asked {
+                tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max; capped");
+            }
+            honoured
+        });
+        // Past the end of time is the end of time, never "now".
+        let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
+        (Transition::Retry { run_at_us: micros(run_at), state }, honoured)
     }
 }
 
@@ -282,6 +299,7 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
         provider_status: status.map(i64::from),
         provider_message_id: message_id,
         error,
+        retry_after_us: None,
         transition,
     }
 }

@@ -136,9 +136,11 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let mut tx = self.pool.begin().await?;
         let applied: Vec<(String, i64)> = sqlx::query_as(
                 "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                        provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
-                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
-                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
+                        provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
+                        retry_after = u.retry_after, retry_at = u.retry_at
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
+                             $9::bigint[], $10::bigint[])
+                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error, retry_after, retry_at)
                  WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
                  RETURNING a.intent_key, a.n",
             )
@@ -150,6 +152,8 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
             .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| transition_columns(&f.transition).2).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await?;
 

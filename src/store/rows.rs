@@ -165,6 +165,10 @@ pub struct AttemptRow {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
+    /// The provider's `Retry-After` as honoured (capped at `retry.max`), in µs.
+    pub retry_after: Option<i64>,
+    /// When the next try was scheduled, if this attempt led to one.
+    pub retry_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +303,8 @@ pub struct FinishedAttempt {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
+    /// The provider's `Retry-After` as honoured, when a retry was scheduled.
+    pub retry_after_us: Option<i64>,
     pub transition: Transition,
 }
 

@@ -91,7 +91,7 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         for f in finished {
             let n = sqlx::query(
                 "UPDATE attempts SET finished_at = $3, outcome = $4, error_class = $5, provider_status = $6,
-                         provider_message_id = $7, error = $8
+                         provider_message_id = $7, error = $8, retry_after = $9, retry_at = $10
                      WHERE intent_key = $1 AND n = $2 AND finished_at IS NULL",
             )
             .bind(&f.key)
@@ -102,6 +102,8 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             .bind(f.provider_status)
             .bind(&f.provider_message_id)
             .bind(&f.error)
+            .bind(f.retry_after_us)
+            .bind(transition_columns(&f.transition).2)
             .execute(&mut *tx)
             .await?
             .rows_affected();
