@@ -391,6 +391,28 @@ pub enum ReplayOutcome {
     NotDead(String),
     /// Died before it had content (a template error): nothing to resend.
     NoContent(String),
+    /// Its content was pruned by retention (`retention.payloads`): a replay
+    /// would die again, as a template error, and could be replayed forever.
+    ContentPruned(String),
+}
+
+impl ReplayOutcome {
+    /// Why a dead letter was not replayed: a code (`content_pruned`, …) and
+    /// a sentence for a person. None when it was queued.
+    pub fn skipped(&self) -> Option<(&'static str, String)> {
+        Some(match self {
+            ReplayOutcome::Queued => return None,
+            ReplayOutcome::NotFound => ("not_found", "no such intent".into()),
+            ReplayOutcome::NotDead(state) => ("not_dead", format!("not a dead letter (it is {state})")),
+            ReplayOutcome::NoContent(reason) => {
+                ("no_content", format!("died before it had content ({reason}); nothing to resend"))
+            }
+            ReplayOutcome::ContentPruned(_) => (
+                "content_pruned",
+                "its content was pruned by retention (retention.payloads); nothing to resend: post the event again as a new one".into(),
+            ),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
