@@ -165,6 +165,7 @@ impl Smtp {
 
     fn keep_idle(&self, conn: AsyncSmtpConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(_, since)| since.elapsed() < IDLE_FOR);
         if !conn.has_broken() && idle.len() < MAX_IDLE {
             idle.push((conn, Instant::now()));
         }
