@@ -146,7 +146,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
             .jobs_claim(Claim {
                 now_us: at,
                 limit: 500,
-                lease_until_us: at + 30_000_000,
+                lease_us: 30_000_000,
                 max_attempts: 6,
                 supersede_types: vec![],
             })
@@ -165,6 +165,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 provider_status: Some(200),
                 provider_message_id: Some(format!("msg-{}", &j.intent.key[..12])),
                 error: None,
+                retry_after_us: None,
                 transition: Transition::Sent,
             })
             .collect();

@@ -26,6 +26,10 @@ struct Accepts;
 
 #[async_trait]
 impl Provider for Accepts {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
     async fn send(&self, _: &Delivery) -> Outcome {
         Outcome::Accepted { status: Some(200), message_id: None }
     }

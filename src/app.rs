@@ -77,14 +77,17 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
 
 pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Providers, AppError> {
     let mut providers: Providers = Providers::new();
-    providers.insert(Channel::InApp, Arc::new(InApp::new(store)));
+    // The in-app and directory "providers" are local writes, with no key of
+    // their own: bounded like a provider call, well inside the lease.
+    let local = (config.worker.lease / 2).min(std::time::Duration::from_secs(10));
+    providers.insert(Channel::InApp, Arc::new(InApp::new(store, local)));
     if let Some(email) = &config.channels.email {
         let p: Arc<dyn Provider> = match (&email.smtp_url, &email.sink) {
             (Some(url), _) => Arc::new(
                 Smtp::new(url, &email.from, &email.message_id_domain, email.timeout)
                     .map_err(|e| AppError::Provider(e.to_string()))?,
             ),
-            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Email)),
+            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Email, local)),
             (None, None) => {
                 return Err(AppError::Provider("channels.email: set smtp_url or sink".into()));
             }
@@ -97,7 +100,7 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
                 SmsHttp::new(url.clone(), sms.auth_token.clone(), sms.timeout)
                     .map_err(|e| AppError::Provider(format!("channels.sms: {e}")))?,
             ),
-            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms)),
+            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms, local)),
             (None, None) => return Err(AppError::Provider("channels.sms: set url or sink".into())),
         };
         providers.insert(Channel::Sms, p);

@@ -68,6 +68,7 @@ string_enum!(
         Throttled = "throttled",
         Timeout = "timeout",
         Unreachable = "unreachable",
+        ConnectionLost = "connection_lost",
         LeaseExpired = "lease_expired",
         RetriesExhausted = "retries_exhausted",
         // A webhook whose host is (or resolves to) a loopback, private or

@@ -343,7 +343,7 @@ async fn why(
 }
 
 async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
-    use herald::store::{DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+    use herald::store::{DeadLetterFilter, Replay, ReplaySelector};
     let scope = match &command {
         DlqCommand::List { scope, .. } | DlqCommand::Show { scope, .. } | DlqCommand::Replay { scope, .. } => scope,
     };
@@ -402,13 +402,21 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             let replay = Replay { tenant, selector, now_us: now, requested_by: Some("cli".into()), limit: 10_000 };
             let results = store.dead_letters_replay(replay).await?;
             let mut queued = 0;
+            let mut by_reason = std::collections::BTreeMap::<&str, usize>::new();
             for r in &results {
-                match &r.outcome {
-                    ReplayOutcome::Queued => queued += 1,
-                    other => outln!("skipped {}: {other:?}", r.key)?,
+                match r.outcome.skipped() {
+                    None => queued += 1,
+                    Some((code, why)) => {
+                        outln!("skipped {}: {code}: {why}", r.key)?;
+                        *by_reason.entry(code).or_default() += 1;
+                    }
                 }
             }
             outln!("{queued} dead letter(s) back on the queue; a running herald sends them")?;
+            if !by_reason.is_empty() {
+                let counts: Vec<String> = by_reason.iter().map(|(code, n)| format!("{code}: {n}")).collect();
+                outln!("{} skipped ({})", by_reason.values().sum::<usize>(), counts.join(", "))?;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -6,6 +6,7 @@ use crate::clock::rfc3339;
 use crate::recipient::{mask, scrub};
 use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
 use std::fmt::Write;
+use std::time::Duration;
 
 /// Every intent for (entity, recipient), oldest first, with its attempts.
 pub async fn history(
@@ -86,6 +87,16 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             }
             if let Some(e) = &a.error {
                 let _ = write!(line, " — {}", scrub(e, i.destination.as_deref()));
+            }
+            if let Some(at) = a.retry_at {
+                let _ = write!(line, "; next try {}", time(at));
+                if let Some(us) = a.retry_after {
+                    let _ = write!(
+                        line,
+                        " (Retry-After honoured: {})",
+                        crate::config::format_duration(Duration::from_micros(us.max(0) as u64))
+                    );
+                }
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
         }

@@ -3,7 +3,8 @@
 
 mod common;
 
-use common::smtp::FakeSmtp;
+use common::peer::{Blackhole, Misbehaviour, Peer};
+use common::smtp::{FakeSmtp, SilentAfter};
 use common::webhook::FakeReceiver;
 use common::{FakeSms, TestApp, TestDb, backends, sms_event};
 use serde_json::{Value, json};
@@ -255,5 +256,167 @@ async fn the_directory_validates_each_field_by_name() {
     assert_eq!(resp.status(), 200);
     let (s, r) = app.get("/v1/recipients/u-v").await;
     assert_eq!((s, r["timezone"].as_str(), r["preferences_version"].as_i64()), (200, Some("Asia/Kathmandu"), Some(1)));
+    app.running.stop().await;
+}
+
+/// Seconds between an attempt's start (its claim) and its recorded finish.
+fn took(attempt: &Value) -> f64 {
+    let at = |k: &str| attempt[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    at("finished_at").duration_since(at("started_at")).as_secs_f64()
+}
+
+/// The client hung up on the stalled session within the 1s timeout (give or
+/// take a busy machine), and the attempt was recorded inside the 3s lease.
+fn assert_stalled_sessions_abandoned_in_time(smtp: &FakeSmtp, attempt: &Value) {
+    let stalled = smtp.stalled_for();
+    assert_eq!(stalled.len(), 1, "{stalled:?}");
+    assert!(stalled[0] < Duration::from_millis(1500), "held {:?} past the 1s timeout", stalled[0]);
+    assert!(took(attempt) < 2.5, "{attempt}");
+}
+
+#[tokio::test]
+async fn an_smtp_server_silent_after_its_greeting_is_abandoned_in_time_as_retryable() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    smtp.stall(&[SilentAfter::Greeting]);
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+    let (_, b, _) = app.post_event(&email_event("PO-GREET", "greet@example.com"), None).await;
+    let it = app.wait_state(&id_of(&b), &["sent"]).await;
+    let first = &it["attempts"][0];
+    assert_eq!(
+        (first["outcome"].as_str(), first["error_class"].as_str()),
+        (Some("retryable"), Some("timeout")),
+        "{it}"
+    );
+    assert_stalled_sessions_abandoned_in_time(&smtp, first);
+    assert_eq!(it["attempts"][1]["outcome"], "accepted");
+    assert_eq!(smtp.to("greet@example.com").len(), 1);
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn an_smtp_server_silent_after_the_data_command_never_got_the_message_so_it_is_retryable() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    smtp.stall(&[SilentAfter::DataCommand]);
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+    let (_, b, _) = app.post_event(&email_event("PO-DATACMD", "datacmd@example.com"), None).await;
+    let it = app.wait_state(&id_of(&b), &["sent"]).await;
+    let first = &it["attempts"][0];
+    assert_eq!(
+        (first["outcome"].as_str(), first["error_class"].as_str()),
+        (Some("retryable"), Some("timeout")),
+        "{it}"
+    );
+    assert_stalled_sessions_abandoned_in_time(&smtp, first);
+    assert_eq!(smtp.to("datacmd@example.com").len(), 1, "the stalled session never received the message");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn an_smtp_server_silent_after_the_message_is_unknown_and_retried_with_the_same_message_id() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    smtp.stall(&[SilentAfter::Message]);
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+    let (_, b, _) = app.post_event(&email_event("PO-DATA", "data@example.com"), None).await;
+    let it = app.wait_state(&id_of(&b), &["sent"]).await;
+    let first = &it["attempts"][0];
+    assert_eq!((first["outcome"].as_str(), first["error_class"].as_str()), (Some("unknown"), Some("timeout")), "{it}");
+    assert_stalled_sessions_abandoned_in_time(&smtp, first);
+    assert_eq!(it["attempts"][1]["outcome"], "accepted");
+    // The server had the message when it went silent: the retry is a
+    // duplicate on the wire, recognisable by its Message-ID.
+    let ids: Vec<_> = smtp.to("data@example.com").iter().map(|m| m.header("message-id")).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids[0].is_some() && ids[0] == ids[1], "{ids:?}");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn an_smtp_connect_that_never_completes_is_retryable() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let hole = Blackhole::start().await;
+    let toml = format!("[channels.email]\nsmtp_url = \"smtp://{}\"\ntimeout = \"1s\"\n", hole.addr);
+    let app = TestApp::new(&db).with_toml(&toml).with_retry(1, "10ms", "10ms").spawn().await;
+    let (_, b, _) = app.post_event(&email_event("PO-HOLE", "hole@example.com"), None).await;
+    let it = app.wait_state(&id_of(&b), &["dead"]).await;
+    let first = &it["attempts"][0];
+    assert_eq!(first["outcome"], "retryable", "nothing was sent: {it}");
+    assert!(took(first) < 2.5, "abandoned inside the 3s lease: {first}");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn emails_in_a_row_share_one_smtp_session() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+    for n in 0..3 {
+        let (_, b, _) = app.post_event(&email_event(&format!("PO-REUSE-{n}"), "reuse@example.com"), None).await;
+        app.wait_state(&id_of(&b), &["sent"]).await;
+    }
+    assert_eq!(smtp.to("reuse@example.com").len(), 3);
+    assert_eq!(smtp.sessions(), 1, "the connection is kept for the next message");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn a_kept_smtp_session_the_server_closed_is_replaced_without_a_failed_attempt() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    smtp.hang_up_after_each_message();
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp)).spawn().await;
+    for n in 0..2 {
+        let (_, b, _) = app.post_event(&email_event(&format!("PO-CLOSED-{n}"), "closed@example.com"), None).await;
+        let it = app.wait_state(&id_of(&b), &["sent"]).await;
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "{it}");
+    }
+    assert_eq!(smtp.to("closed@example.com").len(), 2);
+    assert_eq!(smtp.sessions(), 2);
+    app.running.stop().await;
+}
+
+/// Webhook deliveries to peers that misbehave, each classified by whether the
+/// request can have reached the receiver.
+#[tokio::test]
+async fn webhook_transport_failures_are_retryable_before_the_request_and_unknown_after() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let hang = Peer::start(Misbehaviour::AcceptAndHang).await;
+    let read_hang = Peer::start(Misbehaviour::ReadThenHang).await;
+    let read_drop = Peer::start(Misbehaviour::ReadThenDrop).await;
+    let hole = Blackhole::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    // The misbehaving peers listen on loopback.
+    let toml =
+        format!("[channels.webhook]\nsecret = \"{SECRET}\"\ntimeout = \"1s\"\nallow_private_destinations = true\n");
+    let app = TestApp::new(&db).with_toml(&toml).with_retry(1, "10ms", "10ms").spawn().await;
+    let cases = [
+        ("accepts-never-answers", hang.url("/hook"), "unknown", "timeout"),
+        ("reads-never-answers", read_hang.url("/hook"), "unknown", "timeout"),
+        ("reads-then-drops", read_drop.url("/hook"), "unknown", "connection_lost"),
+        ("nobody-listens", format!("http://{closed}/hook"), "retryable", "unreachable"),
+        ("connect-never-completes", format!("http://{}/hook", hole.addr), "retryable", "unreachable"),
+        ("no-such-host", "http://herald-test.invalid/hook".to_string(), "retryable", "unreachable"),
+    ];
+    let mut ids = Vec::new();
+    for (name, url, _, _) in &cases {
+        let mut ev = sms_event(&format!("PO-NET-{name}"), "+15550000120");
+        ev["recipients"] = json!([{"id": format!("u-{name}"), "webhook_url": url}]);
+        ev["channels"] = json!(["webhook"]);
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{name}: {b}");
+        ids.push(id_of(&b));
+    }
+    for ((name, _, outcome, class), id) in cases.iter().zip(&ids) {
+        let it = app.wait_state(id, &["dead"]).await;
+        let a = &it["attempts"][0];
+        assert_eq!((a["outcome"].as_str(), a["error_class"].as_str()), (Some(*outcome), Some(*class)), "{name}: {a}");
+        assert!(took(a) < 2.5, "{name}: abandoned inside the 3s lease: {a}");
+    }
+    assert_eq!((read_hang.requests(), read_drop.requests()), (1, 1));
+    for held in hang.held_for().into_iter().chain(read_hang.held_for()) {
+        assert!(held < Duration::from_millis(1500), "a silent peer was held {held:?} past the 1s timeout");
+    }
     app.running.stop().await;
 }

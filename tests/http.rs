@@ -2,7 +2,8 @@
 
 mod common;
 
-use common::{Backend, FakeSms, Reply, TestApp, TestDb, backends, sms_event};
+use common::peer::{Blackhole, Misbehaviour, Peer};
+use common::{Backend, FakeSms, Reply, TestApp, TestClock, TestDb, backends, sms_event};
 use herald::store::Claim;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -179,13 +180,7 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
         let claimed = store
-            .jobs_claim(Claim {
-                now_us: now,
-                limit: 10,
-                lease_until_us: now + 300_000,
-                max_attempts: 4,
-                supersede_types: vec![],
-            })
+            .jobs_claim(Claim { now_us: now, limit: 10, lease_us: 300_000, max_attempts: 4, supersede_types: vec![] })
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1, "{backend:?}");
@@ -401,4 +396,140 @@ async fn an_undecodable_cursor_is_a_400_naming_it() {
     let (s, b) = app.get(&format!("/v1/intents?recipient=u-1&cursor=1764390000000000.{key}")).await;
     assert_eq!(s, 200, "{b}");
     app.running.stop().await;
+}
+
+/// Seconds between an attempt's start (its claim) and its recorded finish.
+fn took(attempt: &Value) -> f64 {
+    let at = |k: &str| attempt[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    at("finished_at").duration_since(at("started_at")).as_secs_f64()
+}
+
+/// An SMS provider that misbehaves on the network: nothing can have been sent
+/// when the connection never opened (retryable); once the request may have
+/// left, a timeout or a dropped connection is unknown (DESIGN rule 8).
+#[tokio::test]
+async fn sms_transport_failures_are_retryable_before_the_request_and_unknown_after() {
+    let hang = Peer::start(Misbehaviour::AcceptAndHang).await;
+    let read_hang = Peer::start(Misbehaviour::ReadThenHang).await;
+    let read_drop = Peer::start(Misbehaviour::ReadThenDrop).await;
+    let hole = Blackhole::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let cases = [
+        ("accepts-never-answers", hang.url("/sms"), "unknown", "timeout"),
+        ("reads-never-answers", read_hang.url("/sms"), "unknown", "timeout"),
+        ("reads-then-drops", read_drop.url("/sms"), "unknown", "connection_lost"),
+        ("nobody-listens", format!("http://{closed}/sms"), "retryable", "unreachable"),
+        ("connect-never-completes", format!("http://{}/sms", hole.addr), "retryable", "unreachable"),
+        ("no-such-host", "http://herald-test.invalid/sms".to_string(), "retryable", "unreachable"),
+    ];
+    let mut running = Vec::new();
+    for (name, url, _, _) in &cases {
+        let db = TestDb::new(Backend::Sqlite).await;
+        let app =
+            TestApp::new(&db).with_sms_url(url).with_lease("3s", "1s").with_retry(1, "10ms", "10ms").spawn().await;
+        let (s, b, _) = app.post_event(&sms_event(&format!("PO-NET-{name}"), "+15550000020"), None).await;
+        assert_eq!(s, 202, "{name}: {b}");
+        running.push((db, app, b["intents"][0]["id"].as_str().unwrap().to_string()));
+    }
+    for ((name, _, outcome, class), (_db, app, id)) in cases.iter().zip(&running) {
+        let it = app.wait_state(id, &["dead"]).await;
+        let a = &it["attempts"][0];
+        assert_eq!((a["outcome"].as_str(), a["error_class"].as_str()), (Some(*outcome), Some(*class)), "{name}: {a}");
+        assert!(took(a) < 2.5, "{name}: abandoned inside the 3s lease: {a}");
+    }
+    assert_eq!((read_hang.requests(), read_drop.requests()), (1, 1));
+    for held in hang.held_for().into_iter().chain(read_hang.held_for()) {
+        assert!(held < Duration::from_millis(1500), "a silent peer was held {held:?} past the 1s timeout");
+    }
+    for (_db, app, _) in running {
+        app.running.stop().await;
+    }
+}
+
+/// A provider's `Retry-After` is a floor, but never above `retry.max`: not ten
+/// years, and not "immediately" when the number overflows. Seconds and HTTP
+/// dates both count, and the floor applied is recorded on the attempt.
+#[tokio::test]
+async fn retry_after_is_capped_at_retry_max_and_recorded_on_the_attempt() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let in_ten_years = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_hours(24 * 3650)).unwrap();
+        let cases = [
+            ("+15550000030", 429, "315360000".to_string()),
+            ("+15550000031", 429, u64::MAX.to_string()),
+            (
+                "+15550000032",
+                503,
+                jiff::fmt::rfc2822::to_string(&in_ten_years.to_zoned(jiff::tz::TimeZone::UTC))
+                    .unwrap()
+                    .replace("+0000", "GMT"),
+            ),
+        ];
+        for (phone, status, retry_after) in &cases {
+            let mut first = Reply::status(*status, json!({"error": "later"}));
+            first.retry_after = Some(retry_after.clone());
+            sms.script(phone, vec![first, Reply::ok("ok")]);
+        }
+        let app = TestApp::new(&db).with_sms(&sms).with_retry(4, "10ms", "1s").spawn().await;
+        let mut ids = Vec::new();
+        for (phone, _, _) in &cases {
+            let (_, b, _) = app.post_event(&sms_event(&format!("PO-RA{phone}"), phone), None).await;
+            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+        }
+        for ((phone, _, retry_after), id) in cases.iter().zip(&ids) {
+            let it = app.wait_state(id, &["sent"]).await;
+            let first = &it["attempts"][0];
+            assert_eq!(first["retry_after_seconds"], 1.0, "{backend:?} {retry_after}: capped at retry.max: {it}");
+            let at = |v: &Value| v.as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+            let waited = at(&it["attempts"][1]["started_at"]).duration_since(at(&first["finished_at"])).as_secs_f64();
+            assert!((0.95..3.0).contains(&waited), "{retry_after}: waited {waited}s, not the provider's years nor 0");
+            assert_eq!(at(&first["next_try_at"]).duration_since(at(&first["finished_at"])).as_secs_f64(), 1.0);
+            assert_eq!(sms.sent_to(phone).len(), 2);
+        }
+        // `herald why` says so too
+        let store = db.store().await;
+        let entity = format!("PO-RA{}", cases[0].0);
+        let history =
+            herald::why::history(store.as_ref(), "default", ("purchase_order", &entity), &format!("u-{entity}"))
+                .await
+                .unwrap();
+        let text = herald::why::timeline(("purchase_order", &entity), &format!("u-{entity}"), &history);
+        assert!(text.contains("(Retry-After honoured: 1s)") && text.contains("; next try 20"), "{text}");
+        app.running.stop().await;
+    }
+}
+
+/// Two processes on one Postgres, the second with its clock an hour ahead.
+/// It must not take the first one's job while that is being sent: leases are
+/// set and judged by the database's clock. (SQLite is one process.)
+#[tokio::test]
+async fn a_process_whose_clock_runs_an_hour_ahead_never_takes_a_leased_job() {
+    for backend in backends().into_iter().filter(|b| *b == Backend::Postgres) {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let phone = "+15550000040";
+        sms.script(phone, vec![Reply::ok("slow-ok").slow(Duration::from_millis(1500))]);
+        let on_time = TestApp::new(&db).with_sms(&sms).with_lease("5s", "3s").spawn().await;
+        let (_, b, _) = on_time.post_event(&sms_event("PO-SKEW", phone), None).await;
+        let id = b["intents"][0]["id"].as_str().unwrap().to_string();
+        for _ in 0..100 {
+            if !sms.sent_to(phone).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let later = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_hours(1)).unwrap();
+        let ahead = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_lease("5s", "3s")
+            .with_clock(TestClock::at(&later.to_string()))
+            .spawn()
+            .await;
+        let it = on_time.wait_state(&id, &["sent"]).await;
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "{it}");
+        assert_eq!(sms.sent_to(phone).len(), 1, "the process an hour ahead sent it again");
+        ahead.running.stop().await;
+        on_time.running.stop().await;
+    }
 }

@@ -403,3 +403,69 @@ async fn tenants_are_kept_apart_and_only_the_operator_sees_across_them() {
     assert!(digest["text"].as_str().unwrap().contains("--tenant acme"), "{digest}");
     app.running.stop().await;
 }
+
+/// Retention took the content of an old dead letter: a replay would die again
+/// as a template error and could be replayed forever, so it is refused, by id
+/// and in a reason-wide replay, with the cause named.
+#[tokio::test]
+async fn a_dead_letter_whose_content_was_pruned_is_refused_as_content_pruned() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let (old, new) = ("+15550000310", "+15550000311");
+        for phone in [old, new] {
+            sms.script(phone, vec![Reply::status(400, json!({"error": "invalid_destination"}))]);
+        }
+        let clock = TestClock::at("2026-01-01T00:00:00Z");
+        let app = TestApp::new(&db).with_sms(&sms).with_clock(clock.clone()).spawn().await;
+        let (_, b, _) = app.post_event(&sms_event("PO-PRUNED", old), None).await;
+        let pruned = id_of(&b);
+        app.wait_state(&pruned, &["dead"]).await;
+        clock.set("2026-03-01T00:00:00Z");
+        let mut ev = sms_event("PO-KEPT", new);
+        ev["occurred_at"] = json!("2026-02-28T10:00:00Z");
+        let (_, b, _) = app.post_event(&ev, None).await;
+        let kept = id_of(&b);
+        app.wait_state(&kept, &["dead"]).await;
+        // retention.payloads has passed for the first one only
+        let cutoff = "2026-02-01T00:00:00Z".parse::<jiff::Timestamp>().unwrap().as_microsecond();
+        let store = db.store().await;
+        assert!(store.retention_batch(herald::store::PruneStep::Payloads, cutoff, 100).await.unwrap() > 0);
+
+        let (s, r) = post_json(&app, "/v1/dead-letters/replay", &json!({"ids": [pruned, kept]})).await;
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(r["replayed"], json!([kept]), "{backend:?}: {r}");
+        assert_eq!(r["skipped"][0]["id"], pruned.as_str());
+        assert_eq!(r["skipped"][0]["reason"], "content_pruned", "{r}");
+        assert!(r["skipped"][0]["why"].as_str().unwrap().contains("retention"), "{r}");
+        assert_eq!(r["skipped_by_reason"], json!({"content_pruned": 1}));
+        app.wait_state(&kept, &["dead"]).await;
+
+        let (s, r) = post_json(&app, "/v1/dead-letters/replay", &json!({"reason": "invalid_destination"})).await;
+        assert_eq!(s, 200, "{r}");
+        assert_eq!(r["replayed"], json!([kept]), "{backend:?}: {r}");
+        assert_eq!(r["skipped_by_reason"], json!({"content_pruned": 1}), "{r}");
+        let (_, it) = app.get(&format!("/v1/intents/{pruned}")).await;
+        assert_eq!((it["state"].as_str(), it["reason"].as_str()), (Some("dead"), Some("invalid_destination")), "{it}");
+        assert_eq!(it["attempts"].as_array().unwrap().len(), 1, "never sent again: {it}");
+        assert_eq!(sms.sent_to(old).len(), 1);
+        app.running.stop().await;
+
+        // The CLI says the same.
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("herald.toml");
+        std::fs::write(&config, format!("database_url = \"{}\"\n", db.url)).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
+            .args(["dlq", "replay", "--reason", "invalid_destination", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            text.contains(&format!("skipped {pruned}: content_pruned: its content was pruned by retention")),
+            "{text}"
+        );
+        assert!(text.contains("1 skipped (content_pruned: 1)"), "{text}");
+    }
+}

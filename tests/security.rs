@@ -266,6 +266,7 @@ fn delivery(url: &str) -> Delivery {
         payload_digest: None,
         content: Content { subject: None, body: "{}".into(), html: None, encoding: None, segments: None },
         attempt: 1,
+        deadline: tokio::time::Instant::now() + Duration::from_secs(1),
     }
 }
 

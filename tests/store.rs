@@ -52,8 +52,14 @@ fn key(n: u32) -> String {
     format!("{n:032x}")
 }
 
+/// A claim whose lease holds for the rest of the test.
 fn claim(now: i64, limit: u32) -> Claim {
-    Claim { now_us: now, limit, lease_until_us: now + 1_000_000, max_attempts: 3, supersede_types: vec![] }
+    Claim { now_us: now, limit, lease_us: 3_600_000_000, max_attempts: 3, supersede_types: vec![] }
+}
+
+/// A claim whose lease ends at once, as if its worker died straight after.
+fn claim_lapsing(now: i64, limit: u32) -> Claim {
+    Claim { lease_us: 0, ..claim(now, limit) }
 }
 
 fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) -> FinishedAttempt {
@@ -66,6 +72,7 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         provider_status: Some(200),
         provider_message_id: Some("m-1".into()),
         error: None,
+        retry_after_us: None,
         transition,
     }
 }
@@ -186,12 +193,15 @@ async fn outcomes_move_intents_and_jobs() {
         let report = store
             .attempts_finish(&[
                 finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent),
-                finished(
-                    &key(2),
-                    1,
-                    OutcomeClass::Retryable,
-                    Transition::Retry { run_at_us: T0 + 2_000_000, state: State::Queued },
-                ),
+                FinishedAttempt {
+                    retry_after_us: Some(1_500_000),
+                    ..finished(
+                        &key(2),
+                        1,
+                        OutcomeClass::Retryable,
+                        Transition::Retry { run_at_us: T0 + 2_000_000, state: State::Queued },
+                    )
+                },
                 finished(&key(3), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }),
             ])
             .await
@@ -203,7 +213,11 @@ async fn outcomes_move_intents_and_jobs() {
         };
         assert_eq!(state(key(1)).await.intent.state, "sent");
         assert_eq!(state(key(1)).await.attempts[0].provider_message_id.as_deref(), Some("m-1"));
-        assert_eq!(state(key(2)).await.intent.state, "queued");
+        let retried = state(key(2)).await;
+        assert_eq!(retried.intent.state, "queued");
+        let a = &retried.attempts[0];
+        assert_eq!((a.retry_after, a.retry_at), (Some(1_500_000), Some(T0 + 2_000_000)), "what the retry waited for");
+        assert_eq!((state(key(1)).await.attempts[0].retry_at), None);
         let dead = state(key(3)).await;
         assert_eq!((dead.intent.state.as_str(), dead.intent.reason.as_deref()), ("dead", Some("rejected")));
         // only the retry is left, and only once it is due
@@ -218,7 +232,7 @@ async fn outcomes_move_intents_and_jobs() {
 async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcome_is_skipped() {
     each_backend(|store| async move {
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
-        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.jobs_claim(claim_lapsing(T0, 10)).await.unwrap();
         let retaken = store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap();
         assert_eq!(retaken[0].intent.attempts, 2);
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
@@ -239,8 +253,8 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         let mut now = T0;
         for _ in 0..3 {
-            assert_eq!(store.jobs_claim(claim(now, 10)).await.unwrap().len(), 1);
-            now += 1_000_000; // each lease expires
+            assert_eq!(store.jobs_claim(claim_lapsing(now, 10)).await.unwrap().len(), 1);
+            now += 1_000_000; // each lease has expired
         }
         assert!(store.jobs_claim(claim(now, 10)).await.unwrap().is_empty());
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
@@ -391,7 +405,7 @@ async fn dead_letters_are_listed_for_one_tenant_or_across_tenants() {
 async fn a_late_outcome_in_the_same_batch_as_the_retry_never_overrides_it() {
     each_backend(|store| async move {
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
-        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.jobs_claim(claim_lapsing(T0, 10)).await.unwrap();
         store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap(); // lease expired: attempt 2
         let report = store
             .attempts_finish(&[
@@ -718,4 +732,44 @@ async fn an_events_content_record_is_pruned_only_once_its_intents_are_gone() {
         assert_eq!(store.retention_batch(PruneStep::Events, T0 + 100 * day, 100).await.unwrap(), 1);
     })
     .await;
+}
+
+/// Two processes whose clocks disagree by an hour. On Postgres the lease is
+/// set and judged by the database's clock, so neither takes the other's
+/// leased job, and a lease lasts as long as asked whoever's clock is wrong.
+/// SQLite is one process: its clock is the only one, and it judges.
+#[tokio::test]
+async fn leases_follow_the_database_clock_so_skewed_processes_never_share_a_job() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        let real = jiff::Timestamp::now().as_microsecond();
+        let hour = 3_600_000_000;
+        let due = real - 1_000_000;
+        let mut ing =
+            ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(due)), new_intent(&key(2), "sms", Some(due))]);
+        ing.now_us = real;
+        store.events_ingest(ing).await.unwrap();
+        let claim_at = |now: i64, limit: u32, lease_us: i64| Claim { lease_us, ..claim(now, limit) };
+        let keys = |jobs: Vec<ClaimedJob>| jobs.into_iter().map(|j| j.intent.key).collect::<Vec<_>>();
+        // A, on time, leases one job for 30s.
+        let a = keys(store.jobs_claim(claim_at(real, 1, 30_000_000)).await.unwrap());
+        assert_eq!(a.len(), 1);
+        // B, an hour ahead, claims what it can, with a lease that ends at once
+        // (as if it crashed right after).
+        let b = keys(store.jobs_claim(claim_at(real + hour, 10, 0)).await.unwrap());
+        match backend {
+            common::Backend::Postgres => {
+                assert!(!b.contains(&a[0]), "{backend:?}: B took A's leased job: {b:?}");
+                assert_eq!(b.len(), 1, "B takes the free job");
+                // C, on time, retakes B's job at once (its lease was 0 long by
+                // the database's clock), and still not A's.
+                let c = keys(store.jobs_claim(claim_at(real, 10, 30_000_000)).await.unwrap());
+                assert_eq!(c, b, "{backend:?}: B's lease is judged by the database's clock, not B's");
+            }
+            common::Backend::Sqlite => {
+                assert!(b.contains(&a[0]), "the one process's clock judges: {b:?}");
+            }
+        }
+    }
 }

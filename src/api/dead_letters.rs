@@ -6,13 +6,13 @@ use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use crate::event::json::read_strict;
 use crate::intent::Reason;
-use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplayOutcome, ReplaySelector};
+use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The most one reason-wide replay requeues; call again for the rest.
 pub const REPLAY_LIMIT: i64 = 10_000;
@@ -176,17 +176,16 @@ pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) ->
         .await?;
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
+    let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
     for r in results {
-        match r.outcome {
-            ReplayOutcome::Queued => replayed.push(Value::String(r.key)),
-            ReplayOutcome::NotFound => skipped.push(json!({"id": r.key, "why": "no such intent"})),
-            ReplayOutcome::NotDead(state) => {
-                skipped.push(json!({"id": r.key, "why": format!("not a dead letter (it is {state})")}))
+        match r.outcome.skipped() {
+            None => replayed.push(Value::String(r.key)),
+            Some((code, why)) => {
+                *by_reason.entry(code).or_default() += 1;
+                skipped.push(json!({"id": r.key, "reason": code, "why": why}));
             }
-            ReplayOutcome::NoContent(reason) => skipped
-                .push(json!({"id": r.key, "why": format!("died before it had content ({reason}); nothing to resend")})),
         }
     }
-    tracing::info!(replayed = replayed.len(), skipped = skipped.len(), by = ?caller.name, "dead letters replayed");
-    Ok(Json(json!({"replayed": replayed, "skipped": skipped})))
+    tracing::info!(replayed = replayed.len(), skipped = ?by_reason, by = ?caller.name, "dead letters replayed");
+    Ok(Json(json!({"replayed": replayed, "skipped": skipped, "skipped_by_reason": by_reason})))
 }

@@ -76,6 +76,8 @@ pub fn attempt(a: &AttemptRow, destination: Option<&str>) -> Value {
         "provider_status": a.provider_status,
         "provider_message_id": a.provider_message_id,
         "error": a.error.as_deref().map(|e| scrub(e, destination)),
+        "retry_after_seconds": a.retry_after.map(|us| us as f64 / 1e6),
+        "next_try_at": a.retry_at.and_then(rfc3339),
     })
 }
 

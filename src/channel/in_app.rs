@@ -7,19 +7,26 @@ use crate::intent::Reason;
 use crate::store::{InboxDelivery, Store};
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub struct InApp {
     store: Arc<dyn Store>,
+    timeout: Duration,
 }
 
 impl InApp {
-    pub fn new(store: Arc<dyn Store>) -> InApp {
-        InApp { store }
+    /// `timeout` bounds the inbox write like any provider call.
+    pub fn new(store: Arc<dyn Store>, timeout: Duration) -> InApp {
+        InApp { store, timeout }
     }
 }
 
 #[async_trait]
 impl Provider for InApp {
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(digest) = d.payload_digest.clone() else {
             return Outcome::Permanent {

@@ -1,8 +1,15 @@
 //! Channels: the seam between a claimed intent and a provider. Each provider
-//! makes one call and classifies what happened (DESIGN §5); the worker turns
-//! that into a state transition.
+//! makes one call and classifies what happened (DESIGN §5); the worker bounds
+//! the call by the provider's timeout and turns the outcome into a state
+//! transition.
+//!
+//! The classification rests on one question: can the provider have acted on
+//! the request? A connection that never opened (refused, no such host, a
+//! connect that timed out) sent nothing, so it is retryable. A timeout or a
+//! lost connection once the request may have left is `unknown` (DESIGN rule 8).
 
 pub mod destination;
+mod http;
 pub mod in_app;
 pub mod sink;
 pub mod sms_http;
@@ -31,6 +38,10 @@ pub struct Delivery {
     pub payload_digest: Option<String>,
     pub content: Content,
     pub attempt: i64,
+    /// The call must be over by then: the worker abandons it a moment later
+    /// (as `unknown`), so a provider that tracks how far it got should stop
+    /// here and say so itself.
+    pub deadline: tokio::time::Instant,
 }
 
 /// What one provider call came to.
@@ -47,9 +58,11 @@ pub enum Outcome {
         error: String,
         retry_after: Option<Duration>,
     },
-    /// The request may or may not have been acted on (a timeout after it was
-    /// sent). Retried with the same downstream key.
+    /// The request may or may not have been acted on (a timeout or a lost
+    /// connection after it was sent): `class` says which. Retried with the
+    /// same downstream key.
     Unknown {
+        class: Reason,
         error: String,
     },
     Permanent {
@@ -72,7 +85,19 @@ impl Outcome {
 
 #[async_trait]
 pub trait Provider: Send + Sync {
+    /// The longest one call may take, from the first connect to the final
+    /// answer; shorter than the worker's lease. The worker enforces it.
+    fn timeout(&self) -> Duration;
+
+    /// One call, over by `delivery.deadline`.
     async fn send(&self, delivery: &Delivery) -> Outcome;
+}
+
+/// How long opening a connection may take: at most half the call, so a
+/// connect that hangs fails as a connect (nothing sent, retryable) before the
+/// whole call runs out.
+pub fn connect_timeout(call: Duration) -> Duration {
+    (call / 2).min(Duration::from_secs(5))
 }
 
 /// Provider error text as stored on the attempt: bounded, one line.
@@ -104,15 +129,30 @@ pub fn clean_id(id: &str) -> Option<String> {
     (!id.is_empty()).then_some(id)
 }
 
-/// `Retry-After`: seconds, or an HTTP date.
+/// `Retry-After` as the provider wrote it (RFC 9110 §10.2.3): a number of
+/// seconds, or an HTTP date in any of its three forms. A number too large
+/// for a `u64` is as good as forever (the retry policy caps it); a date in
+/// the past means now.
 pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> {
     let value = value.trim();
-    if let Ok(secs) = value.parse::<u64>() {
-        return Some(Duration::from_secs(secs));
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        return Some(Duration::from_secs(value.parse::<u64>().unwrap_or(u64::MAX)));
     }
-    let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
-    let d = at.duration_since(now);
-    Some(Duration::try_from(d).unwrap_or(Duration::ZERO))
+    let at = http_date(value)?;
+    Some(Duration::try_from(at.duration_since(now)).unwrap_or(Duration::ZERO))
+}
+
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), and the obsolete RFC 850
+/// (`Sunday, 06-Nov-94 08:49:37 GMT`) and asctime (`Sun Nov  6 08:49:37 1994`)
+/// forms a recipient must still accept.
+fn http_date(value: &str) -> Option<jiff::Timestamp> {
+    if let Ok(z) = jiff::fmt::rfc2822::parse(value) {
+        return Some(z.timestamp());
+    }
+    ["%A, %d-%b-%y %H:%M:%S GMT", "%a %b %e %H:%M:%S %Y"].iter().find_map(|format| {
+        let civil = jiff::fmt::strtime::parse(format, value).ok()?.to_datetime().ok()?;
+        civil.to_zoned(jiff::tz::TimeZone::UTC).ok().map(|z| z.timestamp())
+    })
 }
 
 #[cfg(test)]
@@ -126,6 +166,23 @@ mod tests {
         assert_eq!(parse_retry_after("Mon, 30 Nov 2026 10:01:00 GMT", now), Some(Duration::from_secs(60)));
         assert_eq!(parse_retry_after("Mon, 30 Nov 2026 09:00:00 GMT", now), Some(Duration::ZERO));
         assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+        assert_eq!(parse_retry_after("", now), None);
+    }
+
+    #[test]
+    fn retry_after_takes_the_obsolete_date_forms_too() {
+        let now: jiff::Timestamp = "2026-11-30T10:00:00Z".parse().unwrap();
+        assert_eq!(parse_retry_after("Monday, 30-Nov-26 10:02:00 GMT", now), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("Mon Nov 30 10:00:30 2026", now), Some(Duration::from_secs(30)));
+        assert_eq!(parse_retry_after("Tue Dec  1 10:00:00 2026", now), Some(Duration::from_secs(86_400)));
+    }
+
+    #[test]
+    fn a_retry_after_too_large_for_a_number_is_forever_not_zero() {
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        assert_eq!(parse_retry_after(&u64::MAX.to_string(), now), Some(Duration::from_secs(u64::MAX)));
+        assert_eq!(parse_retry_after("99999999999999999999999999", now), Some(Duration::from_secs(u64::MAX)));
     }
 
     #[test]

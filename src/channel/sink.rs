@@ -8,15 +8,18 @@ use crate::event::Channel;
 use crate::intent::Reason;
 use async_trait::async_trait;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub struct DirectorySink {
     dir: PathBuf,
     channel: Channel,
+    timeout: Duration,
 }
 
 impl DirectorySink {
-    pub fn new(dir: PathBuf, channel: Channel) -> DirectorySink {
-        DirectorySink { dir, channel }
+    /// `timeout` bounds each write like any provider call.
+    pub fn new(dir: PathBuf, channel: Channel, timeout: Duration) -> DirectorySink {
+        DirectorySink { dir, channel, timeout }
     }
 
     pub fn path_for(&self, key: &str) -> PathBuf {
@@ -61,6 +64,10 @@ impl DirectorySink {
 
 #[async_trait]
 impl Provider for DirectorySink {
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn send(&self, d: &Delivery) -> Outcome {
         let path = self.path_for(&d.key);
         let tmp = self.dir.join(format!(".{}.{}.tmp", d.key, self.channel));

@@ -1,20 +1,56 @@
-//! Email over SMTP (lettre, async, rustls, pooled). `Message-ID: <KEY@domain>`
-//! makes a duplicate at the transport level recognisable as the same message.
+//! Email over SMTP. Herald drives lettre's SMTP connection a step at a time,
+//! with its own small pool of idle sessions, so that every step is bounded by
+//! the call's deadline and a failure is classified by how far the dialogue
+//! got. Until the message itself is being written the server cannot have it
+//! (RFC 5321 §3.3: nothing is delivered before the final dot is answered), so
+//! a timeout or a lost connection there is retryable; from the first byte of
+//! the message on it is `unknown`. `Message-ID: <KEY@domain>` makes a message
+//! sent twice after an unknown outcome recognisable as the same message.
+//!
 //! TLS follows the URL: `smtps://` is implicit TLS, `smtp://…?tls=required`
-//! is STARTTLS, plain `smtp://` is unencrypted (local relays, tests).
+//! is STARTTLS (`?tls=opportunistic` when offered), plain `smtp://` is
+//! unencrypted (local relays, tests). `smtp://user:pass@host` authenticates.
 
 use super::{Delivery, Outcome, Provider, header_value, short_error};
 use crate::intent::Reason;
 use async_trait::async_trait;
+use lettre::Message;
+use lettre::address::Envelope;
 use lettre::message::{Mailbox, MultiPart, header::ContentType};
 use lettre::transport::smtp::Error as SmtpError;
-use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+use lettre::transport::smtp::authentication::{Credentials, Mechanism};
+use lettre::transport::smtp::client::{AsyncSmtpConnection, TlsParameters};
+use lettre::transport::smtp::commands::{Data, Mail, Rcpt};
+use lettre::transport::smtp::extension::{ClientId, Extension, MailBodyParameter, MailParameter};
+use std::sync::Mutex;
 use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+
+/// Idle sessions kept for the next message, and for how long.
+const MAX_IDLE: usize = 16;
+const IDLE_FOR: Duration = Duration::from_secs(60);
 
 pub struct Smtp {
-    transport: AsyncSmtpTransport<Tokio1Executor>,
+    server: Server,
     from: Mailbox,
     message_id_domain: String,
+    timeout: Duration,
+    idle: Mutex<Vec<(AsyncSmtpConnection, Instant)>>,
+}
+
+struct Server {
+    host: String,
+    port: u16,
+    security: Security,
+    hello: ClientId,
+    credentials: Option<Credentials>,
+}
+
+enum Security {
+    Plain,
+    Implicit(TlsParameters),
+    StartTls(TlsParameters),
+    Opportunistic(TlsParameters),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -25,15 +61,54 @@ pub enum SmtpConfigError {
     From(String),
 }
 
+impl Server {
+    fn parse(url: &str) -> Result<Server, SmtpConfigError> {
+        let bad = |m: String| SmtpConfigError::Url(m);
+        let url = reqwest::Url::parse(url).map_err(|e| bad(format!("not a URL: {e}")))?;
+        let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| bad("names no host".into()))?.to_string();
+        let tls = url.query_pairs().find(|(k, _)| k == "tls").map(|(_, v)| v.into_owned());
+        let params = || TlsParameters::new(host.clone()).map_err(|e| bad(format!("TLS: {e}")));
+        let (security, default_port) = match (url.scheme(), tls.as_deref()) {
+            ("smtp", None) => (Security::Plain, 25),
+            ("smtp", Some("required")) => (Security::StartTls(params()?), 587),
+            ("smtp", Some("opportunistic")) => (Security::Opportunistic(params()?), 587),
+            ("smtps", None) => (Security::Implicit(params()?), 465),
+            (scheme, tls) => {
+                return Err(bad(format!(
+                    "scheme {scheme:?} with tls={tls:?} is not smtp://, smtp://…?tls=required|opportunistic or smtps://"
+                )));
+            }
+        };
+        let name = url.path().trim_matches('/');
+        let hello = if name.is_empty() { ClientId::default() } else { ClientId::Domain(name.to_string()) };
+        let credentials = match url.password() {
+            Some(password) => {
+                let decode = |s: &str| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8()
+                        .map(|s| s.into_owned())
+                        .map_err(|_| bad("the user or password is not valid UTF-8 once decoded".into()))
+                };
+                Some(Credentials::new(decode(url.username())?, decode(password)?))
+            }
+            None => None,
+        };
+        Ok(Server { host, port: url.port().unwrap_or(default_port), security, hello, credentials })
+    }
+}
+
 impl Smtp {
     pub fn new(url: &str, from: &str, message_id_domain: &str, timeout: Duration) -> Result<Smtp, SmtpConfigError> {
-        let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
-            .map_err(|e| SmtpConfigError::Url(e.to_string()))?
-            .timeout(Some(timeout))
-            .build();
+        let server = Server::parse(url)?;
         let from: Mailbox =
             from.parse().map_err(|e: lettre::address::AddressError| SmtpConfigError::From(e.to_string()))?;
-        Ok(Smtp { transport, from, message_id_domain: message_id_domain.to_string() })
+        Ok(Smtp {
+            server,
+            from,
+            message_id_domain: message_id_domain.to_string(),
+            timeout,
+            idle: Mutex::new(Vec::new()),
+        })
     }
 
     fn message(&self, d: &Delivery, to: &str) -> Result<Message, String> {
@@ -50,10 +125,60 @@ impl Smtp {
         };
         built.map_err(|e| e.to_string())
     }
+
+    /// Connect, greeting, EHLO, TLS and AUTH: a new session, nothing sent yet.
+    async fn open(&self) -> Result<AsyncSmtpConnection, SmtpError> {
+        let s = &self.server;
+        let implicit = match &s.security {
+            Security::Implicit(p) => Some(p.clone()),
+            _ => None,
+        };
+        let connect_within = super::connect_timeout(self.timeout);
+        let mut conn = AsyncSmtpConnection::connect_tokio1(
+            (s.host.as_str(), s.port),
+            Some(connect_within),
+            &s.hello,
+            implicit,
+            None,
+        )
+        .await?;
+        match &s.security {
+            Security::StartTls(p) => conn.starttls(p.clone(), &s.hello).await?,
+            Security::Opportunistic(p) if conn.can_starttls() => conn.starttls(p.clone(), &s.hello).await?,
+            _ => {}
+        }
+        if let Some(credentials) = &s.credentials {
+            conn.auth(&[Mechanism::Plain, Mechanism::Login], credentials).await?;
+        }
+        Ok(conn)
+    }
+
+    /// An idle session that is not too old to trust.
+    fn take_idle(&self) -> Option<AsyncSmtpConnection> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some((conn, since)) = idle.pop() {
+            if since.elapsed() < IDLE_FOR {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn keep_idle(&self, conn: AsyncSmtpConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+        if !conn.has_broken() && idle.len() < MAX_IDLE {
+            idle.push((conn, Instant::now()));
+        }
+    }
 }
 
 #[async_trait]
 impl Provider for Smtp {
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(to) = &d.destination else {
             return Outcome::Permanent {
@@ -64,56 +189,129 @@ impl Provider for Smtp {
         };
         let message = match self.message(d, to) {
             Ok(m) => m,
-            Err(e) => {
-                return Outcome::Permanent { reason: Reason::Rejected, status: None, error: short_error(&e) };
+            Err(e) => return Outcome::Permanent { reason: Reason::Rejected, status: None, error: short_error(&e) },
+        };
+        let (envelope, body) = (message.envelope().clone(), message.formatted());
+        let mut pooled = self.take_idle();
+        let mut conn = loop {
+            let reused = pooled.is_some();
+            let mut conn = match pooled.take() {
+                Some(conn) => conn,
+                None => match timeout_at(d.deadline, self.open()).await {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => return not_sent(&e, "opening the SMTP session"),
+                    Err(_) => return not_sent_in_time(self.timeout, "opening the SMTP session"),
+                },
+            };
+            let params = match mail_parameters(&conn, &envelope, &body) {
+                Ok(p) => p,
+                Err(why) => return Outcome::Permanent { reason: Reason::Rejected, status: None, error: why.into() },
+            };
+            match timeout_at(d.deadline, envelope_and_data(&mut conn, &envelope, params)).await {
+                Ok(Ok(())) => break conn,
+                // A kept session the server has closed since: nothing went
+                // out on it, so open a fresh one.
+                Ok(Err(e)) if reused && !e.is_permanent() => continue,
+                Ok(Err(e)) => return not_sent(&e, "before the message was written"),
+                Err(_) => return not_sent_in_time(self.timeout, "before the message was written"),
             }
         };
-        match self.transport.send(message).await {
-            Ok(resp) => Outcome::Accepted {
-                status: resp.code().to_string().parse().ok(),
-                message_id: Some(format!("<{}@{}>", d.key, self.message_id_domain)),
+        match timeout_at(d.deadline, conn.message(&body)).await {
+            Ok(Ok(reply)) => {
+                self.keep_idle(conn);
+                Outcome::Accepted {
+                    status: reply.code().to_string().parse().ok(),
+                    message_id: Some(format!("<{}@{}>", d.key, self.message_id_domain)),
+                }
+            }
+            Ok(Err(e)) => reply(&e).unwrap_or_else(|| Outcome::Unknown {
+                class: Reason::ConnectionLost,
+                error: short_error(&format!("the connection failed while the message was being handed over: {e}")),
+            }),
+            Err(_) => Outcome::Unknown {
+                class: Reason::Timeout,
+                error: format!("no answer to the message within {:?}; the server may have taken it", self.timeout),
             },
-            Err(e) => classify(&e),
         }
     }
 }
 
-/// 5xx permanent (550-class mailbox errors are hard bounces), 4xx retryable,
-/// refused connections retryable, a timeout unknown: the server may have
-/// queued the message before we stopped waiting.
-pub fn classify(e: &SmtpError) -> Outcome {
+/// MAIL FROM, RCPT TO, DATA: up to the server's go-ahead (354).
+async fn envelope_and_data(
+    conn: &mut AsyncSmtpConnection,
+    envelope: &Envelope,
+    params: Vec<MailParameter>,
+) -> Result<(), SmtpError> {
+    conn.command(Mail::new(envelope.from().cloned(), params)).await?;
+    for to in envelope.to() {
+        conn.command(Rcpt::new(to.clone(), vec![])).await?;
+    }
+    conn.command(Data).await?;
+    Ok(())
+}
+
+/// SMTPUTF8 for internationalised addresses, 8BITMIME for a non-ASCII body,
+/// when the server offers them (RFC 6531, RFC 6152).
+fn mail_parameters(
+    conn: &AsyncSmtpConnection,
+    envelope: &Envelope,
+    body: &[u8],
+) -> Result<Vec<MailParameter>, &'static str> {
+    let mut params = Vec::new();
+    let info = conn.server_info();
+    let addresses = envelope.from().into_iter().chain(envelope.to());
+    if addresses.map(|a| a.as_ref()).any(|a: &str| !a.is_ascii()) {
+        if !info.supports_feature(Extension::SmtpUtfEight) {
+            return Err("the address is not ASCII and the server does not offer SMTPUTF8");
+        }
+        params.push(MailParameter::SmtpUtfEight);
+    }
+    if !body.is_ascii() {
+        if !info.supports_feature(Extension::EightBitMime) {
+            return Err("the message is not ASCII and the server does not offer 8BITMIME");
+        }
+        params.push(MailParameter::Body(MailBodyParameter::EightBitMime));
+    }
+    Ok(params)
+}
+
+/// The server answered with a refusal: 5xx permanent (550-class mailbox
+/// errors are hard bounces), 4xx retryable.
+fn reply(e: &SmtpError) -> Option<Outcome> {
     let status: Option<u16> = e.status().and_then(|c| c.to_string().parse().ok());
     let error = short_error(&e.to_string());
     if e.is_permanent() {
         let reason = if is_hard_bounce(status, &error) { Reason::HardBounce } else { Reason::Rejected };
-        return Outcome::Permanent { reason, status, error };
+        return Some(Outcome::Permanent { reason, status, error });
     }
     if e.is_transient() {
-        return Outcome::Retryable { class: Reason::Provider4xx, status, error, retry_after: None };
+        return Some(Outcome::Retryable { class: Reason::Provider4xx, status, error, retry_after: None });
     }
-    if e.is_timeout() {
-        return Outcome::Unknown { error };
+    None
+}
+
+/// A failure before the message was written: the server cannot have it.
+fn not_sent(e: &SmtpError, when: &str) -> Outcome {
+    reply(e).unwrap_or_else(|| Outcome::Retryable {
+        class: Reason::Unreachable,
+        status: None,
+        error: short_error(&format!("{when} failed, nothing was sent: {e}")),
+        retry_after: None,
+    })
+}
+
+fn not_sent_in_time(timeout: Duration, when: &str) -> Outcome {
+    Outcome::Retryable {
+        class: Reason::Timeout,
+        status: None,
+        error: format!("no answer within {timeout:?} {when}; nothing was sent"),
+        retry_after: None,
     }
-    if refused(e) {
-        return Outcome::Retryable { class: Reason::Unreachable, status, error, retry_after: None };
-    }
-    Outcome::Unknown { error }
 }
 
 /// 550/551/553, or the enhanced codes 5.1.x (bad address) and 5.2.1 (mailbox disabled).
 fn is_hard_bounce(status: Option<u16>, text: &str) -> bool {
     matches!(status, Some(550 | 551 | 553)) || text.contains(" 5.1.") || text.contains("5.2.1")
-}
-
-fn refused(e: &SmtpError) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound);
-        }
-        source = s.source();
-    }
-    false
 }
 
 #[cfg(test)]
@@ -140,6 +338,7 @@ mod tests {
                 segments: None,
             },
             attempt: 1,
+            deadline: tokio::time::Instant::now() + Duration::from_secs(5),
         }
     }
 
@@ -164,5 +363,19 @@ mod tests {
         assert!(is_hard_bounce(Some(550), "550 5.1.1 mailbox unavailable"));
         assert!(is_hard_bounce(Some(554), "permanent: 554 5.2.1 mailbox disabled"));
         assert!(!is_hard_bounce(Some(554), "554 5.7.1 message refused as spam"));
+    }
+
+    #[test]
+    fn the_url_picks_port_security_and_credentials() {
+        let s = Server::parse("smtp://relay.local").unwrap();
+        assert!((s.port, matches!(s.security, Security::Plain)) == (25, true));
+        let s = Server::parse("smtp://mx.example.com?tls=required").unwrap();
+        assert!((s.port, matches!(s.security, Security::StartTls(_))) == (587, true));
+        let s = Server::parse("smtps://u%40x:p%2Fw@mx.example.com:2465/herald.example").unwrap();
+        assert!((s.port, matches!(s.security, Security::Implicit(_))) == (2465, true));
+        assert!(s.credentials.is_some());
+        assert!(matches!(s.hello, ClientId::Domain(ref d) if d == "herald.example"));
+        assert!(Server::parse("http://mx.example.com").is_err());
+        assert!(Server::parse("smtp://mx.example.com?tls=sometimes").is_err());
     }
 }

@@ -4,8 +4,7 @@
 //! `id.timestamp.body`, keyed with the bytes of a `whsec_` secret.
 
 use super::destination::{DestinationPolicy, refusal_in};
-use super::sms_http::classify_error;
-use super::{Delivery, Outcome, Provider, parse_retry_after, short_error};
+use super::{Delivery, Outcome, Provider, http, short_error};
 use crate::intent::Reason;
 use async_trait::async_trait;
 use base64::Engine;
@@ -19,6 +18,7 @@ pub struct Webhook {
     client: reqwest::Client,
     key: Vec<u8>,
     policy: DestinationPolicy,
+    timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,15 +49,14 @@ impl Webhook {
     pub fn new(secret: &str, timeout: Duration, policy: &DestinationPolicy) -> Result<Webhook, SecretError> {
         let key = decode_secret(secret)?;
         let mut builder = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
+            .connect_timeout(super::connect_timeout(timeout))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy();
         if let Some(resolver) = policy.resolver() {
             builder = builder.dns_resolver(resolver);
         }
         let client = builder.build().map_err(|e| SecretError(format!("cannot build the HTTP client: {e}")))?;
-        Ok(Webhook { client, key, policy: policy.clone() })
+        Ok(Webhook { client, key, policy: policy.clone(), timeout })
     }
 
     /// `{type, entity, content, key}`; the content is the frozen rendering,
@@ -77,6 +76,10 @@ impl Webhook {
 
 #[async_trait]
 impl Provider for Webhook {
+    fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     async fn send(&self, d: &Delivery) -> Outcome {
         let Some(url) = &d.destination else {
             return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no webhook_url".into() };
@@ -97,26 +100,20 @@ impl Provider for Webhook {
             .header("webhook-timestamp", timestamp.to_string())
             .header("webhook-signature", signature)
             .body(body);
-        let resp = match req.send().await {
+        // Refused by the guarded resolver: nothing was sent, and the error is
+        // Herald's own words, nothing of the target's.
+        let refused = |e: &reqwest::Error| refusal_in(e).map(|r| forbidden(short_error(&r.to_string())));
+        let resp = match http::send_checked(req, d.deadline, refused).await {
             Ok(r) => r,
-            // Refused by the guarded resolver: nothing was sent, and the
-            // error is Herald's own words, nothing of the target's.
-            Err(e) => match refusal_in(&e) {
-                Some(refusal) => return forbidden(short_error(&refusal.to_string())),
-                None => return classify_error(&e),
-            },
+            Err(outcome) => return outcome,
         };
         let status = resp.status();
         let code = Some(status.as_u16());
         if status.is_success() {
             return Outcome::Accepted { status: code, message_id: None };
         }
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| parse_retry_after(v, jiff::Timestamp::now()));
-        let text = resp.text().await.unwrap_or_default();
+        let retry_after = http::retry_after(&resp);
+        let text = http::body(resp, d.deadline).await.unwrap_or_default();
         let error = short_error(&format!("HTTP {}: {text}", status.as_u16()));
         match status.as_u16() {
             429 => Outcome::Retryable { class: Reason::Throttled, status: code, error, retry_after },

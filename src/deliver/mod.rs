@@ -1,9 +1,10 @@
 //! The worker: claim due jobs in batches (their attempt rows are written in the
 //! claiming transaction), call providers with no transaction open, and record
-//! outcomes in batches. A job whose worker dies is retaken after its lease and
-//! the unfinished attempt recorded as `unknown`.
+//! outcomes in batches (see [`recorder`]). A job whose worker dies is retaken
+//! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
+mod recorder;
 pub mod retry;
 
 use crate::channel::{Delivery, Outcome, Provider};
@@ -14,18 +15,18 @@ use crate::render::Content;
 use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use recorder::{Done, Unrecorded};
 use retry::RetryPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::time::Instant;
 
 /// The most jobs one claim takes, whatever the concurrency.
 const MAX_BATCH: usize = 256;
 /// Under load, how long a claim may wait for more free slots.
 const GATHER: Duration = Duration::from_millis(5);
-/// The most outcomes one recording transaction writes.
-const MAX_RECORD_BATCH: usize = 512;
 
 pub type Providers = HashMap<Channel, Arc<dyn Provider>>;
 
@@ -44,10 +45,16 @@ pub struct Worker {
 impl Worker {
     /// Runs until `shutdown` turns true, then stops claiming, lets in-flight
     /// attempts finish for up to `grace` and records their outcomes.
+    ///
+    /// A slot (one of `concurrency`) is held from the claim until the
+    /// attempt's outcome is in the recorder's queue. The queue is bounded,
+    /// so when recording falls behind, finished attempts keep their slots and
+    /// claiming slows down to the pace of the database.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>, grace: Duration) {
         let permits = Arc::new(Semaphore::new(self.concurrency));
-        let (done_tx, done_rx) = mpsc::unbounded_channel::<FinishedAttempt>();
-        let recorder = tokio::spawn(record_outcomes(self.store.clone(), done_rx));
+        let (done_tx, done_rx) = mpsc::channel::<Done>(self.concurrency.max(1));
+        let unrecorded = Arc::new(Unrecorded::default());
+        let recorder = tokio::spawn(recorder::run(self.store.clone(), done_rx, unrecorded.clone()));
         let rng = Arc::new(Mutex::new(SmallRng::from_os_rng()));
         let this = Arc::new(self);
         let mut busy = false;
@@ -69,7 +76,13 @@ impl Worker {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
             }
+            if !this.wait_for_recording(&unrecorded, &mut shutdown).await {
+                break;
+            }
             let free = (1 + permits.available_permits()).min(MAX_BATCH);
+            // Measured before the claim, so never later than the lease the
+            // database grants.
+            let lease_end = Instant::now() + this.lease;
             let jobs = match this.claim(free).await {
                 Ok(jobs) => jobs,
                 Err(e) => {
@@ -97,10 +110,12 @@ impl Worker {
                         Err(_) => break,
                     },
                 };
-                let (this, done, rng) = (this.clone(), done_tx.clone(), rng.clone());
+                let (this, done, rng, unrecorded) = (this.clone(), done_tx.clone(), rng.clone(), unrecorded.clone());
                 tokio::spawn(async move {
-                    let finished = this.attempt(job, &rng).await;
-                    let _ = done.send(finished);
+                    let attempt = this.attempt(job, &rng).await;
+                    unrecorded.add(lease_end);
+                    // Waits, holding the slot, while the recorder's queue is full.
+                    let _ = done.send(Done { attempt, lease_end }).await;
                     drop(permit);
                 });
             }
@@ -116,14 +131,39 @@ impl Worker {
         let _ = tokio::time::timeout(grace, recorder).await;
     }
 
+    /// Waits while an outcome still on its way to the database belongs to a
+    /// job whose lease ends within a quarter of a lease: a claim now could
+    /// find that lease expired, rescue the finished attempt as `unknown` and
+    /// send it again. False if shutdown came meanwhile.
+    async fn wait_for_recording(&self, unrecorded: &Unrecorded, shutdown: &mut watch::Receiver<bool>) -> bool {
+        let margin = self.lease / 4;
+        let mut warned = false;
+        loop {
+            let next_write = unrecorded.next_write();
+            tokio::pin!(next_write);
+            next_write.as_mut().enable();
+            match unrecorded.earliest() {
+                Some(end) if end <= Instant::now() + margin => {}
+                _ => return true,
+            }
+            if !warned {
+                tracing::warn!("recording outcomes lags behind the leases; claims wait for it");
+                warned = true;
+            }
+            tokio::select! {
+                _ = next_write => {},
+                _ = tokio::time::sleep(self.poll_interval) => {},
+                _ = shutdown.changed() => return false,
+            }
+        }
+    }
+
     async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
-        let now = self.clock.now();
-        let lease_until = now.checked_add(self.lease).unwrap_or(now);
         self.store
             .jobs_claim(Claim {
-                now_us: micros(now),
+                now_us: micros(self.clock.now()),
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                lease_until_us: micros(lease_until),
+                lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
                 max_attempts: i64::from(self.policy.attempts),
                 supersede_types: self.supersede_types.clone(),
             })
@@ -143,11 +183,11 @@ impl Worker {
                 error: format!("no provider is configured for channel {}", job.intent.channel),
             },
             (_, Err(e)) => Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e },
-            (Some(provider), Ok(d)) => provider.send(&d).await,
+            (Some(provider), Ok(d)) => call(provider.as_ref(), d).await,
         };
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
-        let transition = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
         crate::ops::metrics::attempt_finished(&job.intent.channel, outcome.class().as_str(), started.elapsed());
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
@@ -163,13 +203,23 @@ impl Worker {
             next = ?transition,
             "attempt finished"
         );
-        finished(job.intent.key, n, micros(now), outcome, transition)
+        let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
+        done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        done
     }
 
-    fn transition(&self, outcome: &Outcome, n: i64, now: jiff::Timestamp, rng: &Mutex<SmallRng>) -> Transition {
+    /// What the outcome leads to, and the provider's `Retry-After` as
+    /// honoured when a retry is scheduled.
+    fn transition(
+        &self,
+        outcome: &Outcome,
+        n: i64,
+        now: jiff::Timestamp,
+        rng: &Mutex<SmallRng>,
+    ) -> (Transition, Option<Duration>) {
         let (retry_after, state) = match outcome {
-            Outcome::Accepted { .. } => return Transition::Sent,
-            Outcome::Permanent { reason, .. } => return Transition::Dead { reason: *reason },
+            Outcome::Accepted { .. } => return (Transition::Sent, None),
+            Outcome::Permanent { reason, .. } => return (Transition::Dead { reason: *reason }, None),
             Outcome::Retryable { retry_after, .. } => (*retry_after, State::Queued),
             Outcome::Unknown { .. } => (None, State::Unknown),
         };
@@ -178,10 +228,36 @@ impl Worker {
             let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             self.policy.next_delay(made, retry_after, &mut *rng)
         };
-        match delay {
-            Some(d) => Transition::Retry { run_at_us: micros(now.checked_add(d).unwrap_or(now)), state },
-            None => Transition::Dead { reason: Reason::RetriesExhausted },
-        }
+        let Some(delay) = delay else { return (Transition::Dead { reason: Reason::RetriesExhausted }, None) };
+        let honoured = retry_after.map(|asked| {
+            let honoured = self.policy.honoured_retry_after(asked);
+            if honoured < asked {
+                tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max; capped");
+            }
+            honoured
+        });
+        // Past the end of time is the end of time, never "now".
+        let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
+        (Transition::Retry { run_at_us: micros(run_at), state }, honoured)
+    }
+}
+
+/// One provider call, bounded by the provider's timeout whatever the provider
+/// does. The provider is asked to be done a moment before the bound, so one
+/// that knows how far it got can say so; at the bound itself the call is
+/// abandoned and recorded `unknown`, the one answer that is never wrong.
+async fn call(provider: &dyn Provider, mut d: Delivery) -> Outcome {
+    let timeout = provider.timeout();
+    let bound = tokio::time::Instant::now() + timeout;
+    d.deadline = bound - (timeout / 20).min(Duration::from_millis(50));
+    match tokio::time::timeout_at(bound, provider.send(&d)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::Unknown {
+            class: Reason::Timeout,
+            error: format!(
+                "the provider call did not finish within {timeout:?} and was abandoned; it may have been acted on"
+            ),
+        },
     }
 }
 
@@ -202,6 +278,7 @@ fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {
         payload_digest: i.payload_digest.clone(),
         content,
         attempt: i.attempts,
+        deadline: tokio::time::Instant::now(),
     })
 }
 
@@ -210,7 +287,7 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
     let (error_class, status, message_id, error) = match outcome {
         Outcome::Accepted { status, message_id } => (None, status, message_id, None),
         Outcome::Retryable { class, status, error, .. } => (Some(class), status, None, Some(error)),
-        Outcome::Unknown { error } => (Some(Reason::Timeout), None, None, Some(error)),
+        Outcome::Unknown { class, error } => (Some(class), None, None, Some(error)),
         Outcome::Permanent { reason, status, error } => (Some(reason), status, None, Some(error)),
     };
     FinishedAttempt {
@@ -222,56 +299,9 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
         provider_status: status.map(i64::from),
         provider_message_id: message_id,
         error,
+        retry_after_us: None,
         transition,
     }
-}
-
-/// Drains finished attempts and records whatever has accumulated in one
-/// transaction: immediate when idle, batched under load.
-async fn record_outcomes(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<FinishedAttempt>) {
-    let mut batch = Vec::new();
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(f) => batch.push(f),
-                Err(_) => break,
-            }
-        }
-        if !record(store.as_ref(), &batch, 4).await && batch.len() > 1 {
-            // One row the database refuses must not take the rest of the
-            // batch down with it: record them one by one.
-            for one in batch.chunks(1) {
-                record(store.as_ref(), one, 2).await;
-            }
-        }
-        batch.clear();
-    }
-}
-
-/// Records a batch, retrying with backoff; false if it never went in. An
-/// outcome that is never recorded leaves its attempt unfinished: once the
-/// lease expires it is retaken and recorded as `unknown`, never lost.
-async fn record(store: &dyn Store, batch: &[FinishedAttempt], tries: u32) -> bool {
-    let mut delay = Duration::from_millis(50);
-    for try_no in 1..=tries {
-        match store.attempts_finish(batch).await {
-            Ok(report) => {
-                for (key, n) in &report.stale {
-                    tracing::warn!(intent = %key, attempt = n, "outcome arrived after the attempt was rescued; kept the rescue");
-                }
-                return true;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, try_no, count = batch.len(), "recording outcomes failed");
-                if try_no < tries {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-            }
-        }
-    }
-    false
 }
 
 /// The error class of an outcome, for logs (never the provider's text, which
@@ -280,7 +310,7 @@ fn outcome_class_reason(outcome: &Outcome) -> &'static str {
     match outcome {
         Outcome::Accepted { .. } => "",
         Outcome::Retryable { class, .. } => class.as_str(),
-        Outcome::Unknown { .. } => "unknown",
+        Outcome::Unknown { class, .. } => class.as_str(),
         Outcome::Permanent { reason, .. } => reason.as_str(),
     }
 }

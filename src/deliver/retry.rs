@@ -30,9 +30,17 @@ impl RetryPolicy {
         (1..self.attempts).map(|n| self.window(n)).sum()
     }
 
+    /// A provider's `Retry-After` as honoured: a floor under the next delay,
+    /// but never above `max`, so a provider cannot park a job for years (or,
+    /// with a number that overflows, make the retry immediate).
+    pub fn honoured_retry_after(&self, asked: Duration) -> Duration {
+        asked.min(self.max)
+    }
+
     /// The delay before the next try after `attempts_made` tries, or `None` when
     /// none is left. Full jitter: uniform(0, window), so a burst of failures does
-    /// not retry in formation; a provider's `Retry-After` is a floor.
+    /// not retry in formation; a provider's `Retry-After` is a floor, capped
+    /// at `max`.
     pub fn next_delay(
         &self,
         attempts_made: u32,
@@ -44,7 +52,7 @@ impl RetryPolicy {
         }
         let window = self.window(attempts_made).as_micros() as u64;
         let jittered = Duration::from_micros(rng.random_range(0..=window));
-        Some(retry_after.map_or(jittered, |floor| jittered.max(floor)))
+        Some(retry_after.map_or(jittered, |asked| jittered.max(self.honoured_retry_after(asked))))
     }
 }
 
@@ -101,6 +109,16 @@ mod tests {
             let low = delays.iter().filter(|d| **d < window / 2).count();
             assert!((700..1300).contains(&low), "retry {n}: {low} of 2000 in the lower half");
         }
+    }
+
+    #[test]
+    fn retry_after_is_capped_at_the_max() {
+        let mut rng = SmallRng::seed_from_u64(5);
+        let ten_years = Duration::from_secs(10 * 365 * 86_400);
+        for asked in [ten_years, Duration::from_secs(u64::MAX), Duration::MAX] {
+            assert_eq!(policy().next_delay(1, Some(asked), &mut rng), Some(Duration::from_secs(3600)));
+        }
+        assert_eq!(policy().honoured_retry_after(Duration::from_secs(90)), Duration::from_secs(90));
     }
 
     #[test]

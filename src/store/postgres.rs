@@ -120,19 +120,24 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.pool.begin().await?;
+        // Due by the claimer's clock (what the tests and the schedules drive),
+        // leased by the database's: one clock for every process, so a process
+        // whose clock runs ahead cannot see another's lease as expired, nor
+        // one whose clock lags hold a lease longer than asked.
         let keys: Vec<String> = sqlx::query_scalar(
             "WITH due AS (
                      SELECT intent_key FROM jobs
-                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+                     WHERE run_at <= $1
+                       AND (locked_until IS NULL OR locked_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
                      ORDER BY run_at LIMIT $2
                      FOR UPDATE SKIP LOCKED)
-                 UPDATE jobs SET locked_until = $3 FROM due
+                 UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
                  WHERE jobs.intent_key = due.intent_key
                  RETURNING jobs.intent_key",
         )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
-        .bind(claim.lease_until_us)
+        .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
         if keys.is_empty() {
@@ -151,9 +156,11 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let mut tx = self.pool.begin().await?;
         let applied: Vec<(String, i64)> = sqlx::query_as(
                 "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                        provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error
-                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[])
-                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error)
+                        provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
+                        retry_after = u.retry_after, retry_at = u.retry_at
+                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
+                             $9::bigint[], $10::bigint[])
+                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error, retry_after, retry_at)
                  WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
                  RETURNING a.intent_key, a.n",
             )
@@ -165,6 +172,8 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
             .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| transition_columns(&f.transition).2).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await?;
 

@@ -206,6 +206,10 @@ pub struct AttemptRow {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
+    /// The provider's `Retry-After` as honoured (capped at `retry.max`), in µs.
+    pub retry_after: Option<i64>,
+    /// When the next try was scheduled, if this attempt led to one.
+    pub retry_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,9 +276,13 @@ impl Serialize for Cursor {
 
 #[derive(Debug, Clone)]
 pub struct Claim {
+    /// The claimer's clock: jobs due by then are taken.
     pub now_us: i64,
     pub limit: u32,
-    pub lease_until_us: i64,
+    /// How long the lease lasts. Postgres sets and judges leases by the
+    /// database's clock (`now()`), so processes whose clocks disagree never
+    /// take each other's jobs; SQLite (one process) by `now_us`.
+    pub lease_us: i64,
     /// The retry policy's `attempts`: a job rescued after its last try is dead.
     pub max_attempts: i64,
     /// Event types whose routes skip superseded versions.
@@ -364,6 +372,8 @@ pub struct FinishedAttempt {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
+    /// The provider's `Retry-After` as honoured, when a retry was scheduled.
+    pub retry_after_us: Option<i64>,
     pub transition: Transition,
 }
 
@@ -452,6 +462,28 @@ pub enum ReplayOutcome {
     NotDead(String),
     /// Died before it had content (a template error): nothing to resend.
     NoContent(String),
+    /// Its content was pruned by retention (`retention.payloads`): a replay
+    /// would die again, as a template error, and could be replayed forever.
+    ContentPruned(String),
+}
+
+impl ReplayOutcome {
+    /// Why a dead letter was not replayed: a code (`content_pruned`, …) and
+    /// a sentence for a person. None when it was queued.
+    pub fn skipped(&self) -> Option<(&'static str, String)> {
+        Some(match self {
+            ReplayOutcome::Queued => return None,
+            ReplayOutcome::NotFound => ("not_found", "no such intent".into()),
+            ReplayOutcome::NotDead(state) => ("not_dead", format!("not a dead letter (it is {state})")),
+            ReplayOutcome::NoContent(reason) => {
+                ("no_content", format!("died before it had content ({reason}); nothing to resend"))
+            }
+            ReplayOutcome::ContentPruned(_) => (
+                "content_pruned",
+                "its content was pruned by retention (retention.payloads); nothing to resend: post the event again as a new one".into(),
+            ),
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

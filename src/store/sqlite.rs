@@ -95,8 +95,9 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.writer.begin().await?;
+        // One process: its clock judges the leases (Postgres uses the database's).
         let keys: Vec<String> = sqlx::query_scalar(
-            "UPDATE jobs SET locked_until = $3 WHERE intent_key IN (
+            "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
                      SELECT intent_key FROM jobs
                      WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
                      ORDER BY run_at LIMIT $2)
@@ -104,7 +105,7 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
-        .bind(claim.lease_until_us)
+        .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
         if keys.is_empty() {
@@ -126,7 +127,7 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         for f in finished {
             let n = sqlx::query(
                 "UPDATE attempts SET finished_at = $3, outcome = $4, error_class = $5, provider_status = $6,
-                         provider_message_id = $7, error = $8
+                         provider_message_id = $7, error = $8, retry_after = $9, retry_at = $10
                      WHERE intent_key = $1 AND n = $2 AND finished_at IS NULL",
             )
             .bind(&f.key)
@@ -137,6 +138,8 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             .bind(f.provider_status)
             .bind(&f.provider_message_id)
             .bind(&f.error)
+            .bind(f.retry_after_us)
+            .bind(transition_columns(&f.transition).2)
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod peer;
+pub mod slow_store;
 pub mod smtp;
 pub mod webhook;
 
@@ -239,6 +241,12 @@ impl TestApp {
 
     pub fn with_sms(mut self, sms: &FakeSms) -> TestApp {
         self.sms_url = Some(sms.url.clone());
+        self
+    }
+
+    /// An SMS provider at any URL (a misbehaving peer, a closed port).
+    pub fn with_sms_url(mut self, url: &str) -> TestApp {
+        self.sms_url = Some(url.to_string());
         self
     }
 

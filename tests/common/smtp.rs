@@ -1,8 +1,10 @@
 //! A small SMTP server for the tests: plain text, no TLS or AUTH, records each
-//! message and can refuse chosen recipients with a scripted reply.
+//! message, can refuse chosen recipients with a scripted reply, and can stall a
+//! session at a chosen point of the dialogue.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 
@@ -38,11 +40,30 @@ impl Mail {
     }
 }
 
+/// Where a session goes silent, holding the connection open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SilentAfter {
+    /// After the 220 greeting: EHLO is never answered.
+    Greeting,
+    /// After the DATA command: the 354 never comes, so no message is sent.
+    DataCommand,
+    /// After the message and its final dot (it is recorded): the 250 never comes.
+    Message,
+}
+
 #[derive(Default)]
 struct State {
     mails: Vec<Mail>,
     /// address → replies to RCPT TO, in order; the last repeats.
     refuse: HashMap<String, Vec<String>>,
+    /// One per new session, in order; sessions after these behave.
+    stalls: VecDeque<SilentAfter>,
+    sessions: usize,
+    /// How long each stalled session lasted before the client hung up.
+    stalled_for: Vec<Duration>,
+    /// Close the connection after each message, as a server that drops
+    /// idle clients does.
+    hang_up_after_message: bool,
 }
 
 #[derive(Clone)]
@@ -70,15 +91,44 @@ impl FakeSmtp {
         self.state.lock().unwrap().refuse.insert(addr.to_string(), replies.iter().map(|s| s.to_string()).collect());
     }
 
+    /// The next sessions (one each, in order) go silent at these points.
+    pub fn stall(&self, stalls: &[SilentAfter]) {
+        self.state.lock().unwrap().stalls.extend(stalls.iter().copied());
+    }
+
+    /// Close each session after its message (the client is not told).
+    pub fn hang_up_after_each_message(&self) {
+        self.state.lock().unwrap().hang_up_after_message = true;
+    }
+
+    /// How long each stalled session lasted until the client gave up on it.
+    pub fn stalled_for(&self) -> Vec<Duration> {
+        self.state.lock().unwrap().stalled_for.clone()
+    }
+
+    /// Connections accepted so far.
+    pub fn sessions(&self) -> usize {
+        self.state.lock().unwrap().sessions
+    }
+
     pub fn to(&self, addr: &str) -> Vec<Mail> {
         self.state.lock().unwrap().mails.iter().filter(|m| m.to.iter().any(|t| t == addr)).cloned().collect()
     }
 }
 
 async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
+    let began = Instant::now();
+    let stall = {
+        let mut s = state.lock().unwrap();
+        s.sessions += 1;
+        s.stalls.pop_front()
+    };
     let (read, mut write) = socket.into_split();
     let mut lines = BufReader::new(read);
     let _ = write.write_all(b"220 fake ESMTP\r\n").await;
+    if stall == Some(SilentAfter::Greeting) {
+        return silent(lines, write, began, &state).await;
+    }
     let mut rcpts: Vec<String> = Vec::new();
     let mut line = String::new();
     loop {
@@ -109,6 +159,9 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
                 }
             }
         } else if upper == "DATA" {
+            if stall == Some(SilentAfter::DataCommand) {
+                return silent(lines, write, began, &state).await;
+            }
             let _ = write.write_all(b"354 go ahead\r\n").await;
             let mut raw = String::new();
             loop {
@@ -122,6 +175,13 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
                 raw.push_str(line.strip_prefix('.').filter(|_| line.starts_with("..")).unwrap_or(&line));
             }
             state.lock().unwrap().mails.push(Mail { to: rcpts.clone(), raw });
+            if stall == Some(SilentAfter::Message) {
+                return silent(lines, write, began, &state).await;
+            }
+            if state.lock().unwrap().hang_up_after_message {
+                let _ = write.write_all(b"250 queued\r\n").await;
+                return;
+            }
             "250 queued".into()
         } else if upper == "QUIT" {
             let _ = write.write_all(b"221 bye\r\n").await;
@@ -133,4 +193,19 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
             return;
         }
     }
+}
+
+/// Holds the connection open and says nothing more (until the client leaves).
+async fn silent(
+    mut lines: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+    began: Instant,
+    state: &Mutex<State>,
+) {
+    let mut sink = String::new();
+    while lines.read_line(&mut sink).await.unwrap_or(0) > 0 {
+        sink.clear();
+    }
+    state.lock().unwrap().stalled_for.push(began.elapsed());
+    drop(write);
 }

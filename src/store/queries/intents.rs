@@ -4,28 +4,39 @@
 macro_rules! intents_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
         pub async fn intent_get(pool: &Pool<$db>, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
-            let intent: Option<IntentRow> = sqlx::query_as(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = $1 AND i.key = $2"))
-                .bind(tenant)
-                .bind(key)
-                .fetch_optional(pool)
-                .await?;
+            let intent: Option<IntentRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                " FROM intents i WHERE i.tenant = $1 AND i.key = $2"
+            ))
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(pool)
+            .await?;
             let Some(intent) = intent else { return Ok(None) };
             let content: Option<String> = match &intent.payload_digest {
-                Some(d) => sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1").bind(d).fetch_optional(pool).await?,
+                Some(d) => {
+                    sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1")
+                        .bind(d)
+                        .fetch_optional(pool)
+                        .await?
+                }
                 None => None,
             };
-            let attempts = sqlx::query_as(
-                "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error
-                 FROM attempts WHERE intent_key = $1 ORDER BY n",
-            )
-                .bind(key)
-                .fetch_all(pool)
-                .await?;
+            let attempts = sqlx::query_as(concat!(
+                "SELECT ",
+                attempt_columns!(),
+                " FROM attempts WHERE intent_key = $1 ORDER BY n"
+            ))
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
             Ok(Some(IntentDetail { intent, content, attempts }))
         }
 
         pub async fn intents_list(pool: &Pool<$db>, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
-            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = "));
+            let mut q: QueryBuilder<'_, $db> =
+                QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = "));
             q.push_bind(&f.tenant);
             if let Some((kind, id)) = &f.entity {
                 q.push(" AND i.entity_type = ").push_bind(kind).push(" AND i.entity_id = ").push_bind(id);
@@ -48,8 +59,9 @@ macro_rules! intents_queries {
         /// Every attempt of these intents, in order.
         pub async fn attempts_of(pool: &Pool<$db>, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
             let rows = sqlx::query_as(concat!(
-                "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error
-                 FROM attempts WHERE intent_key ",
+                "SELECT ",
+                attempt_columns!(),
+                " FROM attempts WHERE intent_key ",
                 $in_keys,
                 " ORDER BY intent_key, n"
             ))
@@ -58,7 +70,6 @@ macro_rules! intents_queries {
             .await?;
             Ok(rows)
         }
-
     };
 }
 pub(crate) use intents_queries;

@@ -43,6 +43,14 @@ macro_rules! intent_columns {
 }
 pub(crate) use intent_columns;
 
+macro_rules! attempt_columns {
+    () => {
+        "intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error, \
+         retry_after, retry_at"
+    };
+}
+pub(crate) use attempt_columns;
+
 macro_rules! recipient_columns {
     () => {
         "tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at"
@@ -52,7 +60,7 @@ pub(crate) use recipient_columns;
 
 macro_rules! shared_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
-        use crate::store::queries::{intent_columns, newer_than_card, recipient_columns};
+        use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};

@@ -77,13 +77,17 @@ macro_rules! ops_queries {
         }
 
         /// The same intents back on the queue: same key, same frozen content, a
-        /// fresh retry budget; each replay recorded.
+        /// fresh retry budget; each replay recorded. A dead letter without its
+        /// content (never rendered, or pruned since) is refused, not queued.
         pub async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreResult<Vec<ReplayResult>> {
             let keys: Vec<String> = match &r.selector {
                 ReplaySelector::Ids(ids) => ids.clone(),
+                // The replayable first, so that dead letters which can never be
+                // replayed do not use up the limit call after call.
                 ReplaySelector::Reason { reason, since_us } => sqlx::query_scalar(
-                    "SELECT key FROM intents WHERE tenant = $1 AND state = 'dead' AND reason = $2 AND updated_at >= $3
-                     ORDER BY updated_at LIMIT $4",
+                    "SELECT i.key FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest
+                     WHERE i.tenant = $1 AND i.state = 'dead' AND i.reason = $2 AND i.updated_at >= $3
+                     ORDER BY CASE WHEN p.digest IS NULL THEN 1 ELSE 0 END, i.updated_at LIMIT $4",
                 )
                 .bind(&r.tenant)
                 .bind(reason)
@@ -106,6 +110,9 @@ macro_rules! ops_queries {
                     None => ReplayOutcome::NotFound,
                     Some((state, _, _)) if state != "dead" => ReplayOutcome::NotDead(state),
                     Some((_, reason, None)) => ReplayOutcome::NoContent(reason.unwrap_or_default()),
+                    Some((_, reason, Some(digest))) if !content_kept(tx, &digest, r.now_us).await? => {
+                        ReplayOutcome::ContentPruned(reason.unwrap_or_default())
+                    }
                     Some((_, reason, Some(_))) => {
                         sqlx::query(
                             "UPDATE intents SET state = 'queued', reason = NULL, retry_base = attempts, updated_at = $2 WHERE key = $1",
@@ -139,6 +146,22 @@ macro_rules! ops_queries {
                 out.push(ReplayResult { key, outcome });
             }
             Ok(out)
+        }
+
+        /// Whether the content is still stored; if so it counts as used now, so
+        /// that retention (which goes by latest use) cannot take it from under
+        /// the replay. On Postgres a concurrent prune waits for this row lock
+        /// and then sees the content as fresh.
+        async fn content_kept(tx: &mut Tx<'_>, digest: &str, now_us: i64) -> StoreResult<bool> {
+            let touched = sqlx::query(
+                "UPDATE payloads SET created_at = CASE WHEN created_at < $2 THEN $2 ELSE created_at END WHERE digest = $1",
+            )
+            .bind(digest)
+            .bind(now_us)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            Ok(touched > 0)
         }
 
         /// Claims the ops digest of `slot`: true for exactly one caller at a

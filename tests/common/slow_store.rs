@@ -1,0 +1,148 @@
+//! A store that records outcomes slowly: the real store underneath, with
+//! `attempts_finish` held back (by a delay, or until the test opens a gate),
+//! as a database under load would.
+
+use async_trait::async_trait;
+use herald::store::*;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub struct SlowRecording {
+    inner: Arc<dyn Store>,
+    delay: Duration,
+    open: watch::Sender<bool>,
+}
+
+impl SlowRecording {
+    /// Every recording takes `delay` longer.
+    pub fn new(inner: Arc<dyn Store>, delay: Duration) -> Arc<SlowRecording> {
+        Arc::new(SlowRecording { inner, delay, open: watch::channel(true).0 })
+    }
+
+    /// No recording finishes until [`SlowRecording::open`].
+    pub fn stalled(inner: Arc<dyn Store>) -> Arc<SlowRecording> {
+        Arc::new(SlowRecording { inner, delay: Duration::ZERO, open: watch::channel(false).0 })
+    }
+
+    pub fn open(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+#[async_trait]
+impl Store for SlowRecording {
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        tokio::time::sleep(self.delay).await;
+        let _ = self.open.subscribe().wait_for(|open| *open).await;
+        self.inner.attempts_finish(finished).await
+    }
+
+    async fn migrate(&self) -> StoreResult<()> {
+        self.inner.migrate().await
+    }
+    async fn schema_state(&self) -> StoreResult<SchemaState> {
+        self.inner.schema_state().await
+    }
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+    async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
+        self.inner.intents_status(tenant, keys).await
+    }
+    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
+        self.inner.recipients_get(tenant, ids).await
+    }
+    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow> {
+        self.inner.recipient_put(put).await
+    }
+    async fn recipient_preferences_get(
+        &self,
+        tenant: &str,
+        id: &str,
+        version: i64,
+    ) -> StoreResult<Option<PreferencesVersion>> {
+        self.inner.recipient_preferences_get(tenant, id, version).await
+    }
+    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
+        self.inner.events_ingest(ingest).await
+    }
+    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
+        self.inner.intent_get(tenant, key).await
+    }
+    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
+        self.inner.intents_list(filter).await
+    }
+    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
+        self.inner.jobs_claim(claim).await
+    }
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        self.inner.digests_due(now_us, limit).await
+    }
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        self.inner.digest_members(key).await
+    }
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        self.inner.digest_close(close).await
+    }
+    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()> {
+        self.inner.inbox_deliver(delivery).await
+    }
+    async fn inbox_list(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<InboxCard>> {
+        self.inner.inbox_list(tenant, recipient_id, cursor, limit).await
+    }
+    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool> {
+        self.inner.inbox_mark_read(tenant, recipient_id, card_id, now_us).await
+    }
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+        self.inner.dead_letters_list(filter).await
+    }
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        self.inner.attempts_of(keys).await
+    }
+    async fn dead_letters_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.dead_letters_summary(tenant, since_us, until_us).await
+    }
+    async fn dead_letters_examples(
+        &self,
+        tenant: Option<&str>,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>> {
+        self.inner.dead_letters_examples(tenant, reason, since_us, until_us, limit).await
+    }
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+        self.inner.dead_letters_replay(replay).await
+    }
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        self.inner.ops_digest_claim(claim).await
+    }
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+        self.inner.ops_digest_posted(slot, now_us, total).await
+    }
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+        self.inner.ops_digest_last_until().await
+    }
+    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
+        self.inner.queue_stats(now_us).await
+    }
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+        self.inner.retention_batch(step, cutoff_us, batch).await
+    }
+    async fn wait_for_work(&self, timeout: Duration) {
+        self.inner.wait_for_work(timeout).await
+    }
+}

@@ -1,0 +1,163 @@
+//! The worker itself: what it does when recording is slow, and that no
+//! provider call can hold a slot past its channel's timeout.
+
+mod common;
+
+use common::slow_store::SlowRecording;
+use common::{FakeSms, TestApp, TestDb, backends, sms_event};
+use herald::channel::Provider;
+use herald::channel::sms_http::SmsHttp;
+use herald::clock::SystemClock;
+use herald::deliver::retry::RetryPolicy;
+use herald::deliver::{Providers, Worker};
+use herald::event::Channel;
+use herald::store::Store;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn worker(store: Arc<dyn Store>, channel: Channel, provider: Arc<dyn Provider>, lease: Duration) -> Worker {
+    let mut providers = Providers::new();
+    providers.insert(channel, provider);
+    Worker {
+        store,
+        providers: Arc::new(providers),
+        policy: RetryPolicy::new(4, Duration::from_millis(20), Duration::from_millis(100)),
+        concurrency: 8,
+        poll_interval: Duration::from_millis(20),
+        lease,
+        clock: Arc::new(SystemClock),
+        supersede_types: Vec::new(),
+    }
+}
+
+/// Recording takes longer than the lease. The calls themselves finished in
+/// time, so none of them may be rescued as `unknown` and sent again: the
+/// worker claims nothing that could retake a job whose outcome is still on
+/// its way to the database. (The old worker retook each one after its lease,
+/// recorded it `unknown` and sent it again.)
+#[tokio::test]
+async fn a_slow_store_never_turns_a_finished_call_into_a_rescue_and_a_resend() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        let phones = ["+15550000401", "+15550000402", "+15550000403"];
+        let mut ids = Vec::new();
+        for (n, phone) in phones.iter().enumerate() {
+            let (_, b, _) = api.post_event(&sms_event(&format!("PO-SLOW-{n}"), phone), None).await;
+            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+        }
+        let slow = SlowRecording::new(db.store().await, Duration::from_millis(1500));
+        let sms_provider = Arc::new(SmsHttp::new(sms.url.clone(), None, Duration::from_millis(300)).unwrap());
+        let w = worker(slow.clone(), Channel::Sms, sms_provider, Duration::from_secs(1));
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(w.run(rx, Duration::from_secs(10)));
+        for id in &ids {
+            let it = api.wait_state(id, &["sent"]).await;
+            let outcomes: Vec<_> = it["attempts"].as_array().unwrap().iter().map(|a| a["outcome"].clone()).collect();
+            assert_eq!(outcomes, ["accepted"], "{backend:?}: no rescue, no second try: {it}");
+        }
+        for phone in phones {
+            assert_eq!(sms.sent_to(phone).len(), 1, "{backend:?}: sent once");
+        }
+        let _ = stop.send(true);
+        running.await.unwrap();
+        api.running.stop().await;
+    }
+}
+
+/// A provider that never returns and ignores its deadline.
+struct Hangs;
+
+#[async_trait::async_trait]
+impl Provider for Hangs {
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+
+    async fn send(&self, _: &herald::channel::Delivery) -> herald::channel::Outcome {
+        std::future::pending().await
+    }
+}
+
+/// The worker bounds every call itself: a provider that forgets to cannot
+/// hold a slot, and the abandoned call is `unknown` (it may have gone out).
+#[tokio::test]
+async fn a_provider_that_never_returns_is_abandoned_at_its_timeout_as_unknown() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    // An API-only process with SMS configured, so the intent is to be sent.
+    let api = TestApp::new(&db).with_sms_url("http://127.0.0.1:9/sms").without_workers().spawn().await;
+    let (_, b, _) = api.post_event(&sms_event("PO-HANG", "+15550000410"), None).await;
+    let id = b["intents"][0]["id"].as_str().unwrap().to_string();
+    let mut w = worker(db.store().await, Channel::Sms, Arc::new(Hangs), Duration::from_secs(3));
+    w.policy = RetryPolicy::new(1, Duration::from_millis(10), Duration::from_millis(10));
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(w.run(rx, Duration::from_secs(1)));
+    let it = api.wait_state(&id, &["dead"]).await;
+    let a = &it["attempts"][0];
+    assert_eq!((a["outcome"].as_str(), a["error_class"].as_str()), (Some("unknown"), Some("timeout")), "{it}");
+    let at = |k: &str| a[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+    let took = at("finished_at").duration_since(at("started_at")).as_secs_f64();
+    assert!((0.3..2.5).contains(&took), "abandoned at the 300ms timeout, inside the 3s lease: {took}s");
+    let _ = stop.send(true);
+    running.await.unwrap();
+    api.running.stop().await;
+}
+
+/// A provider that accepts at once and counts its calls.
+#[derive(Default)]
+struct Counts(AtomicUsize);
+
+#[async_trait::async_trait]
+impl Provider for Counts {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn send(&self, _: &herald::channel::Delivery) -> herald::channel::Outcome {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        herald::channel::Outcome::Accepted { status: Some(200), message_id: None }
+    }
+}
+
+/// Recording stops altogether. Finished outcomes wait in a bounded queue;
+/// once it is full, attempts keep their slots and the worker stops claiming,
+/// so at most a few slots' worth of calls pile up instead of the whole queue
+/// being sent with nothing recorded. (The old worker called all 12.)
+#[tokio::test]
+async fn a_stalled_recorder_stops_the_claims_after_a_bounded_backlog() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let api = TestApp::new(&db).with_sms_url("http://127.0.0.1:9/sms").without_workers().spawn().await;
+        let mut ids = Vec::new();
+        for n in 0..12 {
+            let (_, b, _) = api.post_event(&sms_event(&format!("PO-STALL-{n}"), "+15550000420"), None).await;
+            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+        }
+        let stalled = SlowRecording::stalled(db.store().await);
+        let calls = Arc::new(Counts::default());
+        let mut w = worker(stalled.clone(), Channel::Sms, calls.clone(), Duration::from_secs(30));
+        w.concurrency = 2;
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(w.run(rx, Duration::from_secs(5)));
+        // 2 slots, a queue of 2, and the batch the recorder is stuck on: 6 at most.
+        let called = || calls.0.load(Ordering::SeqCst);
+        for _ in 0..100 {
+            if called() >= 6 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!((4..=6).contains(&called()), "{backend:?}: {} calls while nothing could be recorded", called());
+        stalled.open();
+        for id in &ids {
+            api.wait_state(id, &["sent"]).await;
+        }
+        assert_eq!(called(), 12, "{backend:?}: each sent once");
+        let _ = stop.send(true);
+        running.await.unwrap();
+        api.running.stop().await;
+    }
+}
