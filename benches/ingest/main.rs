@@ -183,7 +183,7 @@ async fn run(options: Options, args: String) -> anyhow::Result<bool> {
     };
     for backend in &options.backends {
         let mut measured = measure(backend, &options).await?;
-        measured.judge(baseline.as_ref());
+        measured.judge(baseline.as_ref(), options.smoke);
         println!("{}", measured.render(&report));
         report.backends.push(measured);
     }
