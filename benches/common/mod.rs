@@ -1,7 +1,10 @@
 //! What the benchmarks share: their flags, and a scratch Postgres database
 //! created for one run and dropped after it.
 
+#![allow(dead_code)] // each bench uses its own part of this
+
 use sqlx::Connection;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The value after `--name` on the command line.
 pub fn arg(name: &str) -> Option<String> {
@@ -15,6 +18,8 @@ pub struct Scratch {
     pub url: String,
 }
 
+static SCRATCH_COUNT: AtomicU64 = AtomicU64::new(0);
+
 impl Scratch {
     /// A new database on the server of `--database-url` (else
     /// `HERALD_TEST_DATABASE_URL`, else the local Postgres).
@@ -22,10 +27,16 @@ impl Scratch {
         let admin_url = arg("--database-url")
             .or_else(|| std::env::var("HERALD_TEST_DATABASE_URL").ok())
             .unwrap_or_else(|| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let name = format!("{prefix}_{}", std::process::id());
-        let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
+        Scratch::create_on(&admin_url, prefix).await
+    }
+
+    /// A new database on the server of `admin_url`, named
+    /// `{prefix}_{pid}_{n}`, so [`sweep`] can find what this process made.
+    pub async fn create_on(admin_url: &str, prefix: &str) -> anyhow::Result<Scratch> {
+        let name = format!("{prefix}_{}_{}", std::process::id(), SCRATCH_COUNT.fetch_add(1, Ordering::Relaxed));
+        let mut admin = sqlx::PgConnection::connect(admin_url).await?;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-        let url = format!("{}/{name}", admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b));
+        let url = format!("{}/{name}", admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b));
         Ok(Scratch { admin, name, url })
     }
 
@@ -35,4 +46,19 @@ impl Scratch {
             eprintln!("could not drop {}: {e}", self.name);
         }
     }
+}
+
+/// Drops every database this process created with `prefix` and did not drop:
+/// what a run that failed or was interrupted half-way left behind.
+pub async fn sweep(admin_url: &str, prefix: &str) -> anyhow::Result<()> {
+    let mut admin = sqlx::PgConnection::connect(admin_url).await?;
+    let pattern = format!("{}\\_{}\\_%", prefix.replace('_', "\\_"), std::process::id());
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE $1")
+        .bind(pattern)
+        .fetch_all(&mut admin)
+        .await?;
+    for name in names {
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await?;
+    }
+    Ok(())
 }
