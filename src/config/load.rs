@@ -18,9 +18,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 
 /// `HERALD_…` variables that are not configuration keys: the tracing filter
-/// (README, *Logs*) and the test suite's own settings.
+/// (README, *Logs*), the test suite's and the benchmarks' own settings.
 fn is_reserved(name: &str) -> bool {
-    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_")
+    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_") || name.starts_with("HERALD_BENCH_")
 }
 
 /// Keys whose values are never repeated in an error.
@@ -353,6 +353,13 @@ mod tests {
         assert!(e.contains("HERALD_RETRY__ATEMPTS") && e.contains("retry.attempts"), "{e}");
         // the test suite's own variables are not config keys
         assert!(load("", &[("HERALD_TEST_DATABASE_URL", "postgres://x")]).is_ok());
+    }
+
+    #[test]
+    fn the_benchmarks_variables_are_not_config_keys() {
+        // The README sends `cargo bench --bench ingest` to it; the herald it
+        // starts inherits the environment.
+        assert!(load("", &[("HERALD_BENCH_DATABASE_URL", "postgres://x")]).is_ok());
     }
 
     #[test]
