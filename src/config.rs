@@ -504,11 +504,23 @@ impl Config {
             return Err(invalid("worker.poll_interval: must be longer than zero"));
         }
         for (key, timeout) in self.provider_timeouts() {
-            if timeout >= w.lease {
+            if timeout.is_zero() {
                 return Err(invalid(format!(
-                    "{key}: {} must be shorter than worker.lease ({}), or a slow call would be retaken by another worker while still in flight",
+                    "{key}: must be longer than zero (every call would be abandoned at once and recorded unknown)"
+                )));
+            }
+            let longest = w.lease * 3 / 4;
+            if timeout > longest {
+                let needed = Duration::from_secs((timeout * 4 / 3).as_secs_f64().ceil() as u64);
+                return Err(invalid(format!(
+                    "{key}: {} leaves too little of worker.lease ({}). The lease starts at the claim, before the call, \
+                     and must still cover recording the outcome, so a call may take at most three quarters of it ({}); \
+                     otherwise a slow call could be retaken by another worker while still in flight. \
+                     Shorten the timeout or raise worker.lease to {}",
                     format_duration(timeout),
-                    format_duration(w.lease)
+                    format_duration(w.lease),
+                    format_duration(longest),
+                    format_duration(needed)
                 )));
             }
         }
@@ -765,5 +777,22 @@ mod tests {
         let e =
             load("[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("channels.sms.timeout") && e.contains("worker.lease"), "{e}");
+    }
+
+    #[test]
+    fn a_provider_timeout_of_zero_is_refused() {
+        for channel in ["[channels.sms]\nurl = \"http://x/sms\"", "[channels.webhook]\nsecret = \"whsec_x\""] {
+            let e = load(&format!("{channel}\ntimeout = \"0s\"\n"), &[]).unwrap_err().to_string();
+            assert!(e.contains(".timeout") && e.contains("zero"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_provider_timeout_leaves_a_quarter_of_the_lease_for_recording() {
+        let sms = |timeout: &str| format!("[worker]\nlease = \"30s\"\n[channels.sms]\nurl = \"http://x/sms\"\ntimeout = \"{timeout}\"\n");
+        let e = load(&sms("29s"), &[]).unwrap_err().to_string();
+        assert!(e.contains("channels.sms.timeout") && e.contains("22s500ms") && e.contains("39s"), "{e}");
+        assert!(load(&sms("23s"), &[]).is_err());
+        assert!(load(&sms("22s500ms"), &[]).is_ok());
     }
 }
