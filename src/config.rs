@@ -379,6 +379,9 @@ pub struct LogConfig {
     /// A tracing filter, e.g. `info` or `herald=debug,sqlx=warn`.
     #[serde(default = "default_log_level")]
     pub level: String,
+    /// `HERALD_LOG`, which replaces `level` when set (not a key of the file).
+    #[serde(skip)]
+    pub from_env: Option<String>,
 }
 fn default_log_format() -> String {
     "text".into()
@@ -388,8 +391,31 @@ fn default_log_level() -> String {
 }
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { format: default_log_format(), level: default_log_level() }
+        LogConfig { format: default_log_format(), level: default_log_level(), from_env: None }
     }
+}
+
+/// A tracing filter as Herald takes it: comma-separated directives, each a
+/// level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or `target=level`
+/// (`herald=debug`, `herald::deliver[attempt]=trace`). tracing would read a
+/// bare word that is not a level as a target to trace (`verbose` would turn
+/// every other log off and trace a target that does not exist), and a target
+/// without a level likewise; Herald refuses both instead.
+pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive.rsplit('=').next().unwrap_or_default().to_ascii_lowercase();
+        if !LEVELS.contains(&level.as_str()) {
+            return Err(format!(
+                "{filter:?}: {directive:?} names no level; write one of {} or target=level, like herald=debug",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map(|_| ())
+        .map_err(|e| format!("{filter:?} is not a log filter like info or herald=debug,sqlx=warn: {e}"))
 }
 
 /// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"`, `"14d"` (jiff's friendly format; a
@@ -451,6 +477,11 @@ impl Config {
         self.listen
             .parse()
             .map_err(|_| invalid(format!("listen: {:?} is not an address like 127.0.0.1:8080", self.listen)))
+    }
+
+    /// The log filter in force: `HERALD_LOG` when set, else `log.level`.
+    pub fn log_filter(&self) -> &str {
+        self.log.from_env.as_deref().unwrap_or(&self.log.level)
     }
 
     pub fn auth_enabled(&self) -> bool {
@@ -540,6 +571,7 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }
+        check_log_filter(&self.log.level).map_err(|m| invalid(format!("log.level: {m}")))?;
         Ok(())
     }
 

@@ -197,8 +197,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HERALD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    // Checked when the config was loaded (HERALD_LOG included), so nothing
+    // falls back here without a word.
+    let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log.format == "json" {
         builder.json().init();

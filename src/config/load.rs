@@ -29,11 +29,11 @@ const SECRET_KEYS: [&str; 3] = ["secret", "auth_token", "token_sha256"];
 /// The metadata name of the environment provider.
 const ENVIRONMENT: &str = "environment";
 
-pub(super) fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigError> {
+pub(super) fn load(path: Option<&Path>, env_vars: &[(String, String)]) -> Result<Config, ConfigError> {
     let file = FileSource::read(path)?;
-    let env = EnvSource::parse(env)?;
+    let env = EnvSource::parse(env_vars)?;
     let figment = Figment::new().merge(&file).merge(&env);
-    let config: Config = figment.extract_lossy().map_err(|e| {
+    let mut config: Config = figment.extract_lossy().map_err(|e| {
         let lines: Vec<String> = e.into_iter().map(|e| describe(&e, &env)).collect();
         ConfigError::Invalid(lines.join("\n"))
     })?;
@@ -41,7 +41,18 @@ pub(super) fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Conf
         ConfigError::Invalid(msg) => ConfigError::Invalid(with_origin(msg, &figment, &env)),
         other => other,
     })?;
+    config.log.from_env = log_filter_from(env_vars)?;
     Ok(config)
+}
+
+/// `HERALD_LOG`, checked like `log.level`; an empty one is as good as none.
+fn log_filter_from(env: &[(String, String)]) -> Result<Option<String>, ConfigError> {
+    let Some((_, filter)) = env.iter().rev().find(|(name, value)| name == "HERALD_LOG" && !value.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    super::check_log_filter(filter).map_err(|m| invalid(format!("environment variable HERALD_LOG: {m}")))?;
+    Ok(Some(filter.clone()))
 }
 
 /// The TOML file, or the embedded default when there is none.
@@ -302,6 +313,24 @@ mod tests {
     fn herald_log_is_the_tracing_filter_not_a_config_key() {
         let c = load("", &[("HERALD_LOG", "debug"), ("HERALD_TEST_REDIS_URL", "redis://x")]).unwrap();
         assert_eq!(c.log.level, "info");
+        assert_eq!(c.log_filter(), "debug", "HERALD_LOG replaces log.level");
+        let c = load("[log]\nlevel = \"herald=debug,sqlx=warn\"\n", &[]).unwrap();
+        assert_eq!(c.log_filter(), "herald=debug,sqlx=warn");
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_refused_naming_where_it_came_from() {
+        let e = load("", &[("HERALD_LOG", "verbose")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LOG") && e.contains("verbose"), "{e}");
+        let e = load("", &[("HERALD_LOG", "herald=loud")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LOG") && e.contains("herald=loud"), "{e}");
+        let e = load("", &[("HERALD_LOG__LEVEL", "verbose")]).unwrap_err().to_string();
+        assert!(e.contains("log.level") && e.contains("HERALD_LOG__LEVEL"), "{e}");
+        let e = load("[log]\nlevel = \"debug,herald=\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("log.level") && e.contains("herald.toml"), "{e}");
+        for ok in ["warn", "INFO", "off", "herald=debug,sqlx=warn", "info,herald::deliver=trace"] {
+            assert!(load("", &[("HERALD_LOG", ok)]).is_ok(), "{ok}");
+        }
     }
 
     #[test]
@@ -321,8 +350,13 @@ mod tests {
         assert!(c.worker.disabled);
         assert_eq!(c.routes[0].channels, vec!["sms".to_string()]);
         // a string field keeps what looks like a boolean or a list, as written
-        let c = load("", &[("HERALD_LOG__LEVEL", "true"), ("HERALD_REDIS_URL", "[x]")]).unwrap();
-        assert_eq!((c.log.level.as_str(), c.redis_url.as_deref()), ("true", Some("[x]")));
+        let c = load(
+            "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n",
+            &[("HERALD_CHANNELS__SMS__AUTH_TOKEN", "true"), ("HERALD_REDIS_URL", "[x]")],
+        )
+        .unwrap();
+        assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("true"));
+        assert_eq!(c.redis_url.as_deref(), Some("[x]"));
     }
 
     #[test]
