@@ -197,3 +197,17 @@ fn the_example_configuration_writes_the_defaults_it_claims() {
     let defaults = Config::load_with_env(Some(&minimal), &[]).unwrap();
     assert_eq!(format!("{example:#?}"), format!("{defaults:#?}"));
 }
+
+#[test]
+fn a_provider_from_the_environment_replaces_the_shipped_sinks() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let env = [
+        ("HERALD_CHANNELS__SMS__URL", "http://127.0.0.1:9/sms"),
+        ("HERALD_CHANNELS__EMAIL__SMTP_URL", "smtp://127.0.0.1:2525"),
+    ];
+    for config in [&[][..], &["--config", "herald.example.toml"][..]] {
+        let args: Vec<&str> = ["config", "check"].iter().copied().chain(config.iter().copied()).collect();
+        let out = run(repo, &args, &env);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+}

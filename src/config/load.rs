@@ -10,7 +10,7 @@
 
 use super::{Config, ConfigError, EMBEDDED_DEFAULT, invalid};
 use figment::error::Kind;
-use figment::value::{Dict, Map, Value};
+use figment::value::{Dict, Empty, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserializer;
 use serde::de::{DeserializeOwned, SeqAccess, Visitor};
@@ -30,8 +30,9 @@ const SECRET_KEYS: [&str; 3] = ["secret", "auth_token", "token_sha256"];
 const ENVIRONMENT: &str = "environment";
 
 pub(super) fn load(path: Option<&Path>, env_vars: &[(String, String)]) -> Result<Config, ConfigError> {
-    let file = FileSource::read(path)?;
+    let mut file = FileSource::read(path)?;
     let env = EnvSource::parse(env_vars)?;
+    file.give_way_to(&env);
     let figment = Figment::new().merge(&file).merge(&env);
     let mut config: Config = figment.extract_lossy().map_err(|e| {
         let lines: Vec<String> = e.into_iter().map(|e| describe(&e, &env)).collect();
@@ -55,6 +56,9 @@ fn log_filter_from(env: &[(String, String)]) -> Result<Option<String>, ConfigErr
     Ok(Some(filter.clone()))
 }
 
+/// Keys of which a channel takes exactly one: where the messages go.
+const ONE_OF: [(&str, [&str; 2]); 2] = [("channels.email", ["smtp_url", "sink"]), ("channels.sms", ["url", "sink"])];
+
 /// The TOML file, or the embedded default when there is none.
 struct FileSource {
     label: String,
@@ -62,6 +66,28 @@ struct FileSource {
 }
 
 impl FileSource {
+    /// The environment wins over the file key by key, and for keys of which
+    /// a channel takes exactly one it wins over the pair: a provider's URL set
+    /// by a variable replaces the file's `sink` (and a `sink` the URL), so
+    /// `HERALD_CHANNELS__SMS__URL` alone turns the embedded default's sink
+    /// into a real provider.
+    fn give_way_to(&mut self, env: &EnvSource) {
+        for var in env.vars.iter().filter(|v| !v.value.is_empty()) {
+            let (leaf, section) = var.path.split_last().expect("parse refuses an empty path");
+            let Some((_, pair)) = ONE_OF.iter().find(|(s, pair)| *s == section.join(".") && pair.contains(&leaf.as_str()))
+            else {
+                continue;
+            };
+            let mut table = Some(&mut self.table);
+            for part in section {
+                table = table.and_then(|t| t.get_mut(part.as_str())).and_then(toml::Value::as_table_mut);
+            }
+            if let Some(table) = table {
+                table.retain(|key, _| key == leaf || !pair.iter().any(|p| *p == key));
+            }
+        }
+    }
+
     fn read(path: Option<&Path>) -> Result<FileSource, ConfigError> {
         let (label, text) = match path {
             Some(p) => {
@@ -163,7 +189,13 @@ impl Provider for &EnvSource {
                 let Value::Dict(_, inner) = entry else { unreachable!("made a dict just above") };
                 dict = inner;
             }
-            dict.insert(leaf.clone(), Value::from(var.value.clone()));
+            // An empty value unsets the key: an optional one is then absent,
+            // whatever the file says (`describe` explains the others).
+            let value = match var.value.is_empty() {
+                true => Value::from(Empty::None),
+                false => Value::from(var.value.clone()),
+            };
+            dict.insert(leaf.clone(), value);
         }
         Ok(Profile::Default.collect(root))
     }
@@ -218,6 +250,13 @@ fn describe(e: &figment::Error, env: &EnvSource) -> String {
         Kind::MissingField(field) => {
             path.push(field.to_string());
             "is required".to_string()
+        }
+        Kind::InvalidType(figment::error::Actual::Option | figment::error::Actual::Unit, _)
+            if e.metadata.as_ref().is_some_and(|md| md.name == ENVIRONMENT) =>
+        {
+            "cannot be unset: it is not optional (an empty variable unsets only optional keys); \
+             give it a value, or remove the variable to keep the file's"
+                .to_string()
         }
         Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
             format!("invalid value (expected {expected})")
@@ -357,6 +396,47 @@ mod tests {
         .unwrap();
         assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("true"));
         assert_eq!(c.redis_url.as_deref(), Some("[x]"));
+    }
+
+    fn default_with(env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::load_with_env(None, &env)
+    }
+
+    #[test]
+    fn an_environment_provider_replaces_the_files_sink() {
+        let c = default_with(&[("HERALD_CHANNELS__SMS__URL", "http://127.0.0.1:9/sms")]).unwrap();
+        let sms = c.channels.sms.unwrap();
+        assert_eq!((sms.url.as_deref(), sms.sink), (Some("http://127.0.0.1:9/sms"), None));
+        let c = default_with(&[("HERALD_CHANNELS__EMAIL__SMTP_URL", "smtp://127.0.0.1:2525")]).unwrap();
+        let email = c.channels.email.unwrap();
+        assert_eq!((email.smtp_url.as_deref(), email.sink), (Some("smtp://127.0.0.1:2525"), None));
+        // and the other way round: a sink from the environment replaces the file's provider
+        let c = load("[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n", &[("HERALD_CHANNELS__SMS__SINK", "out")])
+            .unwrap();
+        let sms = c.channels.sms.unwrap();
+        assert_eq!((sms.url, sms.sink), (None, Some("out".into())));
+        // both from the environment is still one too many
+        let e = default_with(&[("HERALD_CHANNELS__SMS__URL", "http://x/sms"), ("HERALD_CHANNELS__SMS__SINK", "out")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("channels.sms") && e.contains("exactly one"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_environment_value_unsets_an_optional_key() {
+        let c = default_with(&[("HERALD_CHANNELS__SMS__SINK", ""), ("HERALD_CHANNELS__SMS__URL", "http://x/sms")]).unwrap();
+        assert_eq!(c.channels.sms.unwrap().sink, None);
+        let c = default_with(&[("HERALD_CHANNELS__SMS", "")]).unwrap();
+        assert!(c.channels.sms.is_none(), "a whole section can be unset: the channel is off");
+        let c = load("redis_url = \"redis://127.0.0.1:6379\"\n", &[("HERALD_REDIS_URL", "")]).unwrap();
+        assert_eq!(c.redis_url, None);
+        // a key that cannot be absent says so, naming the variable
+        let e = default_with(&[("HERALD_LISTEN", "")]).unwrap_err().to_string();
+        assert!(e.contains("listen") && e.contains("HERALD_LISTEN") && e.contains("cannot be unset"), "{e}");
+        // an empty variable that is no key is still an error naming it
+        let e = default_with(&[("HERALD_LISTN", "")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LISTN") && e.contains("not a configuration key"), "{e}");
     }
 
     #[test]
