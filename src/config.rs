@@ -821,7 +821,9 @@ mod tests {
 
     #[test]
     fn a_provider_timeout_leaves_a_quarter_of_the_lease_for_recording() {
-        let sms = |timeout: &str| format!("[worker]\nlease = \"30s\"\n[channels.sms]\nurl = \"http://x/sms\"\ntimeout = \"{timeout}\"\n");
+        let sms = |timeout: &str| {
+            format!("[worker]\nlease = \"30s\"\n[channels.sms]\nurl = \"http://x/sms\"\ntimeout = \"{timeout}\"\n")
+        };
         let e = load(&sms("29s"), &[]).unwrap_err().to_string();
         assert!(e.contains("channels.sms.timeout") && e.contains("22s500ms") && e.contains("39s"), "{e}");
         assert!(load(&sms("23s"), &[]).is_err());

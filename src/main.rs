@@ -357,8 +357,12 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
         }
     };
     let store = open_existing(&config).await?;
+    // The same strict reader as the API's (and occurred_at's).
     let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
-        s.as_deref().map(|s| s.parse::<jiff::Timestamp>().map(|t| t.as_microsecond())).transpose().context("--since")
+        s.as_deref()
+            .map(|s| herald::event::OccurredAt::parse(s).map(|t| t.timestamp().as_microsecond()))
+            .transpose()
+            .map_err(|m| anyhow::anyhow!("--since: {m}"))
     };
     match command {
         DlqCommand::List { reason, since, limit, .. } => {

@@ -211,3 +211,21 @@ fn a_provider_from_the_environment_replaces_the_shipped_sinks() {
         assert!(out.status.success(), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn the_cli_reads_since_as_strictly_as_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    for since in ["2026-06-30T23:59:60Z", "2026-11-29"] {
+        for args in
+            [&["dlq", "list", "--since", since][..], &["dlq", "replay", "--reason", "rejected", "--since", since][..]]
+        {
+            let out = run(dir.path(), args, &[]);
+            let err = stderr(&out);
+            assert!(!out.status.success(), "{args:?} accepted {since}");
+            assert!(err.contains("--since"), "{args:?}: {err}");
+        }
+    }
+    let out = run(dir.path(), &["dlq", "list", "--since", "2026-06-30T23:59:59Z"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -74,7 +74,8 @@ impl FileSource {
     fn give_way_to(&mut self, env: &EnvSource) {
         for var in env.vars.iter().filter(|v| !v.value.is_empty()) {
             let (leaf, section) = var.path.split_last().expect("parse refuses an empty path");
-            let Some((_, pair)) = ONE_OF.iter().find(|(s, pair)| *s == section.join(".") && pair.contains(&leaf.as_str()))
+            let Some((_, pair)) =
+                ONE_OF.iter().find(|(s, pair)| *s == section.join(".") && pair.contains(&leaf.as_str()))
             else {
                 continue;
             };
@@ -83,7 +84,7 @@ impl FileSource {
                 table = table.and_then(|t| t.get_mut(part.as_str())).and_then(toml::Value::as_table_mut);
             }
             if let Some(table) = table {
-                table.retain(|key, _| key == leaf || !pair.iter().any(|p| *p == key));
+                table.retain(|key, _| key == leaf || !pair.contains(&key));
             }
         }
     }
@@ -425,7 +426,8 @@ mod tests {
 
     #[test]
     fn an_empty_environment_value_unsets_an_optional_key() {
-        let c = default_with(&[("HERALD_CHANNELS__SMS__SINK", ""), ("HERALD_CHANNELS__SMS__URL", "http://x/sms")]).unwrap();
+        let c =
+            default_with(&[("HERALD_CHANNELS__SMS__SINK", ""), ("HERALD_CHANNELS__SMS__URL", "http://x/sms")]).unwrap();
         assert_eq!(c.channels.sms.unwrap().sink, None);
         let c = default_with(&[("HERALD_CHANNELS__SMS", "")]).unwrap();
         assert!(c.channels.sms.is_none(), "a whole section can be unset: the channel is off");
