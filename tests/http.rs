@@ -625,3 +625,31 @@ async fn an_idempotency_key_is_one_header_of_visible_ascii() {
     assert_eq!(post(&["k-1"]).await.unwrap().status(), 202);
     app.running.stop().await;
 }
+
+/// Two different numbers must never make one event: 123456789012345678901 and
+/// …902 are the same double, so the second post would replay the first.
+#[tokio::test]
+async fn a_number_a_double_cannot_hold_is_refused_rather_than_merged() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).without_workers().spawn().await;
+    let post = |number: &str| {
+        let body = format!(
+            r#"{{"type": "purchase_order.approved", "entity": {{"type": "purchase_order", "id": "PO-BIG"}},
+                "occurred_at": "2026-11-29T10:15:00Z", "data": {{"po": {{"number": {number}}}}},
+                "recipients": [{{"id": "u-1"}}], "channels": ["in_app"]}}"#
+        );
+        app.client.post(format!("{}/v1/events", app.base)).header("content-type", "application/json").body(body).send()
+    };
+    for number in ["123456789012345678901", "123456789012345678902", "0.1000000000000000055511151231257827"] {
+        let resp = post(number).await.unwrap();
+        assert_eq!(resp.status(), 400, "{number}");
+        let b: Value = resp.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "inexact_number", "{b}");
+        let message = b["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("data.po.number") && message.contains("as a string"), "{b}");
+    }
+    // what a double holds as written is accepted, and as a string any number is
+    assert_eq!(post("12345.25").await.unwrap().status(), 202);
+    assert_eq!(post("\"123456789012345678901\"").await.unwrap().status(), 409, "another value of the same event");
+    app.running.stop().await;
+}

@@ -98,9 +98,9 @@ fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
         [0x2001, 0, ..] => Some("Teredo"),
         // The rest of the IETF protocol block (benchmarking, ORCHID, …).
         [0x2001, x, ..] if x < 0x0200 => Some("reserved"),
-        [0x2001, 0x0db8, ..] => Some("reserved"), // documentation
+        [0x2001, 0x0db8, ..] => Some("reserved"),               // documentation
         [0x3fff, x, ..] if x & 0xf000 == 0 => Some("reserved"), // documentation (RFC 9637)
-        [0x0100, 0, 0, 0, ..] => Some("reserved"), // discard-only
+        [0x0100, 0, 0, 0, ..] => Some("reserved"),              // discard-only
         [x, ..] if x & 0xffc0 == 0xfe80 => Some("link-local"),
         [x, ..] if x & 0xffc0 == 0xfec0 => Some("private"), // site-local (deprecated)
         [x, ..] if x & 0xfe00 == 0xfc00 => Some("unique-local"),
