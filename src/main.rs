@@ -392,7 +392,10 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 errln!("no intent {id:?} for tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             };
-            outln!("{}", serde_json::to_string_pretty(&herald::api::intent_json(&d))?)?;
+            if d.intent.state != "dead" {
+                errln!("herald: {id} is not a dead letter (it is {}); shown as it stands", d.intent.state);
+            }
+            outln!("{}", serde_json::to_string_pretty(&herald::api::dead_letter_json(&d))?)?;
         }
         DlqCommand::Replay { ids, reason, since, .. } => {
             let selector = match reason {

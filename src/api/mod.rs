@@ -20,6 +20,12 @@ pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
     views::intent_detail(d)
 }
 
+/// An intent as `GET /v1/dead-letters` shows a dead letter: with its tenant and
+/// the stored event (inline recipients masked).
+pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
+    views::dead_letter_of(d)
+}
+
 use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};
