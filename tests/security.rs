@@ -85,9 +85,17 @@ async fn crlf_in_event_data_cannot_forge_a_header_over_smtp() {
     let head: Vec<String> = mails[0].raw.split("\r\n\r\n").next().unwrap().split("\r\n").map(String::from).collect();
     assert_no_forged_header(&head);
     assert!(mails[0].header("bcc").is_none() && mails[0].header("x-injected").is_none());
+    // lettre would hide a CR/LF inside an RFC 2047 encoded word (so the lines
+    // above could never show it); a mail reader decodes the word and gets a
+    // subject that breaks its line. The subject as read must be one line.
+    let subject = mails[0].decoded_header("subject").expect("a subject");
+    assert_eq!(subject, "PO-CRLF-SMTP was approved by Asha  Bcc: mallory@evil.example  X-Injected: yes");
     app.running.stop().await;
 }
 
+/// A pin, not a guard that could catch a regression today: the body is JSON,
+/// whose encoder escapes CR/LF in every string, and the only headers are the
+/// ones Herald writes. It fails only if the SMS channel stops sending JSON.
 #[tokio::test]
 async fn crlf_in_event_data_stays_inside_the_sms_json() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -104,6 +112,8 @@ async fn crlf_in_event_data_stays_inside_the_sms_json() {
     assert!(!got[0].header_names.iter().any(|h| h == "bcc" || h == "x-injected"), "{:?}", got[0].header_names);
     app.running.stop().await;
 }
+/// A pin, like the SMS one: the body is JSON (CR/LF escaped by the encoder)
+/// and the headers are Herald's own values; it fails only if that changes.
 #[tokio::test]
 async fn crlf_in_event_data_stays_inside_the_webhook_body() {
     let db = TestDb::new(Backend::Sqlite).await;

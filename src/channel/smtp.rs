@@ -350,6 +350,9 @@ mod tests {
         }
     }
 
+    /// lettre encodes a subject with CR/LF into RFC 2047 words, so these lines
+    /// would look clean without `header_value`; `tests/security.rs` decodes the
+    /// subject an SMTP peer receives, which is the check that can fail.
     #[tokio::test]
     async fn neither_the_subject_nor_the_from_name_can_start_a_header_line() {
         // The From comes from config; a CR/LF in it stops the start (lettre refuses it).
