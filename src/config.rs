@@ -379,6 +379,9 @@ pub struct LogConfig {
     /// A tracing filter, e.g. `info` or `herald=debug,sqlx=warn`.
     #[serde(default = "default_log_level")]
     pub level: String,
+    /// `HERALD_LOG`, which replaces `level` when set (not a key of the file).
+    #[serde(skip)]
+    pub from_env: Option<String>,
 }
 fn default_log_format() -> String {
     "text".into()
@@ -388,8 +391,31 @@ fn default_log_level() -> String {
 }
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { format: default_log_format(), level: default_log_level() }
+        LogConfig { format: default_log_format(), level: default_log_level(), from_env: None }
     }
+}
+
+/// A tracing filter as Herald takes it: comma-separated directives, each a
+/// level (`trace`, `debug`, `info`, `warn`, `error`, `off`) or `target=level`
+/// (`herald=debug`, `herald::deliver[attempt]=trace`). tracing would read a
+/// bare word that is not a level as a target to trace (`verbose` would turn
+/// every other log off and trace a target that does not exist), and a target
+/// without a level likewise; Herald refuses both instead.
+pub fn check_log_filter(filter: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+        let level = directive.rsplit('=').next().unwrap_or_default().to_ascii_lowercase();
+        if !LEVELS.contains(&level.as_str()) {
+            return Err(format!(
+                "{filter:?}: {directive:?} names no level; write one of {} or target=level, like herald=debug",
+                LEVELS.join(", ")
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::builder()
+        .parse(filter)
+        .map(|_| ())
+        .map_err(|e| format!("{filter:?} is not a log filter like info or herald=debug,sqlx=warn: {e}"))
 }
 
 /// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"`, `"14d"` (jiff's friendly format; a
@@ -453,6 +479,11 @@ impl Config {
             .map_err(|_| invalid(format!("listen: {:?} is not an address like 127.0.0.1:8080", self.listen)))
     }
 
+    /// The log filter in force: `HERALD_LOG` when set, else `log.level`.
+    pub fn log_filter(&self) -> &str {
+        self.log.from_env.as_deref().unwrap_or(&self.log.level)
+    }
+
     pub fn auth_enabled(&self) -> bool {
         !self.auth.tokens.is_empty()
     }
@@ -504,11 +535,23 @@ impl Config {
             return Err(invalid("worker.poll_interval: must be longer than zero"));
         }
         for (key, timeout) in self.provider_timeouts() {
-            if timeout >= w.lease {
+            if timeout.is_zero() {
                 return Err(invalid(format!(
-                    "{key}: {} must be shorter than worker.lease ({}), or a slow call would be retaken by another worker while still in flight",
+                    "{key}: must be longer than zero (every call would be abandoned at once and recorded unknown)"
+                )));
+            }
+            let longest = w.lease * 3 / 4;
+            if timeout > longest {
+                let needed = Duration::from_secs((timeout * 4 / 3).as_secs_f64().ceil() as u64);
+                return Err(invalid(format!(
+                    "{key}: {} leaves too little of worker.lease ({}). The lease starts at the claim, before the call, \
+                     and must still cover recording the outcome, so a call may take at most three quarters of it ({}); \
+                     otherwise a slow call could be retaken by another worker while still in flight. \
+                     Shorten the timeout or raise worker.lease to {}",
                     format_duration(timeout),
-                    format_duration(w.lease)
+                    format_duration(w.lease),
+                    format_duration(longest),
+                    format_duration(needed)
                 )));
             }
         }
@@ -528,6 +571,7 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }
+        check_log_filter(&self.log.level).map_err(|m| invalid(format!("log.level: {m}")))?;
         Ok(())
     }
 
@@ -765,5 +809,24 @@ mod tests {
         let e =
             load("[worker]\nlease = \"5s\"\n[channels.sms]\nurl = \"http://x/sms\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("channels.sms.timeout") && e.contains("worker.lease"), "{e}");
+    }
+
+    #[test]
+    fn a_provider_timeout_of_zero_is_refused() {
+        for channel in ["[channels.sms]\nurl = \"http://x/sms\"", "[channels.webhook]\nsecret = \"whsec_x\""] {
+            let e = load(&format!("{channel}\ntimeout = \"0s\"\n"), &[]).unwrap_err().to_string();
+            assert!(e.contains(".timeout") && e.contains("zero"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_provider_timeout_leaves_a_quarter_of_the_lease_for_recording() {
+        let sms = |timeout: &str| {
+            format!("[worker]\nlease = \"30s\"\n[channels.sms]\nurl = \"http://x/sms\"\ntimeout = \"{timeout}\"\n")
+        };
+        let e = load(&sms("29s"), &[]).unwrap_err().to_string();
+        assert!(e.contains("channels.sms.timeout") && e.contains("22s500ms") && e.contains("39s"), "{e}");
+        assert!(load(&sms("23s"), &[]).is_err());
+        assert!(load(&sms("22s500ms"), &[]).is_ok());
     }
 }

@@ -197,8 +197,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn init_logging(config: &Config) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HERALD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.level));
+    // Checked when the config was loaded (HERALD_LOG included), so nothing
+    // falls back here without a word.
+    let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if config.log.format == "json" {
         builder.json().init();
@@ -356,8 +357,12 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
         }
     };
     let store = open_existing(&config).await?;
+    // The same strict reader as the API's (and occurred_at's).
     let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
-        s.as_deref().map(|s| s.parse::<jiff::Timestamp>().map(|t| t.as_microsecond())).transpose().context("--since")
+        s.as_deref()
+            .map(|s| herald::event::OccurredAt::parse(s).map(|t| t.timestamp().as_microsecond()))
+            .transpose()
+            .map_err(|m| anyhow::anyhow!("--since: {m}"))
     };
     match command {
         DlqCommand::List { reason, since, limit, .. } => {
@@ -387,7 +392,10 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 errln!("no intent {id:?} for tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             };
-            outln!("{}", serde_json::to_string_pretty(&herald::api::intent_json(&d))?)?;
+            if d.intent.state != "dead" {
+                errln!("herald: {id} is not a dead letter (it is {}); shown as it stands", d.intent.state);
+            }
+            outln!("{}", serde_json::to_string_pretty(&herald::api::dead_letter_json(&d))?)?;
         }
         DlqCommand::Replay { ids, reason, since, .. } => {
             let selector = match reason {

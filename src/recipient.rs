@@ -69,28 +69,76 @@ pub fn validate_webhook_url(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// A destination as outputs show it: enough to recognise, not enough to use.
-/// `asha@example.com` → `a***@example.com`; `+9779800000000` → `+97798******00`;
-/// a webhook URL keeps its scheme and host. Every API view, the CLI and the
-/// ops digest show destinations through this one function.
-pub fn mask(destination: &str) -> String {
-    if let Some((local, domain)) = destination.rsplit_once('@') {
-        let first: String = local.chars().take(1).collect();
-        return format!("{first}***@{domain}");
-    }
-    if destination.starts_with('+') {
-        let chars: Vec<char> = destination.chars().collect();
-        if chars.len() > 8 {
-            let head: String = chars[..6].iter().collect();
-            let tail: String = chars[chars.len() - 2..].iter().collect();
-            return format!("{head}{}{tail}", "*".repeat(chars.len() - 8));
+/// What a destination is, known from the channel or field that holds it —
+/// never guessed from the text (a webhook URL may hold an `@`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Email,
+    Phone,
+    Url,
+}
+
+impl Kind {
+    /// The kind of an intent's destination; `None` for in-app, which has none.
+    pub fn of_channel(channel: &str) -> Option<Kind> {
+        match channel {
+            "email" => Some(Kind::Email),
+            "sms" => Some(Kind::Phone),
+            "webhook" => Some(Kind::Url),
+            _ => None,
         }
+    }
+
+    /// The kind of a recipient field (`email`, `phone`, `webhook_url`).
+    pub fn of_field(field: &str) -> Option<Kind> {
+        match field {
+            "email" => Some(Kind::Email),
+            "phone" => Some(Kind::Phone),
+            "webhook_url" => Some(Kind::Url),
+            _ => None,
+        }
+    }
+}
+
+/// A destination as outputs show it: enough to recognise, not enough to use.
+/// `asha@example.com` → `a***@example.com`; `+9779800000000` →
+/// `+97798******00`; a webhook URL keeps its scheme and host. Every API view,
+/// the CLI and the ops digest show destinations through this one function.
+pub fn mask(kind: Kind, destination: &str) -> String {
+    match kind {
+        Kind::Email => mask_email(destination),
+        Kind::Phone => mask_phone(destination),
+        Kind::Url => mask_url(destination),
+    }
+}
+
+/// An intent's destination, masked by its channel's kind.
+pub fn mask_for_channel(channel: &str, destination: &str) -> String {
+    Kind::of_channel(channel).map_or_else(|| "***".into(), |kind| mask(kind, destination))
+}
+
+fn mask_email(address: &str) -> String {
+    match address.rsplit_once('@') {
+        Some((local, domain)) => format!("{}***@{domain}", local.chars().take(1).collect::<String>()),
+        None => "***".into(),
+    }
+}
+
+fn mask_phone(phone: &str) -> String {
+    let chars: Vec<char> = phone.chars().collect();
+    if !phone.starts_with('+') || chars.len() <= 8 {
         return "+***".into();
     }
-    if let Ok(url) = reqwest::Url::parse(destination) {
-        return format!("{}://{}/***", url.scheme(), url.host_str().unwrap_or("?"));
+    let head: String = chars[..6].iter().collect();
+    let tail: String = chars[chars.len() - 2..].iter().collect();
+    format!("{head}{}{tail}", "*".repeat(chars.len() - 8))
+}
+
+fn mask_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => format!("{}://{}/***", u.scheme(), u.host_str().unwrap_or("?")),
+        Err(_) => "***".into(),
     }
-    "***".into()
 }
 
 /// The fields of a recipient that are destinations, masked in place: for the
@@ -99,23 +147,189 @@ pub fn mask_inline_recipients(event: &mut serde_json::Value) {
     let Some(recipients) = event.get_mut("recipients").and_then(|r| r.as_array_mut()) else { return };
     for r in recipients.iter_mut().filter_map(|r| r.as_object_mut()) {
         for field in ["email", "phone", "webhook_url"] {
-            if let Some(serde_json::Value::String(v)) = r.get_mut(field) {
-                *v = mask(v);
+            if let (Some(kind), Some(serde_json::Value::String(v))) = (Kind::of_field(field), r.get_mut(field)) {
+                *v = mask(kind, v);
             }
         }
     }
 }
 
-/// Provider text (an attempt's error) with the destination it was about
-/// masked: an SMTP server or an SMS provider often echoes the address it
-/// refused. A phone number is also found without its `+`.
-pub fn scrub(text: &str, destination: Option<&str>) -> String {
-    let Some(destination) = destination.filter(|d| !d.is_empty()) else { return text.to_string() };
-    let masked = mask(destination);
-    let mut out = text.replace(destination, &masked);
-    if let Some(digits) = destination.strip_prefix('+').filter(|d| d.len() >= 8) {
-        out = out.replace(digits, masked.trim_start_matches('+'));
+/// Provider text (an attempt's error) with the destination kept out of it,
+/// however the provider wrote it back: a channel redacts where it makes the
+/// error text, and every view again (for text stored before it did).
+///
+/// - email: every address in the text is masked, whatever its case (a
+///   server may echo `<ASHA@Example.com>`), and whichever it is;
+/// - phone: every run of digits (spaces, dashes, dots and brackets allowed
+///   between them) ending in the same seven digits as the number;
+/// - URL: the URL in any form it can be written (as given, as an HTTP client
+///   normalises it), its path and query (escaped or not), its user and
+///   password, and each path segment of eight characters or more — all
+///   regardless of case.
+pub fn redact(text: &str, kind: Kind, destination: &str) -> String {
+    match kind {
+        Kind::Email => redact_addresses(text),
+        Kind::Phone => redact_phone(text, destination),
+        Kind::Url => redact_url(text, destination),
     }
+}
+
+/// [`redact`] by an intent's channel; text of a channel without a
+/// destination is returned as it is.
+pub fn redact_for_channel(text: &str, channel: &str, destination: Option<&str>) -> String {
+    match (Kind::of_channel(channel), destination.filter(|d| !d.is_empty())) {
+        (Some(kind), Some(destination)) => redact(text, kind, destination),
+        (Some(Kind::Email), None) => redact_addresses(text),
+        _ => text.to_string(),
+    }
+}
+
+fn is_address_char(c: char) -> bool {
+    !c.is_whitespace() && !"<>()[]\"',;:".contains(c)
+}
+
+fn redact_addresses(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] != '@' {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let start = (0..i).rev().take_while(|&j| is_address_char(chars[j]) && chars[j] != '@').last();
+        let end = (i + 1..chars.len()).take_while(|&j| is_address_char(chars[j]) && chars[j] != '@').last();
+        match (start, end) {
+            (Some(start), Some(end)) => {
+                let address: String = chars[start..=end].iter().collect();
+                for _ in start..i {
+                    out.pop();
+                }
+                out.push_str(&mask_email(&address));
+                i = end + 1;
+            }
+            _ => {
+                out.push('@');
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn redact_phone(text: &str, phone: &str) -> String {
+    let digits_of = |s: &str| s.chars().filter(char::is_ascii_digit).collect::<String>();
+    let own = digits_of(phone);
+    let tail = |d: &str| d.get(d.len().saturating_sub(7)..).unwrap_or_default().to_string();
+    if own.len() < 7 {
+        return text.to_string();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit()
+            || (matches!(chars[i], '+' | '(') && chars.get(i + 1).is_some_and(char::is_ascii_digit));
+        if !starts {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        // The run: digits, with at most two separators between them (`) `).
+        let mut end = i + 1;
+        let mut last_digit = if chars[i].is_ascii_digit() { i } else { i + 1 };
+        while end < chars.len() {
+            if chars[end].is_ascii_digit() {
+                last_digit = end;
+                end += 1;
+                continue;
+            }
+            let separators = chars[end..].iter().take_while(|c| " -.()".contains(**c)).count();
+            if separators > 2 || !chars.get(end + separators).is_some_and(char::is_ascii_digit) {
+                break;
+            }
+            end += separators;
+        }
+        let run: String = chars[i..=last_digit].iter().collect();
+        let digits = digits_of(&run);
+        if digits.len() >= 7 && tail(&digits) == tail(&own) {
+            out.push_str(&mask_phone(phone));
+        } else {
+            out.push_str(&run);
+        }
+        i = last_digit + 1;
+    }
+    out
+}
+
+fn redact_url(text: &str, destination: &str) -> String {
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let mut secrets: Vec<String> = vec![destination.to_string()];
+    if let Ok(url) = reqwest::Url::parse(destination) {
+        secrets.push(url.to_string());
+        let mut path = url.path().to_string();
+        if let Some(q) = url.query() {
+            path = format!("{path}?{q}");
+            secrets.push(q.to_string());
+            secrets.push(decode(q));
+        }
+        if path.len() > 1 {
+            secrets.push(decode(&path));
+            secrets.push(path);
+        }
+        for part in [url.username(), url.password().unwrap_or_default()] {
+            if !part.is_empty() {
+                secrets.push(part.to_string());
+                secrets.push(decode(part));
+            }
+        }
+        for segment in url.path_segments().into_iter().flatten() {
+            secrets.push(segment.to_string());
+            secrets.push(decode(segment));
+        }
+    }
+    // The raw text too: what was given may say more than the parsed URL
+    // keeps (a `../` segment, an escape the parser kept or dropped).
+    let after_host = destination.split_once("://").map_or(destination, |(_, rest)| rest);
+    if let Some((_, raw_path)) = after_host.split_once('/') {
+        secrets.extend(raw_path.split(['/', '?', '#', '&', '=']).map(String::from));
+        secrets.extend(raw_path.split(['/', '?', '#', '&', '=']).map(decode));
+    }
+    let mut secrets: Vec<String> = secrets
+        .into_iter()
+        .filter(|s| s.chars().count() >= 8 || (s.contains('/') && s.len() > 1) || s.contains(':'))
+        .collect();
+    // The longest first, so a whole URL goes before the path inside it.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets.dedup();
+    let masked = mask_url(destination);
+    let mut out = text.to_string();
+    for secret in &secrets {
+        let replacement = if secret.contains("://") { masked.as_str() } else { "***" };
+        out = replace_ignoring_case(&out, secret, replacement);
+    }
+    out
+}
+
+/// `text` with every occurrence of `needle` replaced, comparing ASCII
+/// letters without case.
+fn replace_ignoring_case(text: &str, needle: &str, replacement: &str) -> String {
+    if needle.is_empty() {
+        return text.to_string();
+    }
+    let (hay, pin) = (text.to_ascii_lowercase(), needle.to_ascii_lowercase());
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for (at, _) in hay.match_indices(&pin) {
+        if at < last {
+            continue;
+        }
+        out.push_str(&text[last..at]);
+        out.push_str(replacement);
+        last = at + pin.len();
+    }
+    out.push_str(&text[last..]);
     out
 }
 
@@ -125,26 +339,99 @@ mod tests {
 
     #[test]
     fn masks_keep_only_enough_to_recognise() {
-        assert_eq!(mask("asha@example.com"), "a***@example.com");
-        assert_eq!(mask("+9779800000000"), "+97798******00");
-        assert_eq!(mask("https://hooks.example.com/secret/path?x=1"), "https://hooks.example.com/***");
+        assert_eq!(mask(Kind::Email, "asha@example.com"), "a***@example.com");
+        assert_eq!(mask(Kind::Phone, "+9779800000000"), "+97798******00");
+        assert_eq!(mask(Kind::Url, "https://hooks.example.com/secret/path?x=1"), "https://hooks.example.com/***");
+    }
+
+    #[test]
+    fn the_mask_follows_the_field_not_the_text() {
+        // An @ in a webhook's path does not make it an email address.
+        let url = "https://hooks.example.com/@/services/T0/B0/XSECRETX";
+        assert_eq!(mask(Kind::Url, url), "https://hooks.example.com/***");
+        assert_eq!(mask_for_channel("webhook", url), "https://hooks.example.com/***");
+        assert_eq!(mask(Kind::Url, "https://u:pw@hook.invalid/x"), "https://hook.invalid/***");
+        // Nothing the kind cannot make sense of is shown at all.
+        assert_eq!(mask(Kind::Phone, "9779800000000"), "+***");
+        assert_eq!(mask(Kind::Email, "not-an-address"), "***");
+        assert_eq!(mask(Kind::Url, "not a url"), "***");
+        assert_eq!(mask_for_channel("in_app", "anything"), "***");
     }
 
     #[test]
     fn stored_events_and_provider_text_are_masked_too() {
         let mut event = serde_json::json!({"data": {"email": "kept@example.com"}, "recipients": [
             {"id": "u-1", "email": "asha@example.com", "phone": "+9779800000000", "webhook_url": "https://h.example.com/s3cret"},
-            {"id": "u-2"}]});
+            {"id": "u-2", "webhook_url": "https://h.example.com/@/XSECRETX"}]});
         mask_inline_recipients(&mut event);
         assert_eq!(
             event["recipients"][0],
             serde_json::json!({"id": "u-1", "email": "a***@example.com", "phone": "+97798******00", "webhook_url": "https://h.example.com/***"})
         );
+        assert_eq!(event["recipients"][1]["webhook_url"], "https://h.example.com/***");
         assert_eq!(event["data"]["email"], "kept@example.com", "data is the sender's, not a destination");
-        let e = scrub("550 5.1.1 <asha@example.com>: no such user", Some("asha@example.com"));
+    }
+
+    #[test]
+    fn an_address_is_kept_out_of_provider_text_in_any_case() {
+        let e = redact("550 5.1.1 <asha@example.com>: no such user", Kind::Email, "asha@example.com");
         assert_eq!(e, "550 5.1.1 <a***@example.com>: no such user");
-        assert_eq!(scrub("9779800000000 is not assigned", Some("+9779800000000")), "97798******00 is not assigned");
-        assert_eq!(scrub("HTTP 503", None), "HTTP 503");
+        let e = redact("550 5.1.1 <ASHA@Example.COM>: no such user (also x.y@b.org)", Kind::Email, "asha@example.com");
+        assert_eq!(e, "550 5.1.1 <A***@Example.COM>: no such user (also x***@b.org)");
+        assert_eq!(redact("user@ is odd, @ alone too", Kind::Email, "a@b.c"), "user@ is odd, @ alone too");
+    }
+
+    #[test]
+    fn a_phone_number_is_kept_out_of_provider_text_however_written() {
+        let phone = "+9779800000000";
+        for (text, want) in [
+            ("9779800000000 is not assigned", "+97798******00 is not assigned"),
+            ("+9779800000000 is not assigned", "+97798******00 is not assigned"),
+            ("number +977 980-000-0000 refused", "number +97798******00 refused"),
+            ("(980) 000.0000 refused", "+97798******00 refused"),
+            ("HTTP 400: code 21211", "HTTP 400: code 21211"),
+        ] {
+            assert_eq!(redact(text, Kind::Phone, phone), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_url_is_kept_out_of_provider_text_in_every_form() {
+        for (url, text) in [
+            (
+                "https://Hook.Invalid/CaseSecretPath",
+                "error sending request for url (https://hook.invalid/CaseSecretPath)",
+            ),
+            (
+                "https://hook.invalid/a b/SpaceSecret",
+                "error sending request for url (https://hook.invalid/a%20b/SpaceSecret)",
+            ),
+            ("https://u:pw@hook.invalid/x/UserinfoSecret", "for url (https://u:pw@hook.invalid/x/UserinfoSecret)"),
+            (
+                "https://hook.invalid/%7Esecret~tilde/../DotSecret",
+                "for url (https://hook.invalid/DotSecret): dns error",
+            ),
+            ("https://hook.invalid/%7Esecret~tilde/../DotSecret", "no such route ~secret~tilde"),
+            ("http://127.0.0.1:9/hook/secret-walk-path", "HTTP 410: Cannot POST /hook/secret-walk-path"),
+            ("http://127.0.0.1:9/hook/secret-walk-path", "HTTP 404: no route SECRET-WALK-PATH"),
+            ("https://h.example.com/in?token=s3cr3tvalue", "bad token s3cr3tvalue"),
+        ] {
+            let out = redact(text, Kind::Url, url);
+            for secret in [
+                "casesecretpath",
+                "spacesecret",
+                "userinfosecret",
+                "u:pw@",
+                "dotsecret",
+                "secret~tilde",
+                "secret-walk-path",
+                "s3cr3tvalue",
+            ] {
+                assert!(!out.to_lowercase().contains(secret), "{url}: {text} → {out}");
+            }
+        }
+        assert_eq!(redact("HTTP 503: try later", Kind::Url, "https://h.example.com/hook"), "HTTP 503: try later");
+        assert_eq!(redact_for_channel("HTTP 503", "sms", None), "HTTP 503");
     }
 
     #[test]

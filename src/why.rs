@@ -3,7 +3,7 @@
 //! the preferences version that made it, every attempt, and where it ended.
 
 use crate::clock::rfc3339;
-use crate::recipient::{mask, scrub};
+use crate::recipient::{mask_for_channel, redact_for_channel};
 use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
 use std::fmt::Write;
 use std::time::Duration;
@@ -43,6 +43,18 @@ pub async fn history(
     Ok(out)
 }
 
+/// The reason that goes with a decision. An intent keeps one `reason`, which
+/// ends up saying how it ended (`retries_exhausted`, `hard_bounce`); only a
+/// suppression's reason is the decision's own, and a hold is always for quiet
+/// hours. A send or a digest has no reason of its own.
+fn decision_reason<'r>(decision: &str, reason: Option<&'r str>) -> Option<&'r str> {
+    match decision {
+        "suppress" => reason,
+        "hold" => Some("quiet_hours"),
+        _ => None,
+    }
+}
+
 fn time(us: i64) -> String {
     rfc3339(us).unwrap_or_else(|| us.to_string())
 }
@@ -63,9 +75,12 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let _ = writeln!(out, "  {}  event received", time(i.created_at));
         let prefs = i.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default();
         let reason = i.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
-        let to = i.destination.as_deref().map(|d| format!(" to {}", mask(d))).unwrap_or_default();
+        let why_decided =
+            decision_reason(&i.decision, i.reason.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default();
+        let to =
+            i.destination.as_deref().map(|d| format!(" to {}", mask_for_channel(&i.channel, d))).unwrap_or_default();
         let locale = i.locale.as_deref().map(|l| format!(", locale {l}")).unwrap_or_default();
-        let _ = writeln!(out, "  {}  decided: {}{reason}{prefs}{to}{locale}", time(i.created_at), i.decision);
+        let _ = writeln!(out, "  {}  decided: {}{why_decided}{prefs}{to}{locale}", time(i.created_at), i.decision);
         if let Some(detail) = &i.detail {
             let _ = writeln!(out, "  {}  note: {detail}", " ".repeat(time(i.created_at).len()));
         }
@@ -86,7 +101,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, ", provider id {m}");
             }
             if let Some(e) = &a.error {
-                let _ = write!(line, " — {}", scrub(e, i.destination.as_deref()));
+                let _ = write!(line, " — {}", redact_for_channel(e, &i.channel, i.destination.as_deref()));
             }
             if let Some(at) = a.retry_at {
                 let _ = write!(line, "; next try {}", time(at));

@@ -197,3 +197,35 @@ fn the_example_configuration_writes_the_defaults_it_claims() {
     let defaults = Config::load_with_env(Some(&minimal), &[]).unwrap();
     assert_eq!(format!("{example:#?}"), format!("{defaults:#?}"));
 }
+
+#[test]
+fn a_provider_from_the_environment_replaces_the_shipped_sinks() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let env = [
+        ("HERALD_CHANNELS__SMS__URL", "http://127.0.0.1:9/sms"),
+        ("HERALD_CHANNELS__EMAIL__SMTP_URL", "smtp://127.0.0.1:2525"),
+    ];
+    for config in [&[][..], &["--config", "herald.example.toml"][..]] {
+        let args: Vec<&str> = ["config", "check"].iter().copied().chain(config.iter().copied()).collect();
+        let out = run(repo, &args, &env);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn the_cli_reads_since_as_strictly_as_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["migrate"], &[]).status.success());
+    for since in ["2026-06-30T23:59:60Z", "2026-11-29"] {
+        for args in
+            [&["dlq", "list", "--since", since][..], &["dlq", "replay", "--reason", "rejected", "--since", since][..]]
+        {
+            let out = run(dir.path(), args, &[]);
+            let err = stderr(&out);
+            assert!(!out.status.success(), "{args:?} accepted {since}");
+            assert!(err.contains("--since"), "{args:?}: {err}");
+        }
+    }
+    let out = run(dir.path(), &["dlq", "list", "--since", "2026-06-30T23:59:59Z"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

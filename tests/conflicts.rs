@@ -292,3 +292,52 @@ async fn two_conflicting_bodies_racing_for_one_event_key_make_one_set_of_intents
         }
     }
 }
+
+/// An event accepted before content records existed (migration 0006) has
+/// intents and a stored body but no record: the upgrade derives its record
+/// from the body, so a changed post is a 409 and an exact repeat still a 200.
+#[tokio::test]
+async fn an_event_accepted_before_content_records_is_protected_after_the_upgrade() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        let (s, _, _) = app.post_event(&body("PO-OLD", Body::X), None).await;
+        assert_eq!(s, 202);
+        let mut pruned = body("PO-PRUNED", Body::X);
+        pruned["occurred_at"] = json!("2026-11-29T11:00:00Z");
+        assert_eq!(app.post_event(&pruned, None).await.0, 202);
+        app.running.stop().await;
+        // Back to the database as the release before 0006 left it: intents and
+        // bodies, no content records (and, for one event, its body pruned since).
+        for sql in [
+            "DELETE FROM events",
+            "DROP TABLE events_backfill",
+            "DELETE FROM _sqlx_migrations WHERE version = 8",
+            "DELETE FROM payloads WHERE digest IN (SELECT event_digest FROM intents WHERE entity_id = 'PO-PRUNED')",
+        ] {
+            common::execute(&db, sql).await;
+        }
+
+        // The upgrade: `herald serve` migrates, then fills in the records.
+        let app = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        let (s, b, _) = app.post_event(&body("PO-OLD", Body::OtherData), Some(&format!("fresh-{}", run_id()))).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (409, Some("event_conflict")), "{backend:?}: {b}");
+        let (s, b, _) = app.post_event(&body("PO-OLD", Body::OtherVersion), None).await;
+        assert_eq!(s, 409, "{backend:?}: {b}");
+        let (s, b, _) = app.post_event(&body("PO-OLD", Body::X), Some(&format!("again-{}", run_id()))).await;
+        assert_eq!(s, 200, "{backend:?}: an exact repeat is not a conflict: {b}");
+        let (s, b, _) = app.post_event(&body("PO-OLD", Body::MoreRecipients), None).await;
+        assert_eq!(s, 202, "{backend:?}: the audience is not frozen: {b}");
+        app.running.stop().await;
+
+        // Nothing is left to do, and the event without a body was left as it was.
+        for (sql, want) in [
+            ("SELECT COUNT(*) FROM events_backfill", 0),
+            ("SELECT COUNT(*) FROM events WHERE entity_id = 'PO-OLD'", 1),
+            ("SELECT COUNT(*) FROM events WHERE entity_id = 'PO-PRUNED'", 0),
+        ] {
+            assert_eq!(common::count(&db, sql).await, want, "{backend:?}: {sql}");
+        }
+    }
+}

@@ -287,6 +287,42 @@ async fn herald_why_tells_the_story_of_a_notification() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--entity"));
 }
 
+/// `herald why` keeps the decision and its reason apart from how the
+/// notification ended; `herald dlq show` shows the stored event, as the API
+/// does, with its addresses masked.
+#[tokio::test]
+async fn the_cli_tells_the_decision_apart_from_the_end_and_shows_the_event() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let sms = FakeSms::start().await;
+    let phone = "+15550000207";
+    sms.script(phone, vec![Reply::status(503, json!({"error": "busy"}))]);
+    let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+    let (_, b, _) = app.post_event(&sms_event("PO-END", phone), None).await;
+    let id = id_of(&b);
+    app.wait_state(&id, &["dead"]).await;
+    app.running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("herald.toml");
+    std::fs::write(&config, format!("database_url = \"{}\"\n", db.url)).unwrap();
+    let herald = |args: &[&str]| {
+        let out =
+            std::process::Command::new(env!("CARGO_BIN_EXE_herald")).args(args).arg("--config").arg(&config).output();
+        let out = out.unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let why = herald(&["why", "--entity", "purchase_order:PO-END", "--recipient", "u-PO-END"]);
+    let decided = why.lines().find(|l| l.contains("decided:")).unwrap_or_default();
+    assert!(decided.contains("decided: send") && !decided.contains("retries_exhausted"), "{why}");
+    assert!(why.lines().last().unwrap_or_default().contains("now dead (retries_exhausted)"), "{why}");
+
+    let show: Value = serde_json::from_str(&herald(&["dlq", "show", &id])).unwrap();
+    assert_eq!(show["event"]["data"]["po"]["number"], "PO-END", "{show}");
+    assert_eq!(show["event"]["recipients"][0]["phone"], "+15550****07", "{show}");
+    assert_eq!((show["reason"].as_str(), show["tenant"].as_str()), (Some("retries_exhausted"), Some("default")));
+}
+
 #[tokio::test]
 async fn a_digest_that_cannot_be_rendered_sends_its_members_one_by_one() {
     for backend in backends() {

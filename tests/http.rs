@@ -533,3 +533,123 @@ async fn a_process_whose_clock_runs_an_hour_ahead_never_takes_a_leased_job() {
         on_time.running.stop().await;
     }
 }
+
+/// Every timestamp Herald takes is read as strictly as `occurred_at`: a
+/// lenient reader would fold a leap second onto :59.
+#[tokio::test]
+async fn every_timestamp_herald_takes_is_read_strictly() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    for path in [
+        "/v1/dead-letters?since=2026-06-30T23:59:60Z",
+        "/v1/dead-letters/summary?since=2026-11-29T04:30:60Z",
+        "/v1/dead-letters?since=2026-11-29",
+    ] {
+        let (s, b) = app.get(path).await;
+        assert_eq!(s, 400, "{path}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("since:"), "{path}: {b}");
+    }
+    let url = format!("{}/v1/dead-letters/replay", app.base);
+    let body = json!({"reason": "rejected", "since": "2026-06-30T23:59:60Z"});
+    let resp = app.client.post(url).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let b: Value = resp.json().await.unwrap();
+    assert!(b["error"]["message"].as_str().unwrap().starts_with("since:"), "{b}");
+    let (s, b) = app.get("/v1/dead-letters?since=2026-06-30T23:59:59.5%2B05:45").await;
+    assert_eq!(s, 200, "an offset is fine: {b}");
+    app.running.stop().await;
+}
+
+/// A misspelt query parameter (`curser`) is not silently ignored, on any
+/// endpoint: it is a 400 naming it.
+#[tokio::test]
+async fn an_unknown_or_repeated_query_parameter_is_a_400_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let key = "0".repeat(32);
+    let get = |path: String| (reqwest::Method::GET, path, None::<Value>);
+    let cases = [
+        get("/v1/intents?recipient=u-1&curser=x".into()),
+        get("/v1/dead-letters?reason=rejected&curser=x".into()),
+        get("/v1/dead-letters/summary?curser=x".into()),
+        get("/v1/recipients/u-1/inbox?curser=x".into()),
+        get("/healthz?curser=x".into()),
+        get("/readyz?curser=x".into()),
+        get("/metrics?curser=x".into()),
+        get(format!("/v1/intents/{key}?curser=x")),
+        get("/v1/recipients/u-1?curser=x".into()),
+        get("/v1/recipients/u-1/preferences/1?curser=x".into()),
+        (reqwest::Method::POST, "/v1/events?curser=x".into(), Some(sms_event("PO-Q", "+15550000011"))),
+        (reqwest::Method::PUT, "/v1/recipients/u-1?curser=x".into(), Some(json!({"phone": "+15550000011"}))),
+        (reqwest::Method::POST, "/v1/dead-letters/replay?curser=x".into(), Some(json!({"ids": [key]}))),
+        (reqwest::Method::POST, "/v1/ops/dlq-digest?curser=x".into(), None),
+        (reqwest::Method::POST, "/v1/recipients/u-1/inbox/c-1/read?curser=x".into(), None),
+    ];
+    for (method, path, body) in cases {
+        let mut req = app.client.request(method.clone(), format!("{}{path}", app.base));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let b: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, 400, "{method} {path}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap_or_default().starts_with("curser:"), "{method} {path}: {b}");
+    }
+    let (s, b) = app.get("/v1/intents?recipient=u-1&limit=1&limit=2").await;
+    assert_eq!(s, 400, "{b}");
+    assert!(b["error"]["message"].as_str().unwrap().starts_with("limit:"), "{b}");
+    let (s, b) = app.get("/v1/intents?recipient=u-1&limit=2").await;
+    assert_eq!(s, 200, "{b}");
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn an_idempotency_key_is_one_header_of_visible_ascii() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).without_workers().spawn().await;
+    let ev = sms_event("PO-IK", "+15550000012");
+    let post = |keys: &[&str]| {
+        let mut req = app.client.post(format!("{}/v1/events", app.base)).json(&ev);
+        for k in keys {
+            req = req.header("idempotency-key", *k);
+        }
+        req.send()
+    };
+    for keys in [&["a b"][..], &["k-1", "k-2"][..], &["k-1", "k-1"][..]] {
+        let resp = post(keys).await.unwrap();
+        assert_eq!(resp.status(), 400, "{keys:?}");
+        let b: Value = resp.json().await.unwrap();
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("Idempotency-Key:"), "{keys:?}: {b}");
+    }
+    assert_eq!(post(&["k-1"]).await.unwrap().status(), 202);
+    app.running.stop().await;
+}
+
+/// Two different numbers must never make one event: 123456789012345678901 and
+/// …902 are the same double, so the second post would replay the first.
+#[tokio::test]
+async fn a_number_a_double_cannot_hold_is_refused_rather_than_merged() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).without_workers().spawn().await;
+    let post = |number: &str| {
+        let body = format!(
+            r#"{{"type": "purchase_order.approved", "entity": {{"type": "purchase_order", "id": "PO-BIG"}},
+                "occurred_at": "2026-11-29T10:15:00Z", "data": {{"po": {{"number": {number}}}}},
+                "recipients": [{{"id": "u-1"}}], "channels": ["in_app"]}}"#
+        );
+        app.client.post(format!("{}/v1/events", app.base)).header("content-type", "application/json").body(body).send()
+    };
+    for number in ["123456789012345678901", "123456789012345678902", "0.1000000000000000055511151231257827"] {
+        let resp = post(number).await.unwrap();
+        assert_eq!(resp.status(), 400, "{number}");
+        let b: Value = resp.json().await.unwrap();
+        assert_eq!(b["error"]["code"], "inexact_number", "{b}");
+        let message = b["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("data.po.number") && message.contains("as a string"), "{b}");
+    }
+    // what a double holds as written is accepted, and as a string any number is
+    assert_eq!(post("12345.25").await.unwrap().status(), 202);
+    assert_eq!(post("\"123456789012345678901\"").await.unwrap().status(), 409, "another value of the same event");
+    app.running.stop().await;
+}

@@ -379,6 +379,13 @@ async fn tenants_are_kept_apart_and_only_the_operator_sees_across_them() {
         assert_eq!(status(call(reqwest::Method::GET, path, Some("tok-b"), None).await.unwrap()), 403, "{path}");
     }
     assert_eq!(status(call(reqwest::Method::GET, "/v1/dead-letters", Some("tok-admin"), None).await.unwrap()), 403);
+    // A tenant's ops token naming its own tenant gets its own view.
+    for path in ["/v1/dead-letters?tenant=acme", "/v1/dead-letters/summary?tenant=acme"] {
+        let resp = call(reqwest::Method::GET, path, Some("tok-a"), None).await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(body["dead_letters"][0]["id"] == id.as_str() || body["total"] == 1, "{path}: {body}");
+    }
     let get = |path: &'static str| async move {
         call(reqwest::Method::GET, path, Some("tok-admin"), None).await.unwrap().json::<Value>().await.unwrap()
     };

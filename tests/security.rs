@@ -85,9 +85,17 @@ async fn crlf_in_event_data_cannot_forge_a_header_over_smtp() {
     let head: Vec<String> = mails[0].raw.split("\r\n\r\n").next().unwrap().split("\r\n").map(String::from).collect();
     assert_no_forged_header(&head);
     assert!(mails[0].header("bcc").is_none() && mails[0].header("x-injected").is_none());
+    // lettre would hide a CR/LF inside an RFC 2047 encoded word (so the lines
+    // above could never show it); a mail reader decodes the word and gets a
+    // subject that breaks its line. The subject as read must be one line.
+    let subject = mails[0].decoded_header("subject").expect("a subject");
+    assert_eq!(subject, "PO-CRLF-SMTP was approved by Asha  Bcc: mallory@evil.example  X-Injected: yes");
     app.running.stop().await;
 }
 
+/// A pin, not a guard that could catch a regression today: the body is JSON,
+/// whose encoder escapes CR/LF in every string, and the only headers are the
+/// ones Herald writes. It fails only if the SMS channel stops sending JSON.
 #[tokio::test]
 async fn crlf_in_event_data_stays_inside_the_sms_json() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -104,6 +112,8 @@ async fn crlf_in_event_data_stays_inside_the_sms_json() {
     assert!(!got[0].header_names.iter().any(|h| h == "bcc" || h == "x-injected"), "{:?}", got[0].header_names);
     app.running.stop().await;
 }
+/// A pin, like the SMS one: the body is JSON (CR/LF escaped by the encoder)
+/// and the headers are Herald's own values; it fails only if that changes.
 #[tokio::test]
 async fn crlf_in_event_data_stays_inside_the_webhook_body() {
     let db = TestDb::new(Backend::Sqlite).await;
@@ -286,14 +296,25 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let (sms, smtp, hooks) = (FakeSms::start().await, FakeSmtp::start().await, FakeReceiver::start(SECRET).await);
-        // Distinctive destinations, each refused with a reply that echoes it.
+        // Distinctive destinations, each refused with a reply that echoes it
+        // (the way a peer writes it, not the way it was posted).
         let (email, phone) = ("walker.raw@example.org", "+15557654321");
         let (dir_email, dir_phone) = ("directory.raw@example.org", "+15551112222");
         let hook_url = format!("{}/hook/secret-walk-path", hooks.base);
-        smtp.refuse(email, &["550 5.1.1 <walker.raw@example.org>: mailbox unavailable"]);
+        smtp.refuse(email, &["550 5.1.1 <Walker.Raw@EXAMPLE.org>: mailbox unavailable"]);
         smtp.refuse(dir_email, &["550 5.1.1 <directory.raw@example.org>: mailbox unavailable"]);
-        sms.script(phone, vec![common::Reply::status(400, json!({"error": "15557654321 is not assigned"}))]);
+        sms.script(phone, vec![common::Reply::status(400, json!({"error": "+1 (555) 765-4321 is not assigned"}))]);
+        // The receiver's refusal echoes the path ("Cannot POST /hook/secret-walk-path").
         hooks.script("secret-walk-path", &[410]);
+        // Webhook URLs that never connect (.invalid does not resolve): the HTTP
+        // client's error names the URL as it normalised it — host lowercased,
+        // space escaped, dot segments gone — and with its user and password.
+        let unreachable = [
+            "https://Hook.Invalid/CaseSecretPath",
+            "https://hook.invalid/a b/SpaceSecret",
+            "https://u:pw@hook.invalid/x/UserinfoSecret",
+            "https://hook.invalid/%7Esecret~tilde/../DotSecret",
+        ];
         let toml = format!(
             "{}[channels.email]\nsmtp_url = \"{}\"\ntimeout = \"1s\"\n[ops]\ndigest_webhook = \"{}/hook/ops\"\n",
             webhook_toml(true),
@@ -301,7 +322,23 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             hooks.base
         );
         let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
-        let raw = [email, phone, &phone[1..], dir_email, dir_phone, &dir_phone[1..], &hook_url, "secret-walk-path"];
+        let raw = [
+            email,
+            phone,
+            &phone[1..],
+            "765-4321",
+            dir_email,
+            dir_phone,
+            &dir_phone[1..],
+            &hook_url,
+            "secret-walk-path",
+            "CaseSecretPath",
+            "SpaceSecret",
+            "UserinfoSecret",
+            "u:pw@",
+            "DotSecret",
+            "secret~tilde",
+        ];
         let mut seen: Vec<(String, String)> = Vec::new();
 
         let put_body = json!({"email": dir_email, "phone": dir_phone, "webhook_url": hook_url});
@@ -311,6 +348,12 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
         let mut ev = sms_event("PO-WALK", phone);
         ev["recipients"] =
             json!([{"id": "u-walk", "email": email, "phone": phone, "webhook_url": hook_url}, {"id": "u-walk-dir"}]);
+        for (i, url) in unreachable.iter().enumerate() {
+            ev["recipients"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"id": format!("u-walk-hook-{i}"), "webhook_url": url}));
+        }
         ev["channels"] = json!(["email", "sms", "webhook", "in_app"]);
         let (s, posted, _) = app.post_event(&ev, None).await;
         assert_eq!(s, 202, "{posted}");
@@ -318,7 +361,7 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
         let ids: Vec<String> =
             posted["intents"].as_array().unwrap().iter().map(|i| i["id"].as_str().unwrap().into()).collect();
         for id in &ids {
-            app.wait_state(id, &["dead", "sent"]).await;
+            app.wait_state(id, &["dead", "sent", "suppressed"]).await;
         }
 
         let paths: Vec<(&str, String)> = vec![
@@ -346,9 +389,13 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
         let dead = app.get("/v1/dead-letters").await.1;
         assert_eq!(
             dead["dead_letters"].as_array().unwrap().len(),
-            5,
+            5 + unreachable.len(),
             "{backend:?}: every refusal is a dead letter: {dead}"
         );
+        let errors: Vec<&str> = (dead["dead_letters"].as_array().unwrap().iter())
+            .flat_map(|d| d["attempts"].as_array().unwrap().iter().filter_map(|a| a["error"].as_str()))
+            .collect();
+        assert!(errors.iter().any(|e| e.contains("Cannot POST")), "the receiver's own text is kept: {errors:?}");
         let digest = app.client.post(format!("{}/v1/ops/dlq-digest", app.base)).send().await.unwrap();
         assert_eq!(digest.status(), 200);
         seen.push(("POST /v1/ops/dlq-digest".into(), digest.text().await.unwrap()));
@@ -358,14 +405,46 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             seen.push(("the digest on the ops webhook".into(), r.body.to_string()));
         }
 
+        // `herald why` and `herald dlq show` print the same rows.
+        let store = db.store().await;
+        for id in &ids {
+            let d = store.intent_get("default", id).await.unwrap().unwrap();
+            seen.push(("herald dlq show".into(), herald::api::dead_letter_json(&d).to_string()));
+            let who = (d.intent.entity_type.as_str(), d.intent.entity_id.as_str());
+            let history = herald::why::history(store.as_ref(), "default", who, &d.intent.recipient_id).await.unwrap();
+            seen.push(("herald why".into(), herald::why::timeline(who, &d.intent.recipient_id, &history)));
+        }
         for (what, body) in &seen {
+            let lower = body.to_lowercase();
             for needle in raw {
-                assert!(!body.contains(needle), "{backend:?}: {what} shows {needle:?} in the clear:\n{body}");
+                assert!(
+                    !lower.contains(&needle.to_lowercase()),
+                    "{backend:?}: {what} shows {needle:?} in the clear:\n{body}"
+                );
             }
         }
         assert!(seen.iter().any(|(_, b)| b.contains("w***@example.org")), "the masked form is shown");
         app.running.stop().await;
     }
+}
+
+/// A webhook URL is masked as a URL, whatever characters it holds: an `@`
+/// in its path does not make it an email address.
+#[tokio::test]
+async fn a_webhook_url_is_masked_as_a_url_whatever_it_holds() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).with_toml(&webhook_toml(true)).spawn().await;
+    let url = "https://hooks.example.com/@/services/T0/B0/XSECRETX";
+    let (s, put) = app.put("/v1/recipients/u-at", &json!({"webhook_url": url, "email": "a@example.com"})).await;
+    assert_eq!(s, 200, "{put}");
+    assert_eq!(put["webhook_url"], "https://hooks.example.com/***", "{put}");
+    assert_eq!(put["email"], "a***@example.com", "{put}");
+    let mut ev = forged_event("PO-AT", json!({"id": "u-at"}), "webhook");
+    ev["data"]["approver"]["name"] = json!("Asha");
+    let (_, b, _) = app.post_event(&ev, None).await;
+    let it = app.get(&format!("/v1/intents/{}", id_of(&b))).await.1;
+    assert_eq!(it["destination"], "https://hooks.example.com/***", "{it}");
+    app.running.stop().await;
 }
 
 #[tokio::test]

@@ -2,14 +2,16 @@
 //! every attempt — and replayable, as the same intents with the same key.
 
 use super::intents::{page_cursor, page_limit};
+use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
+use crate::event::OccurredAt;
 use crate::event::json::read_strict;
 use crate::intent::Reason;
 use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +28,10 @@ pub struct ListQuery {
     tenant: Option<String>,
     #[serde(default)]
     all_tenants: bool,
+}
+
+impl QueryParams for ListQuery {
+    const NAMES: &'static [&'static str] = &["reason", "since", "cursor", "limit", "tenant", "all_tenants"];
 }
 
 /// Whose dead letters: the caller's tenant's (scope `ops`), or — for the
@@ -49,6 +55,10 @@ impl Whose {
             (Some(_), true) => {
                 Err(ApiError::invalid_field("all_tenants", "give either tenant or all_tenants, not both"))
             }
+            // Naming its own tenant is what a tenant's ops token does anyway.
+            (Some(tenant), false) if tenant == caller.tenant.as_str() && caller.require(Scope::Ops).is_ok() => {
+                Ok(Some(tenant))
+            }
             (Some(tenant), false) => {
                 caller.require(Scope::Admin)?;
                 Ok(Some(tenant))
@@ -61,13 +71,11 @@ impl Whose {
     }
 }
 
+/// `since`, read by the same strict reader as `occurred_at`: no leap second
+/// folded onto :59, an offset required.
 fn parse_since(since: Option<&str>) -> Result<Option<i64>, ApiError> {
     since
-        .map(|s| {
-            s.parse::<jiff::Timestamp>().map(micros).map_err(|_| {
-                ApiError::invalid_field("since", "must be an RFC 3339 timestamp like 2026-11-29T08:30:00Z")
-            })
-        })
+        .map(|s| OccurredAt::parse(s).map(|t| micros(t.timestamp())).map_err(|m| ApiError::invalid_field("since", &m)))
         .transpose()
 }
 
@@ -81,9 +89,8 @@ fn check_reason(reason: &str) -> Result<(), ApiError> {
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    Params(mut q): Params<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(mut q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let tenant = Whose { tenant: q.tenant.take(), all_tenants: q.all_tenants }.tenant(&caller)?;
     if let Some(r) = &q.reason {
         check_reason(r)?;
@@ -117,12 +124,15 @@ pub struct SummaryQuery {
     all_tenants: bool,
 }
 
+impl QueryParams for SummaryQuery {
+    const NAMES: &'static [&'static str] = &["since", "tenant", "all_tenants"];
+}
+
 pub async fn summary(
     State(app): State<AppState>,
     caller: Caller,
-    query: Result<Query<SummaryQuery>, axum::extract::rejection::QueryRejection>,
+    Params(mut q): Params<SummaryQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(mut q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let tenant = Whose { tenant: q.tenant.take(), all_tenants: q.all_tenants }.tenant(&caller)?;
     let since = parse_since(q.since.as_deref())?.unwrap_or(i64::MIN);
     let rows = app.store.dead_letters_summary(tenant.as_deref(), since, i64::MAX).await?;

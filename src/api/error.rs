@@ -72,6 +72,7 @@ impl From<JsonError> for ApiError {
             JsonError::Malformed(_) => "malformed_json",
             JsonError::DuplicateKey { .. } => "duplicate_key",
             JsonError::TooDeep { .. } => "too_deep",
+            JsonError::InexactNumber { .. } => "inexact_number",
         };
         ApiError::BadRequest { code, message: e.to_string() }
     }

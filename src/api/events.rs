@@ -189,18 +189,24 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
     )))
 }
 
+/// One header of 1 to 255 visible ASCII characters (no spaces): two headers
+/// would leave it to the reader which one is the request's identity.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(v) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(v) = values.next() else {
         return Ok(None);
     };
+    if values.next().is_some() {
+        return Err(ApiError::invalid_field("Idempotency-Key", "given more than once; send one"));
+    }
     let bad = || {
         ApiError::invalid_field(
             "Idempotency-Key",
-            &format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"),
+            &format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters, without spaces"),
         )
     };
-    let s = v.to_str().map_err(|_| bad())?.trim();
-    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY || !s.bytes().all(|b| b.is_ascii_graphic() || b == b' ') {
+    let s = v.to_str().map_err(|_| bad())?;
+    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY || !s.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(bad());
     }
     Ok(Some(s.to_string()))

@@ -1,10 +1,11 @@
 //! The in-app inbox: one card per entity at its highest version (DESIGN rule 4).
 
 use super::intents::{page_cursor, page_limit};
+use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::clock::micros;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -14,14 +15,17 @@ pub struct InboxQuery {
     limit: Option<u32>,
 }
 
+impl QueryParams for InboxQuery {
+    const NAMES: &'static [&'static str] = &["cursor", "limit"];
+}
+
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
     Path(recipient): Path<String>,
-    query: Result<Query<InboxQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<InboxQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::IntentsRead)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let limit = page_limit(q.limit)?;
     let cursor = page_cursor(q.cursor.as_deref())?;
     let page = app.store.inbox_list(caller.tenant.as_str(), &recipient, cursor.as_ref(), limit).await?;

@@ -1,11 +1,12 @@
 //! `GET /v1/intents/{id or key}` and `GET /v1/intents?entity=TYPE:ID&recipient=ID&state=…`.
 
+use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope, views};
 use crate::event::NotificationKey;
 use crate::intent::State as IntentState;
 use crate::store::{Cursor, IntentFilter};
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -34,13 +35,16 @@ pub struct ListQuery {
     limit: Option<u32>,
 }
 
+impl QueryParams for ListQuery {
+    const NAMES: &'static [&'static str] = &["entity", "recipient", "state", "cursor", "limit"];
+}
+
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
-    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::IntentsRead)?;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let entity = match q.entity {
         None => None,
         Some(e) => {

@@ -8,6 +8,7 @@ mod events;
 mod inbox;
 mod intents;
 mod ops;
+mod query;
 mod recipients;
 mod views;
 
@@ -17,6 +18,12 @@ pub use error::ApiError;
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
     views::intent_detail(d)
+}
+
+/// An intent as `GET /v1/dead-letters` shows a dead letter: with its tenant and
+/// the stored event (inline recipients masked).
+pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
+    views::dead_letter_of(d)
 }
 
 use crate::channel::destination::DestinationPolicy;
@@ -92,20 +99,24 @@ pub fn routes_by_event(config: &Config) -> Arc<HashMap<String, Route>> {
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     Router::new()
+        // Endpoints without query parameters: any is refused (a 400 naming it).
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(ops::scrape))
         .route("/v1/ops/dlq-digest", post(ops::dlq_digest))
-        .route("/v1/dead-letters", get(dead_letters::list))
-        .route("/v1/dead-letters/summary", get(dead_letters::summary))
         .route("/v1/dead-letters/replay", post(dead_letters::replay))
         .route("/v1/events", post(events::post_event))
-        .route("/v1/intents", get(intents::list))
         .route("/v1/intents/{id}", get(intents::get_one))
         .route("/v1/recipients/{id}", put(recipients::put_one).get(recipients::get_one))
         .route("/v1/recipients/{id}/preferences/{version}", get(recipients::preferences_version))
-        .route("/v1/recipients/{id}/inbox", get(inbox::list))
         .route("/v1/recipients/{id}/inbox/{card}/read", post(inbox::mark_read))
+        .route_layer(axum::middleware::from_fn(query::refuse_any))
+        // Endpoints with query parameters read them through `query::Params`,
+        // which refuses the ones they do not know.
+        .route("/v1/dead-letters", get(dead_letters::list))
+        .route("/v1/dead-letters/summary", get(dead_letters::summary))
+        .route("/v1/intents", get(intents::list))
+        .route("/v1/recipients/{id}/inbox", get(inbox::list))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

@@ -4,7 +4,7 @@
 //! one in a provider's error text. No view shows a raw address or number.
 
 use crate::clock::rfc3339;
-use crate::recipient::{mask, mask_inline_recipients, scrub};
+use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients, redact_for_channel};
 use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, RecipientRow};
 use serde_json::{Value, json};
 
@@ -18,7 +18,7 @@ pub fn intent(row: &IntentRow) -> Value {
         "key": row.key,
         "channel": row.channel,
         "recipient_id": row.recipient_id,
-        "destination": row.destination.as_deref().map(mask),
+        "destination": row.destination.as_deref().map(|d| mask_for_channel(&row.channel, d)),
         "event_type": row.event_type,
         "occurred_at": row.occurred_at,
         "entity": {"type": row.entity_type, "id": row.entity_id, "version": row.entity_version},
@@ -45,8 +45,7 @@ pub fn intent(row: &IntentRow) -> Value {
 pub fn intent_detail(d: &IntentDetail) -> Value {
     let mut v = intent(&d.intent);
     v["content"] = content_value(d.content.as_deref());
-    let to = d.intent.destination.as_deref();
-    v["attempts"] = d.attempts.iter().map(|a| attempt(a, to)).collect();
+    v["attempts"] = d.attempts.iter().map(|a| attempt(a, &d.intent)).collect();
     v
 }
 
@@ -59,14 +58,20 @@ pub fn dead_letter(d: &DeadLetter, attempts: &[AttemptRow]) -> Value {
     let mut event = content_value(d.event_body.as_deref());
     mask_inline_recipients(&mut event);
     v["event"] = event;
-    let to = d.intent.destination.as_deref();
-    v["attempts"] = attempts.iter().map(|a| attempt(a, to)).collect();
+    v["attempts"] = attempts.iter().map(|a| attempt(a, &d.intent)).collect();
     v
 }
 
-/// One attempt; `destination` is its intent's, masked wherever the
-/// provider's text echoes it.
-pub fn attempt(a: &AttemptRow, destination: Option<&str>) -> Value {
+/// An intent read on its own (`herald dlq show`), shown as a dead letter.
+pub fn dead_letter_of(d: &IntentDetail) -> Value {
+    let letter = DeadLetter { intent: d.intent.clone(), content: d.content.clone(), event_body: d.event_body.clone() };
+    dead_letter(&letter, &d.attempts)
+}
+
+/// One attempt of `intent`; its destination is kept out of the provider's
+/// text however it was echoed (the channel already did so when it made the
+/// text; this covers text stored before it did).
+pub fn attempt(a: &AttemptRow, intent: &IntentRow) -> Value {
     json!({
         "n": a.n,
         "started_at": rfc3339(a.started_at),
@@ -75,7 +80,7 @@ pub fn attempt(a: &AttemptRow, destination: Option<&str>) -> Value {
         "error_class": a.error_class,
         "provider_status": a.provider_status,
         "provider_message_id": a.provider_message_id,
-        "error": a.error.as_deref().map(|e| scrub(e, destination)),
+        "error": a.error.as_deref().map(|e| redact_for_channel(e, &intent.channel, intent.destination.as_deref())),
         "retry_after_seconds": a.retry_after.map(|us| us as f64 / 1e6),
         "next_try_at": a.retry_at.and_then(rfc3339),
     })
@@ -100,11 +105,11 @@ pub fn card(c: &InboxCard) -> Value {
 pub fn recipient(r: &RecipientRow) -> Value {
     json!({
         "id": r.id,
-        "email": r.email.as_deref().map(mask),
-        "phone": r.phone.as_deref().map(mask),
+        "email": r.email.as_deref().map(|e| mask(Kind::Email, e)),
+        "phone": r.phone.as_deref().map(|p| mask(Kind::Phone, p)),
         "locale": r.locale,
         "timezone": r.timezone,
-        "webhook_url": r.webhook_url.as_deref().map(mask),
+        "webhook_url": r.webhook_url.as_deref().map(|u| mask(Kind::Url, u)),
         "preferences": serde_json::from_str::<Value>(&r.preferences).unwrap_or(Value::Null),
         "preferences_version": r.preferences_version,
         "updated_at": rfc3339(r.updated_at),

@@ -3,7 +3,9 @@
 //! (`169.254.169.254`) or an internal host, and read the reply back in
 //! `attempts[].error` (server-side request forgery). By default Herald
 //! refuses loopback, private, link-local, unique-local, multicast,
-//! unspecified and reserved addresses:
+//! unspecified and reserved addresses, and IPv6 forms that carry or tunnel to
+//! such an IPv4 address (mapped, translated, NAT64 and local-use NAT64, 6to4,
+//! Teredo):
 //!
 //! - at input (`PUT /v1/recipients/{id}`, inline on an event): the URL's
 //!   literal host in any notation the URL parser accepts (`2130706433`,
@@ -52,9 +54,15 @@ fn v4_class(ip: Ipv4Addr) -> Option<&'static str> {
         (224..=239, _, _) => Some("multicast"),
         // 240/4 and the broadcast address; protocol assignments,
         // documentation and benchmarking ranges route nowhere public.
-        (240..=255, _, _) | (192, 0, 0) | (192, 0, 2) | (198, 51, 100) | (203, 0, 113) | (198, 18..=19, _) => {
-            Some("reserved")
-        }
+        // The 6to4 relay anycast block (deprecated, RFC 7526) hands traffic to
+        // whichever relay is nearest, inside the deployment's network too.
+        (240..=255, _, _)
+        | (192, 0, 0)
+        | (192, 0, 2)
+        | (198, 51, 100)
+        | (203, 0, 113)
+        | (198, 18..=19, _)
+        | (192, 88, 99) => Some("reserved"),
         _ => None,
     }
 }
@@ -67,25 +75,36 @@ fn v6_class(ip: Ipv6Addr) -> Option<&'static str> {
     if ip.is_loopback() {
         return Some("loopback");
     }
-    // An IPv4 address in IPv6 clothing is judged as the IPv4 address.
-    if let Some(v4) = ip.to_ipv4_mapped() {
+    // An IPv4 address in IPv6 clothing is judged as the IPv4 address: mapped
+    // (::ffff:a.b.c.d), translated (::ffff:0:a.b.c.d, RFC 6145), through the
+    // well-known NAT64 prefix (64:ff9b::/96, RFC 6052) or 6to4 (2002::/16).
+    let v4_at = |i: usize| Ipv4Addr::from((u32::from(s[i]) << 16) | u32::from(s[i + 1]));
+    let carried = match s {
+        [0, 0, 0, 0, 0, 0xffff, ..] | [0, 0, 0, 0, 0xffff, 0, ..] | [0x64, 0xff9b, 0, 0, 0, 0, ..] => Some(v4_at(6)),
+        [0x2002, ..] => Some(v4_at(1)),
+        _ => None,
+    };
+    if let Some(v4) = carried {
         return v4_class(v4);
     }
-    let v4_at = |i: usize| Ipv4Addr::from((u32::from(s[i]) << 16) | u32::from(s[i + 1]));
-    if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-        return v4_class(v4_at(6)); // NAT64
-    }
-    if s[0] == 0x2002 {
-        return v4_class(v4_at(1)); // 6to4
-    }
-    match s[0] {
-        _ if s[..6] == [0, 0, 0, 0, 0, 0] => Some("reserved"), // IPv4-compatible (deprecated)
-        x if x & 0xffc0 == 0xfe80 => Some("link-local"),
-        x if x & 0xffc0 == 0xfec0 => Some("private"), // site-local (deprecated)
-        x if x & 0xfe00 == 0xfc00 => Some("unique-local"),
-        x if x & 0xff00 == 0xff00 => Some("multicast"),
-        0x2001 if s[1] == 0x0db8 => Some("reserved"),       // documentation
-        0x0100 if s[1..4] == [0, 0, 0] => Some("reserved"), // discard-only
+    match s {
+        // Local-use NAT64 (RFC 8215): translated by the deployment's own
+        // gateway, to whatever IPv4 network it serves.
+        [0x64, 0xff9b, 1, ..] => Some("local-use NAT64"),
+        // The rest of 0000::/8: IPv4-compatible (deprecated), NAT64 outside
+        // its /96, unassigned.
+        [x, ..] if x & 0xff00 == 0 => Some("reserved"),
+        // Teredo tunnels to an IPv4 host through a relay the guard cannot see.
+        [0x2001, 0, ..] => Some("Teredo"),
+        // The rest of the IETF protocol block (benchmarking, ORCHID, …).
+        [0x2001, x, ..] if x < 0x0200 => Some("reserved"),
+        [0x2001, 0x0db8, ..] => Some("reserved"),               // documentation
+        [0x3fff, x, ..] if x & 0xf000 == 0 => Some("reserved"), // documentation (RFC 9637)
+        [0x0100, 0, 0, 0, ..] => Some("reserved"),              // discard-only
+        [x, ..] if x & 0xffc0 == 0xfe80 => Some("link-local"),
+        [x, ..] if x & 0xffc0 == 0xfec0 => Some("private"), // site-local (deprecated)
+        [x, ..] if x & 0xfe00 == 0xfc00 => Some("unique-local"),
+        [x, ..] if x & 0xff00 == 0xff00 => Some("multicast"),
         _ => None,
     }
 }
@@ -308,6 +327,42 @@ mod tests {
             "http://api.localhost/",
         ] {
             assert!(refused(url), "{url} should be refused");
+        }
+    }
+
+    #[test]
+    fn tunnels_and_translators_that_reach_inside_are_refused() {
+        for url in [
+            // RFC 8215 local-use NAT64: the translator is the deployment's own
+            "http://[64:ff9b:1::a9fe:a9fe]/",
+            "http://[64:ff9b:1:ffff::1]/",
+            // the well-known NAT64 prefix carrying a forbidden IPv4 address
+            "http://[64:ff9b::a9fe:a9fe]/",
+            "http://[64:ff9b::7f00:1]/",
+            "http://[64:ff9b::192.168.0.1]/",
+            // Teredo (2001::/32) and the rest of the IETF protocol block
+            "http://[2001::1]/",
+            "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+            "http://[2001:2::1]/",
+            "http://[2001:10::1]/",
+            // IPv4 addresses written in IPv6 forms around ::ffff:0:0/96
+            "http://[::ffff:0:7f00:1]/",
+            "http://[::ffff:0:a9fe:a9fe]/",
+            "http://[::ffff:7f00:1]/",
+            "http://[::127.0.0.1]/",
+            "http://[::1:0:0:1]/",
+            // the 6to4 relay anycast block, and 6to4 around an address inside
+            "http://192.88.99.1/",
+            "http://[2002:c058:6301::1]/",
+            "http://[2002:a9fe:a9fe::1]/",
+            // IPv6 documentation (RFC 9637)
+            "http://[3fff::1]/",
+        ] {
+            assert!(refused(url), "{url} should be refused");
+        }
+        // a translator or tunnel carrying a public address is as public as it
+        for url in ["http://[64:ff9b::808:808]/", "http://[2002:808:808::1]/", "http://[::ffff:8.8.8.8]/"] {
+            assert!(!refused(url), "{url} should pass");
         }
     }
 

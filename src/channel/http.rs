@@ -28,7 +28,7 @@ pub async fn send_checked(
 ) -> Result<reqwest::Response, Outcome> {
     match timeout_at(deadline, req.send()).await {
         Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) => Err(refused(&e).unwrap_or_else(|| classify_error(&e))),
+        Ok(Err(e)) => Err(refused(&e).unwrap_or_else(|| classify_error(e))),
         // The connect phase gives up by itself well before this, so the
         // request was on its way or waiting for an answer.
         Err(_) => Err(Outcome::Unknown {
@@ -44,7 +44,7 @@ pub async fn body(resp: reqwest::Response, deadline: Instant) -> Option<String> 
     match timeout_at(deadline, resp.text()).await {
         Ok(Ok(text)) => Some(text),
         Ok(Err(e)) => {
-            tracing::warn!(error = %e, "the provider's response body could not be read");
+            tracing::warn!(error = %e.without_url(), "the provider's response body could not be read");
             None
         }
         Err(_) => {
@@ -66,7 +66,12 @@ pub fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
 /// that could not be built never left: permanent. Anything else happened
 /// once the request may have left: a timeout or a broken connection is
 /// `unknown` (DESIGN rule 8).
-pub fn classify_error(e: &reqwest::Error) -> Outcome {
+///
+/// reqwest writes the URL into its errors (normalised: host lowercased,
+/// escapes added, dot segments gone), and a webhook's URL is a destination;
+/// so it is taken out here, where the text is made.
+pub fn classify_error(e: reqwest::Error) -> Outcome {
+    let e = &e.without_url();
     if e.is_connect() {
         return Outcome::Retryable {
             class: Reason::Unreachable,

@@ -17,6 +17,7 @@ pub mod smtp;
 pub mod webhook;
 
 use crate::intent::{OutcomeClass, Reason};
+use crate::recipient::{Kind, redact, redact_for_channel};
 use crate::render::Content;
 use async_trait::async_trait;
 use std::borrow::Cow;
@@ -73,6 +74,25 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The outcome with its destination kept out of the error text, however
+    /// the provider (or its client library) wrote it back: what an attempt
+    /// records is shown to readers who may see destinations only masked.
+    pub fn redacted(self, kind: Kind, destination: Option<&str>) -> Outcome {
+        let clean = |error: String| match destination {
+            Some(d) => redact(&error, kind, d),
+            None if kind == Kind::Email => redact_for_channel(&error, "email", None),
+            None => error,
+        };
+        match self {
+            Outcome::Retryable { class, status, error, retry_after } => {
+                Outcome::Retryable { class, status, error: clean(error), retry_after }
+            }
+            Outcome::Unknown { class, error } => Outcome::Unknown { class, error: clean(error) },
+            Outcome::Permanent { reason, status, error } => Outcome::Permanent { reason, status, error: clean(error) },
+            accepted @ Outcome::Accepted { .. } => accepted,
+        }
+    }
+
     pub fn class(&self) -> OutcomeClass {
         match self {
             Outcome::Accepted { .. } => OutcomeClass::Accepted,

@@ -4,6 +4,7 @@
 
 use super::{Delivery, Outcome, Provider, clean_id, http, short_error};
 use crate::intent::Reason;
+use crate::recipient::Kind;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -28,6 +29,13 @@ impl Provider for SmsHttp {
     }
 
     async fn send(&self, d: &Delivery) -> Outcome {
+        self.call(d).await.redacted(Kind::Phone, d.destination.as_deref())
+    }
+}
+
+impl SmsHttp {
+    /// One call; [`Provider::send`] keeps the destination out of its error text.
+    async fn call(&self, d: &Delivery) -> Outcome {
         let Some(to) = &d.destination else {
             return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no phone number".into() };
         };

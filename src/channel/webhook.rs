@@ -6,6 +6,7 @@
 use super::destination::{DestinationPolicy, refusal_in};
 use super::{Delivery, Outcome, Provider, http, short_error};
 use crate::intent::Reason;
+use crate::recipient::Kind;
 use async_trait::async_trait;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -81,6 +82,13 @@ impl Provider for Webhook {
     }
 
     async fn send(&self, d: &Delivery) -> Outcome {
+        self.call(d).await.redacted(Kind::Url, d.destination.as_deref())
+    }
+}
+
+impl Webhook {
+    /// One call; [`Provider::send`] keeps the destination out of its error text.
+    async fn call(&self, d: &Delivery) -> Outcome {
         let Some(url) = &d.destination else {
             return Outcome::Permanent { reason: Reason::NoDestination, status: None, error: "no webhook_url".into() };
         };

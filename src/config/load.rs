@@ -10,7 +10,7 @@
 
 use super::{Config, ConfigError, EMBEDDED_DEFAULT, invalid};
 use figment::error::Kind;
-use figment::value::{Dict, Map, Value};
+use figment::value::{Dict, Empty, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::Deserializer;
 use serde::de::{DeserializeOwned, SeqAccess, Visitor};
@@ -18,9 +18,9 @@ use std::marker::PhantomData;
 use std::path::Path;
 
 /// `HERALD_…` variables that are not configuration keys: the tracing filter
-/// (README, *Logs*) and the test suite's own settings.
+/// (README, *Logs*), the test suite's and the benchmarks' own settings.
 fn is_reserved(name: &str) -> bool {
-    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_")
+    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_") || name.starts_with("HERALD_BENCH_")
 }
 
 /// Keys whose values are never repeated in an error.
@@ -29,11 +29,12 @@ const SECRET_KEYS: [&str; 3] = ["secret", "auth_token", "token_sha256"];
 /// The metadata name of the environment provider.
 const ENVIRONMENT: &str = "environment";
 
-pub(super) fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Config, ConfigError> {
-    let file = FileSource::read(path)?;
-    let env = EnvSource::parse(env)?;
+pub(super) fn load(path: Option<&Path>, env_vars: &[(String, String)]) -> Result<Config, ConfigError> {
+    let mut file = FileSource::read(path)?;
+    let env = EnvSource::parse(env_vars)?;
+    file.give_way_to(&env);
     let figment = Figment::new().merge(&file).merge(&env);
-    let config: Config = figment.extract_lossy().map_err(|e| {
+    let mut config: Config = figment.extract_lossy().map_err(|e| {
         let lines: Vec<String> = e.into_iter().map(|e| describe(&e, &env)).collect();
         ConfigError::Invalid(lines.join("\n"))
     })?;
@@ -41,8 +42,22 @@ pub(super) fn load(path: Option<&Path>, env: &[(String, String)]) -> Result<Conf
         ConfigError::Invalid(msg) => ConfigError::Invalid(with_origin(msg, &figment, &env)),
         other => other,
     })?;
+    config.log.from_env = log_filter_from(env_vars)?;
     Ok(config)
 }
+
+/// `HERALD_LOG`, checked like `log.level`; an empty one is as good as none.
+fn log_filter_from(env: &[(String, String)]) -> Result<Option<String>, ConfigError> {
+    let Some((_, filter)) = env.iter().rev().find(|(name, value)| name == "HERALD_LOG" && !value.trim().is_empty())
+    else {
+        return Ok(None);
+    };
+    super::check_log_filter(filter).map_err(|m| invalid(format!("environment variable HERALD_LOG: {m}")))?;
+    Ok(Some(filter.clone()))
+}
+
+/// Keys of which a channel takes exactly one: where the messages go.
+const ONE_OF: [(&str, [&str; 2]); 2] = [("channels.email", ["smtp_url", "sink"]), ("channels.sms", ["url", "sink"])];
 
 /// The TOML file, or the embedded default when there is none.
 struct FileSource {
@@ -51,6 +66,29 @@ struct FileSource {
 }
 
 impl FileSource {
+    /// The environment wins over the file key by key, and for keys of which
+    /// a channel takes exactly one it wins over the pair: a provider's URL set
+    /// by a variable replaces the file's `sink` (and a `sink` the URL), so
+    /// `HERALD_CHANNELS__SMS__URL` alone turns the embedded default's sink
+    /// into a real provider.
+    fn give_way_to(&mut self, env: &EnvSource) {
+        for var in env.vars.iter().filter(|v| !v.value.is_empty()) {
+            let (leaf, section) = var.path.split_last().expect("parse refuses an empty path");
+            let Some((_, pair)) =
+                ONE_OF.iter().find(|(s, pair)| *s == section.join(".") && pair.contains(&leaf.as_str()))
+            else {
+                continue;
+            };
+            let mut table = Some(&mut self.table);
+            for part in section {
+                table = table.and_then(|t| t.get_mut(part.as_str())).and_then(toml::Value::as_table_mut);
+            }
+            if let Some(table) = table {
+                table.retain(|key, _| key == leaf || !pair.contains(&key));
+            }
+        }
+    }
+
     fn read(path: Option<&Path>) -> Result<FileSource, ConfigError> {
         let (label, text) = match path {
             Some(p) => {
@@ -152,7 +190,13 @@ impl Provider for &EnvSource {
                 let Value::Dict(_, inner) = entry else { unreachable!("made a dict just above") };
                 dict = inner;
             }
-            dict.insert(leaf.clone(), Value::from(var.value.clone()));
+            // An empty value unsets the key: an optional one is then absent,
+            // whatever the file says (`describe` explains the others).
+            let value = match var.value.is_empty() {
+                true => Value::from(Empty::None),
+                false => Value::from(var.value.clone()),
+            };
+            dict.insert(leaf.clone(), value);
         }
         Ok(Profile::Default.collect(root))
     }
@@ -207,6 +251,13 @@ fn describe(e: &figment::Error, env: &EnvSource) -> String {
         Kind::MissingField(field) => {
             path.push(field.to_string());
             "is required".to_string()
+        }
+        Kind::InvalidType(figment::error::Actual::Option | figment::error::Actual::Unit, _)
+            if e.metadata.as_ref().is_some_and(|md| md.name == ENVIRONMENT) =>
+        {
+            "cannot be unset: it is not optional (an empty variable unsets only optional keys); \
+             give it a value, or remove the variable to keep the file's"
+                .to_string()
         }
         Kind::InvalidType(_, expected) | Kind::InvalidValue(_, expected) if secret => {
             format!("invalid value (expected {expected})")
@@ -302,6 +353,24 @@ mod tests {
     fn herald_log_is_the_tracing_filter_not_a_config_key() {
         let c = load("", &[("HERALD_LOG", "debug"), ("HERALD_TEST_REDIS_URL", "redis://x")]).unwrap();
         assert_eq!(c.log.level, "info");
+        assert_eq!(c.log_filter(), "debug", "HERALD_LOG replaces log.level");
+        let c = load("[log]\nlevel = \"herald=debug,sqlx=warn\"\n", &[]).unwrap();
+        assert_eq!(c.log_filter(), "herald=debug,sqlx=warn");
+    }
+
+    #[test]
+    fn a_bad_log_filter_is_refused_naming_where_it_came_from() {
+        let e = load("", &[("HERALD_LOG", "verbose")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LOG") && e.contains("verbose"), "{e}");
+        let e = load("", &[("HERALD_LOG", "herald=loud")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LOG") && e.contains("herald=loud"), "{e}");
+        let e = load("", &[("HERALD_LOG__LEVEL", "verbose")]).unwrap_err().to_string();
+        assert!(e.contains("log.level") && e.contains("HERALD_LOG__LEVEL"), "{e}");
+        let e = load("[log]\nlevel = \"debug,herald=\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("log.level") && e.contains("herald.toml"), "{e}");
+        for ok in ["warn", "INFO", "off", "herald=debug,sqlx=warn", "info,herald::deliver=trace"] {
+            assert!(load("", &[("HERALD_LOG", ok)]).is_ok(), "{ok}");
+        }
     }
 
     #[test]
@@ -321,8 +390,55 @@ mod tests {
         assert!(c.worker.disabled);
         assert_eq!(c.routes[0].channels, vec!["sms".to_string()]);
         // a string field keeps what looks like a boolean or a list, as written
-        let c = load("", &[("HERALD_LOG__LEVEL", "true"), ("HERALD_REDIS_URL", "[x]")]).unwrap();
-        assert_eq!((c.log.level.as_str(), c.redis_url.as_deref()), ("true", Some("[x]")));
+        let c = load(
+            "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n",
+            &[("HERALD_CHANNELS__SMS__AUTH_TOKEN", "true"), ("HERALD_REDIS_URL", "[x]")],
+        )
+        .unwrap();
+        assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("true"));
+        assert_eq!(c.redis_url.as_deref(), Some("[x]"));
+    }
+
+    fn default_with(env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::load_with_env(None, &env)
+    }
+
+    #[test]
+    fn an_environment_provider_replaces_the_files_sink() {
+        let c = default_with(&[("HERALD_CHANNELS__SMS__URL", "http://127.0.0.1:9/sms")]).unwrap();
+        let sms = c.channels.sms.unwrap();
+        assert_eq!((sms.url.as_deref(), sms.sink), (Some("http://127.0.0.1:9/sms"), None));
+        let c = default_with(&[("HERALD_CHANNELS__EMAIL__SMTP_URL", "smtp://127.0.0.1:2525")]).unwrap();
+        let email = c.channels.email.unwrap();
+        assert_eq!((email.smtp_url.as_deref(), email.sink), (Some("smtp://127.0.0.1:2525"), None));
+        // and the other way round: a sink from the environment replaces the file's provider
+        let c = load("[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n", &[("HERALD_CHANNELS__SMS__SINK", "out")])
+            .unwrap();
+        let sms = c.channels.sms.unwrap();
+        assert_eq!((sms.url, sms.sink), (None, Some("out".into())));
+        // both from the environment is still one too many
+        let e = default_with(&[("HERALD_CHANNELS__SMS__URL", "http://x/sms"), ("HERALD_CHANNELS__SMS__SINK", "out")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("channels.sms") && e.contains("exactly one"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_environment_value_unsets_an_optional_key() {
+        let c =
+            default_with(&[("HERALD_CHANNELS__SMS__SINK", ""), ("HERALD_CHANNELS__SMS__URL", "http://x/sms")]).unwrap();
+        assert_eq!(c.channels.sms.unwrap().sink, None);
+        let c = default_with(&[("HERALD_CHANNELS__SMS", "")]).unwrap();
+        assert!(c.channels.sms.is_none(), "a whole section can be unset: the channel is off");
+        let c = load("redis_url = \"redis://127.0.0.1:6379\"\n", &[("HERALD_REDIS_URL", "")]).unwrap();
+        assert_eq!(c.redis_url, None);
+        // a key that cannot be absent says so, naming the variable
+        let e = default_with(&[("HERALD_LISTEN", "")]).unwrap_err().to_string();
+        assert!(e.contains("listen") && e.contains("HERALD_LISTEN") && e.contains("cannot be unset"), "{e}");
+        // an empty variable that is no key is still an error naming it
+        let e = default_with(&[("HERALD_LISTN", "")]).unwrap_err().to_string();
+        assert!(e.contains("HERALD_LISTN") && e.contains("not a configuration key"), "{e}");
     }
 
     #[test]
@@ -353,6 +469,13 @@ mod tests {
         assert!(e.contains("HERALD_RETRY__ATEMPTS") && e.contains("retry.attempts"), "{e}");
         // the test suite's own variables are not config keys
         assert!(load("", &[("HERALD_TEST_DATABASE_URL", "postgres://x")]).is_ok());
+    }
+
+    #[test]
+    fn the_benchmarks_variables_are_not_config_keys() {
+        // The README sends `cargo bench --bench ingest` to it; the herald it
+        // starts inherits the environment.
+        assert!(load("", &[("HERALD_BENCH_DATABASE_URL", "postgres://x")]).is_ok());
     }
 
     #[test]

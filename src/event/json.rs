@@ -7,7 +7,7 @@
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 
 /// Arrays and objects inside one another, the body itself counting as 1.
@@ -21,17 +21,31 @@ pub enum JsonError {
     DuplicateKey { path: String },
     #[error("{path}: nested deeper than {MAX_DEPTH} levels of arrays and objects")]
     TooDeep { path: String },
+    #[error(
+        "{path}: the number {text} cannot be held exactly (beyond a 64-bit integer, or more digits than a \
+         double keeps), so two readers could see two different values; send it as a string"
+    )]
+    InexactNumber { path: String, text: String },
 }
 
-/// Parses `bytes` as one JSON value, refusing repeated keys and deep nesting.
+/// Parses `bytes` as one JSON value, refusing repeated keys, deep nesting and
+/// numbers a double cannot hold as written.
 pub fn read_strict(bytes: &[u8]) -> Result<Value, JsonError> {
     let problem = RefCell::new(None);
+    let floats = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let read = Node { depth: 1, problem: &problem }.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
-    read.map_err(|e| match problem.into_inner() {
+    let read =
+        Node { depth: 1, problem: &problem, floats: &floats }.deserialize(&mut de).and_then(|v| de.end().map(|()| v));
+    let value = read.map_err(|e| match problem.into_inner() {
         Some(p) => p.into_error(),
         None => JsonError::Malformed(e.to_string()),
-    })
+    })?;
+    // Integers within 64 bits are kept exactly; only a body that had another
+    // number needs its text read again.
+    if floats.get() {
+        numbers::check(bytes)?;
+    }
+    Ok(value)
 }
 
 /// What went wrong, and the path to it, gathered innermost first while the
@@ -48,23 +62,29 @@ enum Step {
 
 impl Problem {
     fn into_error(self) -> JsonError {
-        let mut path = String::new();
-        for step in self.path.iter().rev() {
-            match step {
-                Step::Key(k) if path.is_empty() => path.push_str(k),
-                Step::Key(k) => {
-                    path.push('.');
-                    path.push_str(k);
-                }
-                Step::Index(i) if path.is_empty() => path.push_str(&format!("body[{i}]")),
-                Step::Index(i) => path.push_str(&format!("[{i}]")),
-            }
-        }
-        if path.is_empty() {
-            path.push_str("body");
-        }
+        let path = path_text(self.path.iter().rev());
         if self.duplicate { JsonError::DuplicateKey { path } } else { JsonError::TooDeep { path } }
     }
+}
+
+/// `data.po.number`, `recipients[1].id`, `body[0]`: steps from the outside in.
+fn path_text<'s>(steps: impl Iterator<Item = &'s Step>) -> String {
+    let mut path = String::new();
+    for step in steps {
+        match step {
+            Step::Key(k) if path.is_empty() => path.push_str(k),
+            Step::Key(k) => {
+                path.push('.');
+                path.push_str(k);
+            }
+            Step::Index(i) if path.is_empty() => path.push_str(&format!("body[{i}]")),
+            Step::Index(i) => path.push_str(&format!("[{i}]")),
+        }
+    }
+    if path.is_empty() {
+        path.push_str("body");
+    }
+    path
 }
 
 /// One value at a known depth; builds it as `serde_json` would.
@@ -72,6 +92,9 @@ impl Problem {
 struct Node<'p> {
     depth: usize,
     problem: &'p RefCell<Option<Problem>>,
+    /// Set when serde_json read a number as a double: a fraction, an
+    /// exponent, or an integer beyond 64 bits.
+    floats: &'p Cell<bool>,
 }
 
 impl Node<'_> {
@@ -127,6 +150,7 @@ impl<'de> Visitor<'de> for Node<'_> {
     }
 
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        self.floats.set(true);
         Ok(v.into())
     }
 
@@ -166,6 +190,125 @@ impl<'de> Visitor<'de> for Node<'_> {
             out.insert(key, value);
         }
         Ok(Value::Object(out))
+    }
+}
+
+/// Numbers as written. serde_json reads any number that is not a 64-bit
+/// integer as the nearest double, so `123456789012345678901` and
+/// `…902` would be one value, and `3.14159265358979323846` another number
+/// than the sender's: two readers of the same body would see two events.
+/// A number is accepted when the double holds it as written — its shortest
+/// form (what Herald stores and renders) is the same decimal — and refused
+/// otherwise, naming where it is, so the sender can send it as a string.
+mod numbers {
+    use super::{JsonError, Step, path_text};
+
+    /// One array or object around the current position.
+    enum Frame {
+        /// The key being read, once its string has been seen.
+        Object(Option<String>),
+        Array(usize),
+    }
+
+    /// Walks text that has already parsed as JSON.
+    pub(super) fn check(bytes: &[u8]) -> Result<(), JsonError> {
+        let mut stack: Vec<Frame> = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'{' => stack.push(Frame::Object(None)),
+                b'[' => stack.push(Frame::Array(0)),
+                b'}' | b']' => {
+                    stack.pop();
+                }
+                b',' => {
+                    if let Some(Frame::Array(n)) = stack.last_mut() {
+                        *n += 1;
+                    }
+                }
+                b'"' => {
+                    let end = string_end(bytes, i);
+                    let is_key = bytes[end..].iter().find(|b| !b.is_ascii_whitespace()) == Some(&b':');
+                    if let (true, Some(Frame::Object(key))) = (is_key, stack.last_mut()) {
+                        *key = serde_json::from_slice(&bytes[i..end]).ok();
+                    }
+                    i = end;
+                    continue;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let len = bytes[i..].iter().take_while(|b| b"0123456789+-.eE".contains(b)).count();
+                    let text = String::from_utf8_lossy(&bytes[i..i + len]).into_owned();
+                    if !held_exactly(&text) {
+                        return Err(JsonError::InexactNumber { path: path_of(&stack), text });
+                    }
+                    i += len;
+                    continue;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    /// Just past the closing quote of the string opening at `start`.
+    fn string_end(bytes: &[u8], start: usize) -> usize {
+        let mut i = start + 1;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'\\' => i += 2,
+                b'"' => return i + 1,
+                _ => i += 1,
+            }
+        }
+        bytes.len()
+    }
+
+    fn path_of(stack: &[Frame]) -> String {
+        let steps: Vec<Step> = stack
+            .iter()
+            .map(|f| match f {
+                Frame::Object(key) => Step::Key(key.clone().unwrap_or_default()),
+                Frame::Array(n) => Step::Index(*n),
+            })
+            .collect();
+        path_text(steps.iter())
+    }
+
+    /// An integer within 64 bits (serde_json keeps it exactly), or a number
+    /// whose nearest double writes back as the same decimal.
+    pub(super) fn held_exactly(text: &str) -> bool {
+        if !text.contains(['.', 'e', 'E']) {
+            return text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok();
+        }
+        match text.parse::<f64>() {
+            // Rust writes a double in its shortest round-trip form, as
+            // serde_json does.
+            Ok(v) if v.is_finite() => decimal(text) == decimal(&format!("{v:e}")),
+            _ => false,
+        }
+    }
+
+    /// A decimal as (negative, significant digits, exponent of the last one):
+    /// `1.10` and `11e-1` are both (false, "11", -1); zero is (sign, "", 0).
+    fn decimal(text: &str) -> (bool, String, i64) {
+        let (negative, rest) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match rest.find(['e', 'E']) {
+            Some(at) => (&rest[..at], rest[at + 1..].parse::<i64>().unwrap_or(0)),
+            None => (rest, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let digits = format!("{whole}{fraction}");
+        let significant = digits.trim_start_matches('0');
+        let trimmed = significant.trim_end_matches('0');
+        if trimmed.is_empty() {
+            return (negative, String::new(), 0);
+        }
+        let last = exponent - fraction.len() as i64 + (significant.len() - trimmed.len()) as i64;
+        (negative, trimmed.to_string(), last)
     }
 }
 
@@ -210,6 +353,67 @@ mod tests {
         let deep_data = format!(r#"{{"data": {{"x": {}}}}}"#, nested(MAX_DEPTH));
         let JsonError::TooDeep { path } = read_strict(deep_data.as_bytes()).unwrap_err() else { panic!() };
         assert!(path.starts_with("data.x[0]"), "{path}");
+    }
+
+    fn inexact(text: &str) -> Option<String> {
+        match read_strict(text.as_bytes()) {
+            Err(JsonError::InexactNumber { path, .. }) => Some(path),
+            Err(other) => panic!("{text}: {other}"),
+            Ok(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_number_a_double_cannot_hold_as_written_is_refused_naming_it() {
+        // Beyond 64 bits, ...901 and ...902 would both read as 1.2345678901234568e20.
+        assert_eq!(
+            inexact(r#"{"data": {"po": {"number": 123456789012345678901}}}"#).as_deref(),
+            Some("data.po.number")
+        );
+        assert_eq!(inexact(r#"{"a": [1, -99999999999999999999]}"#).as_deref(), Some("a[1]"));
+        // More significant digits than a double keeps.
+        assert_eq!(inexact(r#"{"pi": 3.14159265358979323846}"#).as_deref(), Some("pi"));
+        assert_eq!(inexact(r#"{"x": 9007199254740993.0}"#).as_deref(), Some("x"));
+        assert_eq!(inexact(r#"{"x": 0.30000000000000005}"#).as_deref(), Some("x"));
+        assert_eq!(inexact("1e-400"), Some("body".into()), "an underflow to zero is not what was written");
+        let err = read_strict(br#"{"n": 123456789012345678901}"#).unwrap_err().to_string();
+        assert!(err.contains("123456789012345678901") && err.contains("string"), "{err}");
+    }
+
+    #[test]
+    fn a_number_a_double_holds_exactly_is_read_as_written() {
+        for text in [
+            "0",
+            "-0",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "0.1",
+            "1.10",
+            "-0.0",
+            "1e5",
+            "1E+5",
+            "2.5e-3",
+            "0.30000000000000004",
+            "3.141592653589793",
+            "123456789012345.6",
+            "1.7976931348623157e308",
+            "5e-324",
+            "{\"a\": [1.5, {\"b\": \"1.11111111111111111111\"}]}",
+        ] {
+            assert_eq!(inexact(text), None, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_double_as_serde_json_writes_it_reads_back_as_itself(bits in proptest::prelude::any::<u64>()) {
+            let v = f64::from_bits(bits);
+            proptest::prop_assume!(v.is_finite());
+            let text = Value::from(v).to_string();
+            let read = read_strict(text.as_bytes());
+            proptest::prop_assert!(read.is_ok(), "{}: {:?}", text, read);
+            proptest::prop_assert_eq!(read.unwrap().as_f64(), Some(v), "{}", text);
+        }
     }
 
     #[test]

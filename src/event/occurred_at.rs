@@ -28,10 +28,7 @@ impl OccurredAt {
     pub fn parse(s: &str) -> Result<OccurredAt, String> {
         let fields = Fields::read(s)?;
         if fields.second == 60 {
-            return Err(format!(
-                "{s:?} names a leap second (second 60), which UTC timestamps cannot tell apart from second 59; \
-                 send 23:59:59.999999999 or the next second"
-            ));
+            return Err(second_60(s, &fields));
         }
         let out_of_range = || {
             format!(
@@ -82,6 +79,33 @@ impl OccurredAt {
     }
 }
 
+/// Why second 60 is refused. A leap second is only ever 23:59:60 UTC (at the
+/// end of a June or December), which UTC timestamps cannot tell apart from
+/// second 59: the hint then names the instants on either side, written the
+/// way the sender wrote the offset. At any other time second 60 is no time at
+/// all, and there is nothing to suggest.
+fn second_60(s: &str, f: &Fields) -> String {
+    let at_59 = DateTime::new(f.year, f.month, f.day, f.hour, f.minute, 59, 0).ok().and_then(|dt| {
+        let offset = Offset::from_seconds(f.offset_seconds).ok()?;
+        Some((offset, offset.to_timestamp(dt).ok()?))
+    });
+    let Some((offset, ts)) = at_59 else { return format!("{s:?} is not a valid date and time") };
+    let utc = ts.to_zoned(TimeZone::UTC).datetime();
+    if (utc.hour(), utc.minute()) != (23, 59) {
+        return format!(
+            "{s:?} is not a valid time: second 60 exists only in a leap second, which falls at 23:59:60 UTC"
+        );
+    }
+    let written_offset = &s[f.offset_at..];
+    let next = offset.to_datetime(ts + jiff::SignedDuration::from_secs(1));
+    format!(
+        "{s:?} names a leap second (second 60), which UTC timestamps cannot tell apart from second 59; \
+         send {}59.999999999{written_offset} or the next second, {}{written_offset}",
+        &s[..17],
+        next.strftime("%Y-%m-%dT%H:%M:%S")
+    )
+}
+
 /// The fields of an RFC 3339 `date-time`, read without judging their ranges
 /// beyond what the grammar fixes (two digits, four digits).
 struct Fields {
@@ -93,6 +117,8 @@ struct Fields {
     second: i8,
     nanos: i32,
     offset_seconds: i32,
+    /// Where the offset (`Z`, `+05:45`) begins in the text.
+    offset_at: usize,
 }
 
 impl Fields {
@@ -123,14 +149,18 @@ impl Fields {
             }
             nanos = format!("{frac:0<9}").parse().map_err(|_| shape())?;
         }
+        let offset_at = r.at;
         let offset_seconds = match r.one_of(b"Zz+-").ok_or_else(shape)? {
             b'Z' | b'z' => 0,
             sign => {
                 let h = r.digits(2).ok_or_else(shape)?;
                 r.byte(b':').ok_or_else(shape)?;
                 let m = r.digits(2).ok_or_else(shape)?;
-                if h > 23 || m > 59 {
-                    return Err(format!("{s:?} has an offset outside -23:59 … +23:59"));
+                if h > 23 {
+                    return Err(format!("{s:?} has an offset outside -23:59 … +23:59: its hours run 00 to 23"));
+                }
+                if m > 59 {
+                    return Err(format!("{s:?} has an offset whose minutes are {m:02}: minutes run 00 to 59"));
                 }
                 let seconds = (h * 3600 + m * 60) as i32;
                 if sign == b'-' { -seconds } else { seconds }
@@ -157,6 +187,7 @@ impl Fields {
             second: small(second)?,
             nanos,
             offset_seconds,
+            offset_at,
         })
     }
 }
@@ -228,6 +259,26 @@ mod tests {
         assert!(err.contains("leap second"), "{err}");
         assert!(OccurredAt::parse("2026-11-29T04:30:60Z").is_err(), "no such leap second either");
         assert!(OccurredAt::parse("2026-11-29T04:30:61Z").unwrap_err().contains("time of day"));
+    }
+
+    #[test]
+    fn second_60_is_explained_for_what_it_is() {
+        // A leap second can only be 23:59:60 UTC: the hint names the instants around it.
+        let err = OccurredAt::parse("2016-12-31T23:59:60Z").unwrap_err();
+        assert!(err.contains("leap second") && err.contains("2016-12-31T23:59:59.999999999Z"), "{err}");
+        let err = OccurredAt::parse("2017-01-01T05:44:60+05:45").unwrap_err();
+        assert!(err.contains("leap second") && err.contains("05:44:59.999999999+05:45"), "{err}");
+        // Anywhere else second 60 is no time at all, and nothing to round to.
+        let err = OccurredAt::parse("2026-11-29T04:30:60Z").unwrap_err();
+        assert!(err.contains("not a valid time") && err.contains("23:59:60 UTC"), "{err}");
+        assert!(!err.contains("59.999999999"), "{err}");
+    }
+
+    #[test]
+    fn an_offset_with_60_minutes_says_the_minutes_are_wrong() {
+        let err = OccurredAt::parse("2026-11-29T10:15:00+05:60").unwrap_err();
+        assert!(err.contains("minutes") && err.contains("00 to 59"), "{err}");
+        assert!(!err.contains("-23:59"), "{err}");
     }
 
     #[test]

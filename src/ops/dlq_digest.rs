@@ -7,7 +7,7 @@
 //! exactly one post across many processes, and none lost across a restart.
 
 use crate::clock::{Clock, rfc3339};
-use crate::recipient::mask;
+use crate::recipient::mask_for_channel;
 use crate::store::{OpsDigestClaim, Store, StoreError};
 use jiff::civil::Time;
 use jiff::tz::TimeZone;
@@ -83,7 +83,8 @@ impl OpsDigest {
             let mut tenants = BTreeSet::new();
             for r in &rows {
                 tenants.insert(r.tenant.clone());
-                let to = r.destination.as_deref().map(mask).unwrap_or_else(|| "-".into());
+                let to =
+                    r.destination.as_deref().map(|d| mask_for_channel(&r.channel, d)).unwrap_or_else(|| "-".into());
                 let detail = r.detail.as_deref().unwrap_or("");
                 shown.push(json!({
                     "id": r.key, "tenant": r.tenant, "channel": r.channel, "destination": to,

@@ -3,6 +3,7 @@
 //! `tests/store.rs` that both must pass. The queue lives beside the intents,
 //! so enqueueing is part of the same transaction (the outbox is the queue).
 
+mod backfill;
 mod delegate;
 mod postgres;
 mod queries;
@@ -54,7 +55,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Applies this backend's migrations (idempotent).
+    /// Applies this backend's migrations (idempotent), then the data work a
+    /// migration left to do (content records of events accepted before 0006).
     async fn migrate(&self) -> StoreResult<()>;
 
     /// How the database's applied migrations compare with this binary's.

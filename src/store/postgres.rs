@@ -79,6 +79,7 @@ impl PostgresStore {
 super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
+        super::backfill::postgres(&self.pool).await?;
         Ok(())
     }
 

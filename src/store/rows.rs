@@ -217,6 +217,8 @@ pub struct IntentDetail {
     pub intent: IntentRow,
     /// The frozen content (JSON), when the intent has any.
     pub content: Option<String>,
+    /// The event as it was accepted (canonical JSON), until retention prunes it.
+    pub event_body: Option<String>,
     pub attempts: Vec<AttemptRow>,
 }
 

@@ -55,6 +55,7 @@ static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
+        super::backfill::sqlite(&self.writer).await?;
         Ok(())
     }
 

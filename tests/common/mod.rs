@@ -420,3 +420,18 @@ pub async fn execute(db: &TestDb, sql: &str) {
         }
     }
 }
+
+/// The one number a query answers, on a test database, outside Herald.
+pub async fn count(db: &TestDb, sql: &str) -> i64 {
+    use sqlx::Connection;
+    match db.backend {
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.expect("connect");
+            sqlx::query_scalar(sql).fetch_one(&mut conn).await.expect(sql)
+        }
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+            sqlx::query_scalar(sql).fetch_one(&mut conn).await.expect(sql)
+        }
+    }
+}

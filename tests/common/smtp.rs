@@ -40,6 +40,86 @@ impl Mail {
     }
 }
 
+impl Mail {
+    /// A header's value as a mail reader shows it: unfolded, and its RFC 2047
+    /// encoded words (`=?utf-8?b?…?=`, `=?utf-8?q?…?=`) decoded — so a CR or LF
+    /// hidden inside an encoded word shows up here.
+    pub fn decoded_header(&self, name: &str) -> Option<String> {
+        // Unfolding removes the line breaks only (RFC 5322 §2.2.3).
+        let head = self.raw.split("\r\n\r\n").next().unwrap_or_default();
+        let mut value: Option<String> = None;
+        for line in head.split("\r\n") {
+            match (&mut value, line.starts_with([' ', '\t'])) {
+                (Some(v), true) => v.push_str(line),
+                (Some(_), false) => break,
+                (None, _) => {
+                    if let Some((k, v)) = line.split_once(':')
+                        && k.eq_ignore_ascii_case(name)
+                    {
+                        value = Some(v.trim_start().to_string());
+                    }
+                }
+            }
+        }
+        Some(decode_words(&value?))
+    }
+}
+
+fn decode_words(value: &str) -> String {
+    use base64::Engine;
+    let mut out = String::new();
+    let mut rest = value;
+    let mut after_word = false;
+    while !rest.is_empty() {
+        let Some(start) = rest.find("=?") else {
+            out.push_str(rest);
+            break;
+        };
+        let (before, word) = rest.split_at(start);
+        // White space between two encoded words is not part of the text.
+        if !(after_word && before.trim().is_empty()) {
+            out.push_str(before);
+        }
+        let parts: Vec<&str> = word[2..].splitn(3, '?').collect();
+        let (Some(encoding), Some(tail)) = (parts.get(1), parts.get(2)) else {
+            out.push_str(word);
+            break;
+        };
+        let Some(end) = tail.find("?=") else {
+            out.push_str(word);
+            break;
+        };
+        let text = &tail[..end];
+        let bytes = match encoding.to_ascii_lowercase().as_str() {
+            "b" => base64::engine::general_purpose::STANDARD.decode(text).unwrap_or_default(),
+            _ => q_decode(text),
+        };
+        out.push_str(&String::from_utf8_lossy(&bytes));
+        after_word = true;
+        rest = &tail[end + 2..];
+    }
+    out
+}
+
+fn q_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'_' => out.push(b' '),
+            b'=' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Where a session goes silent, holding the connection open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SilentAfter {

@@ -53,7 +53,8 @@ impl FakeReceiver {
     }
 
     /// Statuses to answer on `/hook/{name}` in turn; the last repeats. Default
-    /// 204. A 3xx redirects to `/hook/{name}-target`.
+    /// 204. A 3xx redirects to `/hook/{name}-target`; a 4xx or 5xx echoes the
+    /// path in its body, as many frameworks' error pages do.
     pub fn script(&self, name: &str, statuses: &[u16]) {
         self.inner.lock().unwrap().scripts.insert(name.into(), statuses.to_vec());
     }
@@ -119,6 +120,10 @@ async fn receive(
     let status = StatusCode::from_u16(status).unwrap();
     if status.is_redirection() {
         return (status, [("location", format!("/hook/{name}-target"))]).into_response();
+    }
+    if !status.is_success() {
+        // As many web frameworks do: the refusal names the path it refused.
+        return (status, format!("Cannot POST /hook/{name}")).into_response();
     }
     status.into_response()
 }

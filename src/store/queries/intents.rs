@@ -23,6 +23,10 @@ macro_rules! intents_queries {
                 }
                 None => None,
             };
+            let event_body: Option<String> = sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1")
+                .bind(&intent.event_digest)
+                .fetch_optional(pool)
+                .await?;
             let attempts = sqlx::query_as(concat!(
                 "SELECT ",
                 attempt_columns!(),
@@ -31,7 +35,7 @@ macro_rules! intents_queries {
             .bind(key)
             .fetch_all(pool)
             .await?;
-            Ok(Some(IntentDetail { intent, content, attempts }))
+            Ok(Some(IntentDetail { intent, content, event_body, attempts }))
         }
 
         pub async fn intents_list(pool: &Pool<$db>, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
