@@ -136,17 +136,25 @@ pub fn check(e: &Evidence) -> Report {
         match intents.get(x.key.as_str()) {
             None => {
                 r.lost += 1;
-                r.flag("lost", format!("{} ({} to {}) was accepted but has no intent", x.key, x.channel, x.recipient_id));
+                r.flag(
+                    "lost",
+                    format!("{} ({} to {}) was accepted but has no intent", x.key, x.channel, x.recipient_id),
+                );
             }
-            Some(i) if i.channel != x.channel || i.recipient_id != x.recipient_id || i.event_key() != x.event_key => {
-                r.flag("wrong_intent", format!("{} is {} to {} of {}, expected {x:?}", i.key, i.channel, i.recipient_id, i.event_key()))
-            }
+            Some(i) if i.channel != x.channel || i.recipient_id != x.recipient_id || i.event_key() != x.event_key => r
+                .flag(
+                    "wrong_intent",
+                    format!("{} is {} to {} of {}, expected {x:?}", i.key, i.channel, i.recipient_id, i.event_key()),
+                ),
             Some(_) => {}
         }
     }
     for i in &s.intents {
         if !expected.contains_key(i.key.as_str()) && !digests.contains(i.key.as_str()) {
-            r.flag("extra_intent", format!("{} ({} to {} of {}) was never asked for", i.key, i.channel, i.recipient_id, i.event_key()));
+            r.flag(
+                "extra_intent",
+                format!("{} ({} to {} of {}) was never asked for", i.key, i.channel, i.recipient_id, i.event_key()),
+            );
         }
     }
 
@@ -174,7 +182,10 @@ pub fn check(e: &Evidence) -> Report {
                     && n.entity_version > i.entity_version
             });
             if !fits {
-                r.flag("superseded_wrongly", format!("{} is superseded by {:?}, which is not a newer version of it", i.key, i.link_key));
+                r.flag(
+                    "superseded_wrongly",
+                    format!("{} is superseded by {:?}, which is not a newer version of it", i.key, i.link_key),
+                );
             }
         }
     }
@@ -234,13 +245,25 @@ pub fn check(e: &Evidence) -> Report {
         for item in answer["intents"].as_array().into_iter().flatten() {
             let key = item["key"].as_str().or(item["id"].as_str()).unwrap_or_default();
             match intents.get(key) {
-                None => r.flag("request_disagrees", format!("request {} answered intent {key}, which does not exist", q.identity)),
+                None => r.flag(
+                    "request_disagrees",
+                    format!("request {} answered intent {key}, which does not exist", q.identity),
+                ),
                 Some(i)
                     if Some(i.channel.as_str()) != item["channel"].as_str()
                         || Some(i.recipient_id.as_str()) != item["recipient_id"].as_str()
                         || i.event_key() != event_key =>
                 {
-                    r.flag("request_disagrees", format!("request {} answered {key} as {item}, but it is {} to {} of {}", q.identity, i.channel, i.recipient_id, i.event_key()))
+                    r.flag(
+                        "request_disagrees",
+                        format!(
+                            "request {} answered {key} as {item}, but it is {} to {} of {}",
+                            q.identity,
+                            i.channel,
+                            i.recipient_id,
+                            i.event_key()
+                        ),
+                    )
                 }
                 Some(_) => {}
             }
@@ -265,7 +288,10 @@ pub fn check(e: &Evidence) -> Report {
     for c in e.calls.iter().filter(|c| c.effect) {
         *r.effects.entry(c.provider.clone()).or_default() += 1;
         if !intents.contains_key(c.key.as_str()) {
-            r.flag("effect_without_intent", format!("{} acted on a call with key {:?}, which is no intent", c.provider, c.key));
+            r.flag(
+                "effect_without_intent",
+                format!("{} acted on a call with key {:?}, which is no intent", c.provider, c.key),
+            );
             continue;
         }
         *effects.entry(c.key.as_str()).or_default() += 1;
@@ -283,7 +309,10 @@ pub fn check(e: &Evidence) -> Report {
             r.flag("sent_without_effect", format!("{} is sent but {} never acted on it", i.key, i.channel));
         }
         if i.state != "sent" && done > 0 && unknown == 0 {
-            r.flag("effect_of_unsent", format!("{} acted on {}, which is {} with no unknown attempt", i.channel, i.key, i.state));
+            r.flag(
+                "effect_of_unsent",
+                format!("{} acted on {}, which is {} with no unknown attempt", i.channel, i.key, i.state),
+            );
         }
         if done > 1 {
             let d = r.duplicates.entry(i.channel.clone()).or_default();
@@ -292,7 +321,10 @@ pub fn check(e: &Evidence) -> Report {
             d.explained += explained;
             d.unexplained += extra - explained;
             if explained < extra {
-                r.flag("duplicate_effect", format!("{} acted {done} times on {} after {unknown} unknown attempt(s)", i.channel, i.key));
+                r.flag(
+                    "duplicate_effect",
+                    format!("{} acted {done} times on {} after {unknown} unknown attempt(s)", i.channel, i.key),
+                );
             }
         }
     }
@@ -500,7 +532,12 @@ mod tests {
             e.snapshot.intents.push(i);
             e.snapshot.attempts.push(attempt(d, 1, "accepted"));
             e.snapshot.digest_keys.push(d.into());
-            e.calls.push(Call { provider: "email".into(), key: d.into(), marker: "evt~1~ evt~2~".into(), effect: true });
+            e.calls.push(Call {
+                provider: "email".into(),
+                key: d.into(),
+                marker: "evt~1~ evt~2~".into(),
+                effect: true,
+            });
         }
         assert_eq!(kinds(&e), ["digest_member_twice"]);
     }

@@ -83,7 +83,12 @@ pub fn intent_key(entity_id: &str, occurred_at: &str, channel: &str, recipient: 
 
 impl Plan {
     /// `endpoints(channel, recipient)`: the URL a recipient's webhook points at.
-    pub fn generate(rng: &mut Rng, events: usize, route_channels: Vec<&'static str>, webhook_url: &dyn Fn(&str) -> String) -> Plan {
+    pub fn generate(
+        rng: &mut Rng,
+        events: usize,
+        route_channels: Vec<&'static str>,
+        webhook_url: &dyn Fn(&str) -> String,
+    ) -> Plan {
         let recipients: Vec<Recipient> = (0..40)
             .map(|i| {
                 let id = format!("r-{i}");
@@ -108,9 +113,9 @@ impl Plan {
                 }
             }
             let secs = match rng.below(100) {
-                0..=2 => -2_177_000_000 + n as i64,   // 1901
-                3..=5 => 221_900_000_000 + n as i64,  // 9001
-                _ => 1_795_000_000 + 7 * n as i64,     // late 2026
+                0..=2 => -2_177_000_000 + n as i64,  // 1901
+                3..=5 => 221_900_000_000 + n as i64, // 9001
+                _ => 1_795_000_000 + 7 * n as i64,   // late 2026
             };
             let ts = jiff::Timestamp::new(secs, rng.below(1_000_000_000) as i32).expect("in range");
             let written = if rng.chance(50) { with_offset(ts) } else { canonical(ts) };
@@ -370,12 +375,8 @@ impl Driver {
             200 | 202 => {
                 let audience = self.plan.audience(post);
                 let answered: Value = serde_json::from_str(text).unwrap_or_default();
-                let keys: BTreeSet<&str> = answered["intents"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|i| i["key"].as_str())
-                    .collect();
+                let keys: BTreeSet<&str> =
+                    answered["intents"].as_array().into_iter().flatten().filter_map(|i| i["key"].as_str()).collect();
                 let wanted: BTreeSet<&str> = audience.iter().map(|x| x.key.as_str()).collect();
                 if keys != wanted || answered["event_key"].as_str() != Some(audience[0].event_key.as_str()) {
                     ledger.violations.push(format!(
@@ -395,7 +396,9 @@ impl Driver {
             }
             500..=599 => Answer::Retry,
             _ => {
-                ledger.violations.push(format!("post of event {} ({}) answered {status}: {text}", post.event, post.kind));
+                ledger
+                    .violations
+                    .push(format!("post of event {} ({}) answered {status}: {text}", post.event, post.kind));
                 Answer::Definitive
             }
         }

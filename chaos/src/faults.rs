@@ -14,20 +14,36 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
     /// `kill -9` of a Herald process while sends are in flight; restarted after `down`.
-    Kill { node: usize, down: Duration },
+    Kill {
+        node: usize,
+        down: Duration,
+    },
     /// SIGTERM with attempts in flight; restarted after `down`.
-    Terminate { node: usize, down: Duration },
-    Provider { channel: &'static str, mode: Mode, lasts: Duration },
+    Terminate {
+        node: usize,
+        down: Duration,
+    },
+    Provider {
+        channel: &'static str,
+        mode: Mode,
+        lasts: Duration,
+    },
     RedisFlush,
-    RedisStop { lasts: Duration },
+    RedisStop {
+        lasts: Duration,
+    },
     /// Redis accepts connections but never answers (SIGSTOP).
-    RedisHang { lasts: Duration },
+    RedisHang {
+        lasts: Duration,
+    },
     /// `pg_ctl restart -m fast` of the suite's own cluster.
     PostgresRestart,
     /// `pg_terminate_backend` of every connection Herald holds.
     PostgresTerminate,
     /// A saboteur transaction holding locks on the queue and the intents.
-    PostgresLocks { lasts: Duration },
+    PostgresLocks {
+        lasts: Duration,
+    },
 }
 
 impl Fault {
@@ -202,7 +218,9 @@ impl World {
                     use sqlx::Connection;
                     let mut c = sqlx::PgConnection::connect(&pg.url(db)).await?;
                     let mut tx = c.begin().await?;
-                    sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE").execute(&mut *tx).await?;
+                    sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE")
+                        .execute(&mut *tx)
+                        .await?;
                     tokio::time::sleep(*lasts).await;
                     tx.commit().await?;
                 }

@@ -22,10 +22,26 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn new(name: &str, bin: PathBuf, dir: &std::path::Path, config: String, port: u16, skew: Option<String>) -> anyhow::Result<Node> {
+    pub fn new(
+        name: &str,
+        bin: PathBuf,
+        dir: &std::path::Path,
+        config: String,
+        port: u16,
+        skew: Option<String>,
+    ) -> anyhow::Result<Node> {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config)?;
-        Ok(Node { name: name.into(), port, bin, config: path, log: dir.join(format!("{name}.log")), skew, child: None, starts: 0 })
+        Ok(Node {
+            name: name.into(),
+            port,
+            bin,
+            config: path,
+            log: dir.join(format!("{name}.log")),
+            skew,
+            child: None,
+            starts: 0,
+        })
     }
 
     pub fn base(&self) -> String {

@@ -90,7 +90,13 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    println!("herald-chaos: seed {} ({} events, {} faults per leg, legs {})", o.seed, o.events, o.faults, o.legs.join(","));
+    println!(
+        "herald-chaos: seed {} ({} events, {} faults per leg, legs {})",
+        o.seed,
+        o.events,
+        o.faults,
+        o.legs.join(",")
+    );
     let mut failed = false;
     for leg in &o.legs {
         match run_leg(&o, leg).await {
@@ -224,7 +230,9 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
 
     let root = rng::Rng::new(o.seed ^ if leg == "postgres" { 0 } else { 0x5117e });
     let hook = webhook.clone();
-    let plan = driver::Plan::generate(&mut root.fork(1), o.events, ROUTE_CHANNELS.to_vec(), &|id| hook.url(&format!("/hook/{id}")));
+    let plan = driver::Plan::generate(&mut root.fork(1), o.events, ROUTE_CHANNELS.to_vec(), &|id| {
+        hook.url(&format!("/hook/{id}"))
+    });
     let targets = faults::Targets {
         nodes: processes,
         channels: vec!["sms", "webhook"],
@@ -232,7 +240,12 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
         postgres: postgres.is_some(),
     };
     let schedule = faults::schedule(&mut root.fork(2), o.faults, plan.posts.len(), &targets);
-    println!("\n== {leg}: {processes} Herald process(es), {} events in {} posts, {} faults", plan.events.len(), plan.posts.len(), schedule.len());
+    println!(
+        "\n== {leg}: {processes} Herald process(es), {} events in {} posts, {} faults",
+        plan.events.len(),
+        plan.posts.len(),
+        schedule.len()
+    );
     for (at, f) in &schedule {
         println!("   at post {at:>6}: {f:?}");
     }
@@ -297,16 +310,33 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
         violations.push(("fault_harness".into(), e.clone()));
     }
     if !drained {
-        violations.push(("not_drained".into(), format!("{pending} intents, jobs or digest windows still pending after {:?}", o.drain)));
+        violations.push((
+            "not_drained".into(),
+            format!("{pending} intents, jobs or digest windows still pending after {:?}", o.drain),
+        ));
     }
     let unclean = world.unclean_stops.load(std::sync::atomic::Ordering::SeqCst);
     if unclean > 0 {
-        violations.push(("unclean_stop".into(), format!("{unclean} process(es) did not exit 0 within the grace after SIGTERM")));
+        violations.push((
+            "unclean_stop".into(),
+            format!("{unclean} process(es) did not exit 0 within the grace after SIGTERM"),
+        ));
     }
 
     println!("-- {leg}: summary ({:.0?} driving, {:.0?} in all)", driven, started.elapsed());
-    println!("   events posted      {} ({} posts; answers {:?}; client retries {})", driver.plan.events.len(), driver.plan.posts.len(), ledger.answers, ledger.client_retries);
-    println!("   intents            {} expected, {} in the database, by state {:?}", evidence.expected.len(), report.intents, report.by_state);
+    println!(
+        "   events posted      {} ({} posts; answers {:?}; client retries {})",
+        driver.plan.events.len(),
+        driver.plan.posts.len(),
+        ledger.answers,
+        ledger.client_retries
+    );
+    println!(
+        "   intents            {} expected, {} in the database, by state {:?}",
+        evidence.expected.len(),
+        report.intents,
+        report.by_state
+    );
     println!("   faults injected    {:?}", world.injected.lock().unwrap());
     println!("   provider effects   {:?}", report.effects);
     for p in ["sms", "webhook"] {

@@ -17,10 +17,8 @@ impl Db {
             Ok(Db::Postgres(pool))
         } else {
             let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
-            let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                .max_connections(1)
-                .connect_with(options.read_only(true))
-                .await?;
+            let pool =
+                sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(options.read_only(true)).await?;
             Ok(Db::Sqlite(pool))
         }
     }
@@ -57,7 +55,9 @@ impl Db {
     async fn now_us(&self) -> anyhow::Result<i64> {
         Ok(match self {
             Db::Postgres(p) => {
-                sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT").fetch_one(p).await?
+                sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::BIGINT")
+                    .fetch_one(p)
+                    .await?
             }
             Db::Sqlite(_) => jiff::Timestamp::now().as_microsecond(),
         })
@@ -86,4 +86,3 @@ impl Db {
         }
     }
 }
-
