@@ -273,7 +273,10 @@ impl Checker<'_> {
         );
         for (name, h) in documented["headers"].as_object().into_iter().flatten() {
             let required = h["required"] == true;
-            assert!(!required || headers.contains_key(name.as_str()), "{method} {path} {status}: header {name} missing");
+            assert!(
+                !required || headers.contains_key(name.as_str()),
+                "{method} {path} {status}: header {name} missing"
+            );
         }
         self.checked.insert((method.to_string(), template.to_string(), status));
         (status, value, headers)
