@@ -773,3 +773,27 @@ async fn leases_follow_the_database_clock_so_skewed_processes_never_share_a_job(
         }
     }
 }
+
+#[tokio::test]
+async fn a_request_record_is_found_before_planning_as_a_replay_or_a_mismatch() {
+    each_backend(|store| async move {
+        assert_eq!(store.request_find("default", "r1", "fp1").await.unwrap(), None, "an unseen identity");
+        let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let IngestOutcome::Accepted { response, .. } = first else { panic!("{first:?}") };
+        let Some(RequestSeen::Replay(seen)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert!(seen.replayed);
+        assert_eq!(seen.intents, response.intents);
+        assert_eq!(store.request_find("default", "r1", "fp2").await.unwrap(), Some(RequestSeen::Mismatch));
+        assert_eq!(store.request_find("other", "r1", "fp1").await.unwrap(), None, "identities are per tenant");
+        // The replay shows the intent as it is now.
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 1);
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let Some(RequestSeen::Replay(now)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert_eq!((now.intents[0].state.as_str(), now.intents[0].created), ("sent", true));
+    })
+    .await;
+}

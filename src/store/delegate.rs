@@ -22,6 +22,11 @@ macro_rules! store_impl {
                 q::recipient_preferences_get(&self.$reader, tenant, id, version).await
             }
 
+            async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::request_seen(&mut conn, tenant, identity, fingerprint).await
+            }
+
             async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
                 let mut conn = self.$reader.acquire().await?;
                 q::intents_status(&mut conn, tenant, keys).await

@@ -79,6 +79,11 @@ pub trait Store: Send + Sync + 'static {
         version: i64,
     ) -> StoreResult<Option<PreferencesVersion>>;
 
+    /// The answer stored for a request identity, read before anything is
+    /// planned (from the read pool on SQLite). None when the identity is new —
+    /// which the ingest transaction, not this read, then decides.
+    async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>>;
+
     /// ONE transaction: request record + payloads + intents + jobs. The unique
     /// constraints on the request identity and the intent key decide.
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome>;

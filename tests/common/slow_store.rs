@@ -47,6 +47,9 @@ impl Store for SlowRecording {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+    async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+        self.inner.request_find(tenant, identity, fingerprint).await
+    }
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
         self.inner.intents_status(tenant, keys).await
     }

@@ -21,22 +21,11 @@ macro_rules! ingest_queries {
             if claimed == 0 {
                 // Another request with this identity committed first (on Postgres
                 // the INSERT above waited for it): replay it or refuse.
-                let (fingerprint, response): (String, Option<String>) =
-                    sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
-                        .bind(&ingest.tenant)
-                        .bind(&ingest.identity)
-                        .fetch_one(&mut **tx)
-                        .await?;
-                if fingerprint != ingest.fingerprint {
-                    return Ok(IngestOutcome::Mismatch);
-                }
-                let text = response.ok_or_else(|| StoreError::Corrupt("request record without a response".into()))?;
-                let mut response: IngestResponse =
-                    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
-                response.replayed = true;
-                let now = intents_status(&mut **tx, &ingest.tenant, &response.intent_keys()).await?;
-                response.refresh(&now);
-                return Ok(IngestOutcome::Replayed { response });
+                return match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
+                    Some(RequestSeen::Replay(response)) => Ok(IngestOutcome::Replayed { response }),
+                    Some(RequestSeen::Mismatch) => Ok(IngestOutcome::Mismatch),
+                    None => Err(StoreError::Corrupt("request record without a response".into())),
+                };
             }
             if !event_claim(tx, ingest).await? {
                 return Ok(IngestOutcome::Conflict);
@@ -78,6 +67,34 @@ macro_rules! ingest_queries {
                 .execute(&mut **tx)
                 .await?;
             Ok(IngestOutcome::Accepted { response, any_created })
+        }
+
+        /// The stored answer for a request identity: a replay when the
+        /// fingerprint matches (its intents as they are now), else a mismatch.
+        /// A record without a response (not yet answered) counts as unseen.
+        pub async fn request_seen(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            tenant: &str,
+            identity: &str,
+            fingerprint: &str,
+        ) -> StoreResult<Option<RequestSeen>> {
+            let row: Option<(String, Option<String>)> =
+                sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
+                    .bind(tenant)
+                    .bind(identity)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            let Some((stored, response)) = row else { return Ok(None) };
+            if stored != fingerprint {
+                return Ok(Some(RequestSeen::Mismatch));
+            }
+            let Some(text) = response else { return Ok(None) };
+            let mut response: IngestResponse =
+                serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
+            response.replayed = true;
+            let now = intents_status(conn, tenant, &response.intent_keys()).await?;
+            response.refresh(&now);
+            Ok(Some(RequestSeen::Replay(response)))
         }
 
         /// Records the content this event key is accepted with, or checks it
