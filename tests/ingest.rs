@@ -43,15 +43,15 @@ async fn ingestor(db: &TestDb, dns: Arc<MovingDns>) -> Ingestor {
         .without_workers()
         .with_toml("[channels.webhook]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\ntimeout = \"1s\"\n")
         .config();
-    Ingestor {
-        store: db.store().await,
-        templates: Arc::new(herald::app::load_templates(&config).unwrap()),
-        routes: herald::api::routes_by_event(&config),
-        clock: Arc::new(SystemClock),
-        fastpath: None,
-        destinations: Arc::new(DestinationPolicy::new(false, dns)),
-        config: Arc::new(config),
-    }
+    Ingestor::new(
+        db.store().await,
+        Arc::new(config.clone()),
+        Arc::new(herald::app::load_templates(&config).unwrap()),
+        herald::api::routes_by_event(&config),
+        Arc::new(SystemClock),
+        None,
+        Arc::new(DestinationPolicy::new(false, dns)),
+    )
 }
 
 fn webhook_event(entity_id: &str, event_type: &str, url: &str) -> Value {

@@ -797,3 +797,149 @@ async fn a_request_record_is_found_before_planning_as_a_replay_or_a_mismatch() {
     })
     .await;
 }
+
+/// A request for its own event: `event` names the event key, `content` its
+/// frozen content.
+fn request(identity: &str, fingerprint: &str, event: &str, content: &str, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        event_key: format!("default|e|x|{event}|t"),
+        content_digest: content.into(),
+        entity_id: event.into(),
+        ..ingest(identity, fingerprint, intents)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_decides_each_request_as_transactions_in_a_row_would() {
+    each_backend(|store| async move {
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // The same event with other content: refused, nothing kept.
+                request("b", "fb", "E1", "c1-changed", vec![new_intent(&key(1), "sms", Some(T0))]),
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                // The same identity twice more: an exact repeat, and another body.
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                request("x", "fx2", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+                // E2 under another identity, with one more recipient.
+                request(
+                    "y",
+                    "fy",
+                    "E2",
+                    "c2",
+                    vec![new_intent(&key(2), "sms", Some(T0)), new_intent(&key(4), "sms", Some(T0))],
+                ),
+            ])
+            .await;
+        let outcomes: Vec<IngestOutcome> = outcomes.into_iter().map(Result::unwrap).collect();
+        let created = |o: &IngestOutcome| match o {
+            IngestOutcome::Accepted { response, .. } | IngestOutcome::Replayed { response } => {
+                response.intents.iter().map(|i| i.created).collect::<Vec<_>>()
+            }
+            _ => vec![],
+        };
+        assert!(matches!(outcomes[0], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[0]);
+        assert_eq!(outcomes[1], IngestOutcome::Conflict);
+        assert!(matches!(outcomes[2], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[2]);
+        let IngestOutcome::Replayed { response } = &outcomes[3] else { panic!("{:?}", outcomes[3]) };
+        assert!(response.replayed && response.intents[0].created, "the replay of x is x's answer: {response:?}");
+        assert_eq!(outcomes[4], IngestOutcome::Mismatch);
+        assert!(matches!(outcomes[5], IngestOutcome::Accepted { any_created: true, .. }));
+        assert_eq!(created(&outcomes[5]), vec![false, true], "E2's intent existed, the new recipient's did not");
+        // Nothing of the refused requests stayed; every intent has one job.
+        assert_eq!(
+            store.request_find("default", "b", "fb").await.unwrap(),
+            None,
+            "the conflict left its identity free"
+        );
+        assert_eq!(store.request_find("default", "x", "fx2").await.unwrap(), Some(RequestSeen::Mismatch));
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(4)]).await.unwrap();
+        assert_eq!(status.len(), 3, "the mismatching request created nothing: {status:?}");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(4)]);
+        // A later batch replays what the first one accepted.
+        let again = store.events_ingest_batch(vec![request("a", "fa", "E1", "c1", vec![])]).await;
+        assert!(matches!(again[0], Ok(IngestOutcome::Replayed { .. })), "{:?}", again[0]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_the_database_refuses_fails_alone_and_leaves_nothing() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        // The database refuses any intent for the recipient "poison".
+        match backend {
+            common::Backend::Sqlite => {
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents WHEN NEW.recipient_id = 'poison'
+                     BEGIN SELECT RAISE(ABORT, 'poisoned row'); END",
+                )
+                .await
+            }
+            common::Backend::Postgres => {
+                common::execute(
+                    &db,
+                    "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN IF NEW.recipient_id = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$",
+                )
+                .await;
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents FOR EACH ROW EXECUTE FUNCTION poison()",
+                )
+                .await
+            }
+        }
+        let poisoned = NewIntent { recipient_id: "poison".into(), ..new_intent(&key(2), "sms", Some(T0)) };
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // Its first intent is fine, its second refused: neither stays.
+                request("p", "fp", "E2", "c2", vec![new_intent(&key(5), "sms", Some(T0)), poisoned]),
+                request("c", "fc", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+            ])
+            .await;
+        assert!(matches!(outcomes[0], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[0]);
+        assert!(matches!(outcomes[1], Err(StoreError::Database(_))), "{backend:?}: {:?}", outcomes[1]);
+        assert!(matches!(outcomes[2], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[2]);
+        assert_eq!(store.request_find("default", "p", "fp").await.unwrap(), None, "{backend:?}");
+        assert_eq!(common::count(&db, "SELECT COUNT(*) FROM events WHERE entity_id = 'E2'").await, 0, "{backend:?}");
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(5)]).await.unwrap();
+        let mut stored: Vec<String> = status.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(1), key(3)], "{backend:?}");
+        assert_eq!(store.jobs_claim(claim(T0, 100)).await.unwrap().len(), 2, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_batches_reusing_one_identity_for_other_events_keep_only_the_first() {
+    each_backend(|store| async move {
+        let mut tasks = Vec::new();
+        for n in 0..8u32 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let event = format!("E{n}");
+                let one = request("k", &format!("f{n}"), &event, "c", vec![new_intent(&key(100 + n), "sms", Some(T0))]);
+                store.events_ingest_batch(vec![one]).await.pop().unwrap().unwrap()
+            }));
+        }
+        let mut accepted = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                IngestOutcome::Accepted { any_created: true, .. } => accepted += 1,
+                IngestOutcome::Mismatch => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(accepted, 1);
+        let keys: Vec<String> = (0..8).map(|n| key(100 + n)).collect();
+        assert_eq!(store.intents_status("default", &keys).await.unwrap().len(), 1, "a refused request created nothing");
+    })
+    .await;
+}

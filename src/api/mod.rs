@@ -71,15 +71,15 @@ impl AppState {
     ) -> AppState {
         let tokens = TokenTable::from_config(&config.auth.tokens);
         let destinations = Arc::new(DestinationPolicy::from_config(&config));
-        let ingest = Arc::new(Ingestor {
-            store: store.clone(),
-            config: config.clone(),
-            templates: templates.clone(),
-            routes: routes.clone(),
-            clock: clock.clone(),
+        let ingest = Arc::new(Ingestor::new(
+            store.clone(),
+            config.clone(),
+            templates.clone(),
+            routes.clone(),
+            clock.clone(),
             fastpath,
-            destinations: destinations.clone(),
-        });
+            destinations.clone(),
+        ));
         AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, ingest, ops_digest, destinations }
     }
 }

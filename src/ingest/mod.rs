@@ -19,8 +19,14 @@ use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
 use crate::render::TemplateSet;
 use crate::store::{Ingest, IngestOutcome, IngestResponse, RequestSeen, Store, StoreError};
+use group::GroupCommit;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+pub mod group;
+
+/// Transactions in flight at once on Postgres.
+const POSTGRES_WRITERS: usize = 2;
 
 /// One request to ingest, as a front door hands it over: the caller's tenant,
 /// its idempotency key (already checked for shape) and the raw body.
@@ -69,16 +75,17 @@ pub enum IngestError {
     Store(#[from] StoreError),
 }
 
-/// What ingest needs of the deployment.
+/// What ingest needs of the deployment, and the group commit in front of
+/// the store.
 pub struct Ingestor {
-    pub store: Arc<dyn Store>,
-    pub config: Arc<Config>,
-    pub templates: Arc<TemplateSet>,
-    pub routes: Arc<HashMap<String, Route>>,
-    pub clock: Arc<dyn Clock>,
-    pub fastpath: Option<Arc<FastPath>>,
-    /// Which webhook destinations input may name.
-    pub destinations: Arc<DestinationPolicy>,
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    templates: Arc<TemplateSet>,
+    routes: Arc<HashMap<String, Route>>,
+    clock: Arc<dyn Clock>,
+    fastpath: Option<Arc<FastPath>>,
+    destinations: Arc<DestinationPolicy>,
+    commits: GroupCommit,
 }
 
 /// A parsed request and who it is.
@@ -90,6 +97,23 @@ struct Identified {
 }
 
 impl Ingestor {
+    /// Starts the group commit's writers: on Postgres a few, so one batch is
+    /// gathered while another commits; on SQLite one, as there is one writer
+    /// connection.
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        templates: Arc<TemplateSet>,
+        routes: Arc<HashMap<String, Route>>,
+        clock: Arc<dyn Clock>,
+        fastpath: Option<Arc<FastPath>>,
+        destinations: Arc<DestinationPolicy>,
+    ) -> Ingestor {
+        let writers = if crate::store::is_postgres(&config.database_url) { POSTGRES_WRITERS } else { 1 };
+        let commits = GroupCommit::start(store.clone(), writers);
+        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits }
+    }
+
     pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
         let json = read_strict(request.body)?;
         let event = parse_event(&json).map_err(|e| IngestError::InvalidField { field: e.field, message: e.message })?;
@@ -218,7 +242,7 @@ impl Ingestor {
     async fn store(&self, ingest: Ingest) -> Result<Answer, IngestError> {
         let (tenant, identity, fingerprint) =
             (ingest.tenant.clone(), ingest.identity.clone(), ingest.fingerprint.clone());
-        let outcome = self.store.events_ingest(ingest).await?;
+        let outcome = self.commits.ingest(ingest).await?;
         match outcome {
             IngestOutcome::Accepted { response, any_created } => {
                 // Derived from the request identity, so a retried request logs

@@ -26,15 +26,12 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    async fn ingest_once(&self, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+    /// One transaction for a batch of requests; listeners learn of new jobs
+    /// when it commits.
+    async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcome = q::ingest(&mut tx, ingest).await?;
-        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
-            // A conflict wrote a request record that must not stay.
-            tx.rollback().await?;
-            return Ok(outcome);
-        }
-        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
+        let outcomes = q::ingest_batch(&mut tx, batch).await?;
+        let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
         if queued {
             // Delivered to listeners when the transaction commits.
             sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
@@ -43,7 +40,7 @@ impl PostgresStore {
         if queued {
             self.wake.notify_one();
         }
-        Ok(outcome)
+        Ok(outcomes)
     }
 
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
@@ -99,24 +96,6 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        // Rows shared between events (content, digest windows) can, rarely,
-        // meet retention or another ingest in a deadlock; Postgres aborts one
-        // side, and the whole transaction is safe to run again.
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.ingest_once(&ingest).await {
-                Err(StoreError::Database(sqlx::Error::Database(e)))
-                    if tries < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
-                {
-                    tracing::warn!(error = %e, tries, "ingest transaction aborted by Postgres; running it again");
-                }
-                other => return other,
-            }
-        }
     }
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {

@@ -67,8 +67,8 @@ impl Store for SlowRecording {
     ) -> StoreResult<Option<PreferencesVersion>> {
         self.inner.recipient_preferences_get(tenant, id, version).await
     }
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        self.inner.events_ingest(ingest).await
+    async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
+        self.inner.events_ingest_batch(batch).await
     }
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
         self.inner.intent_get(tenant, key).await
