@@ -129,6 +129,15 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         Ok(jobs)
     }
 
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        // Leased by the database's clock, as jobs are: a process whose clock
+        // runs ahead must not see another's digest lease as expired and post
+        // the same digest twice.
+        let db_now: i64 =
+            sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM now()) * 1000000)::bigint").fetch_one(&self.pool).await?;
+        q::ops_digest_claim(&self.pool, &claim, db_now).await
+    }
+
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
         if finished.is_empty() {
             return Ok(FinishReport::default());

@@ -509,8 +509,10 @@ pub struct OpsDigestClaim {
     pub slot: String,
     pub since_us: i64,
     pub until_us: i64,
+    /// The claimer's clock: it judges the lease on SQLite (one process).
+    /// Postgres judges and sets leases by the database's own clock.
     pub now_us: i64,
-    pub lease_until_us: i64,
+    pub lease_us: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

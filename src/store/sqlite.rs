@@ -116,6 +116,11 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         Ok(jobs)
     }
 
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        // One process: its clock judges the lease (Postgres uses the database's).
+        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
+    }
+
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
         if finished.is_empty() {
             return Ok(FinishReport::default());
