@@ -924,9 +924,26 @@ async fn concurrent_batches_reusing_one_identity_for_other_events_keep_only_the_
         for n in 0..8u32 {
             let store = store.clone();
             tasks.push(tokio::spawn(async move {
-                let event = format!("E{n}");
-                let one = request("k", &format!("f{n}"), &event, "c", vec![new_intent(&key(100 + n), "sms", Some(T0))]);
-                store.events_ingest_batch(vec![one]).await.pop().unwrap().unwrap()
+                // Each batch also carries a request of its own, which must be
+                // accepted whatever becomes of the shared identity.
+                let shared = request(
+                    "k",
+                    &format!("f{n}"),
+                    &format!("E{n}"),
+                    "c",
+                    vec![new_intent(&key(100 + n), "sms", Some(T0))],
+                );
+                let own = request(
+                    &format!("own{n}"),
+                    "fo",
+                    &format!("O{n}"),
+                    "c",
+                    vec![new_intent(&key(200 + n), "sms", Some(T0))],
+                );
+                let mut out = store.events_ingest_batch(vec![shared, own]).await;
+                let own = out.pop().unwrap().unwrap();
+                assert!(matches!(own, IngestOutcome::Accepted { any_created: true, .. }), "{own:?}");
+                out.pop().unwrap().unwrap()
             }));
         }
         let mut accepted = 0;
@@ -974,4 +991,55 @@ async fn the_daily_digest_claim_is_leased_by_the_database_clock() {
         store.ops_digest_posted("2026-11-30", real, 0).await.unwrap();
         assert_eq!(store.ops_digest_claim(claim(real + 48 * hour, 0)).await.unwrap(), None);
     }
+}
+
+#[tokio::test]
+async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audiences_each_on_its_own() {
+    each_backend(|store| async move {
+        let sms = |n: u32| new_intent(&key(n), "sms", Some(T0));
+        let first = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx", "E2", "c2", vec![sms(2)]),
+                request("z", "fz", "E6", "c6", vec![sms(6)]),
+            ])
+            .await;
+        assert!(first.iter().all(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))), "{first:?}");
+        let second = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx2", "E4", "c4", vec![sms(4)]),
+                request("b", "fb", "E2", "c2-changed", vec![sms(2), sms(22)]),
+                request("c", "fc", "E6", "c6", vec![sms(6), sms(66)]),
+                request("d", "fd", "E3", "c3", vec![sms(3)]),
+            ])
+            .await;
+        let second: Vec<IngestOutcome> = second.into_iter().map(Result::unwrap).collect();
+        let IngestOutcome::Replayed { response } = &second[0] else { panic!("{:?}", second[0]) };
+        assert!(response.replayed && response.intents[0].created);
+        assert_eq!(second[1], IngestOutcome::Mismatch);
+        assert_eq!(second[2], IngestOutcome::Conflict);
+        let IngestOutcome::Accepted { response, any_created: true } = &second[3] else { panic!("{:?}", second[3]) };
+        let created: Vec<bool> = response.intents.iter().map(|i| i.created).collect();
+        assert_eq!(created, vec![false, true], "E6's intent existed; the new recipient's is new");
+        assert_eq!(response.intents[0].state, "queued", "the existing intent as it stands");
+        assert!(matches!(second[4], IngestOutcome::Accepted { any_created: true, .. }));
+        // The refused requests left nothing; the accepted ones replay.
+        assert_eq!(store.request_find("default", "b", "fb").await.unwrap(), None);
+        let stored = store.intents_status("default", &[key(4), key(22), key(66), key(3)]).await.unwrap();
+        let mut stored: Vec<String> = stored.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(3), key(66)]);
+        for (identity, fingerprint) in [("c", "fc"), ("d", "fd")] {
+            let seen = store.request_find("default", identity, fingerprint).await.unwrap();
+            assert!(matches!(seen, Some(RequestSeen::Replay(_))), "{identity}: {seen:?}");
+        }
+        let Some(RequestSeen::Replay(c)) = store.request_find("default", "c", "fc").await.unwrap() else { panic!() };
+        assert_eq!(c.intents.iter().map(|i| i.created).collect::<Vec<_>>(), vec![false, true], "stored as answered");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
+    })
+    .await;
 }

@@ -6,6 +6,7 @@
 mod backfill;
 mod delegate;
 mod postgres;
+mod postgres_batch;
 mod queries;
 mod rows;
 mod schema;

@@ -2,6 +2,7 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
+use super::postgres_batch::Pass;
 use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -26,11 +27,35 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    /// One transaction for a batch of requests; listeners learn of new jobs
-    /// when it commits.
+    /// One transaction for a batch of requests: set-wise when the batch fits
+    /// (see [`super::postgres_batch`]), else — and for what the set-wise pass
+    /// leaves undecided — request by request in savepoints. Listeners learn
+    /// of new jobs when it commits.
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcomes = q::ingest_batch(&mut tx, batch).await?;
+        let outcomes = match super::postgres_batch::fits(batch) {
+            true => match super::postgres_batch::write(&mut tx, batch).await? {
+                Pass::Decided(decided) => {
+                    let left: Vec<&Ingest> =
+                        (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
+                    let mut rest = q::ingest_batch(&mut tx, left).await?.into_iter();
+                    decided
+                        .into_iter()
+                        .map(|o| {
+                            o.map(Ok)
+                                .or_else(|| rest.next())
+                                .unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch lost a request".into())))
+                        })
+                        .collect()
+                }
+                Pass::Raced => {
+                    tx.rollback().await?;
+                    tx = self.pool.begin().await?;
+                    q::ingest_batch(&mut tx, batch).await?
+                }
+            },
+            false => q::ingest_batch(&mut tx, batch).await?,
+        };
         let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
         if queued {
             // Delivered to listeners when the transaction commits.

@@ -21,8 +21,11 @@ macro_rules! ingest_queries {
         /// and a later request sees an earlier one's rows, as two transactions
         /// in a row would. A request whose statements failed is reported as
         /// the error, for the caller to run again on its own.
-        pub async fn ingest_batch(tx: &mut Tx<'_>, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
-            let mut out = Vec::with_capacity(batch.len());
+        pub async fn ingest_batch<'b>(
+            tx: &mut Tx<'_>,
+            batch: impl IntoIterator<Item = &'b Ingest>,
+        ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+            let mut out = Vec::new();
             for ingest in batch {
                 let mut one = tx.begin().await?;
                 match ingest_one(&mut one, ingest).await {
