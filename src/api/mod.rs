@@ -31,6 +31,7 @@ pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
 use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};
+use crate::ingest::Ingestor;
 use crate::ops::dlq_digest::OpsDigest;
 use crate::ops::fastpath::FastPath;
 use crate::render::TemplateSet;
@@ -55,7 +56,8 @@ pub struct AppState {
     pub routes: Arc<HashMap<String, Route>>,
     pub tokens: Arc<TokenTable>,
     pub clock: Arc<dyn Clock>,
-    pub fastpath: Option<Arc<FastPath>>,
+    /// The ingest pipeline `POST /v1/events` hands its requests to.
+    pub ingest: Arc<Ingestor>,
     pub ops_digest: Arc<OpsDigest>,
     /// Which webhook destinations input may name.
     pub destinations: Arc<DestinationPolicy>,
@@ -73,17 +75,16 @@ impl AppState {
     ) -> AppState {
         let tokens = TokenTable::from_config(&config.auth.tokens);
         let destinations = Arc::new(DestinationPolicy::from_config(&config));
-        AppState {
-            store,
-            config,
-            templates,
-            routes,
-            tokens: Arc::new(tokens),
-            clock,
+        let ingest = Arc::new(Ingestor::new(
+            store.clone(),
+            config.clone(),
+            templates.clone(),
+            routes.clone(),
+            clock.clone(),
             fastpath,
-            ops_digest,
-            destinations,
-        }
+            destinations.clone(),
+        ));
+        AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, ingest, ops_digest, destinations }
     }
 }
 

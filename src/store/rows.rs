@@ -145,6 +145,16 @@ pub struct IntentStatus {
     pub state: String,
 }
 
+/// What the database holds for a request identity that was seen before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestSeen {
+    /// The same fingerprint: the stored answer (marked replayed), its intents
+    /// as they are now.
+    Replay(IngestResponse),
+    /// Another request used this identity.
+    Mismatch,
+}
+
 /// How one request fared. The request identity is decided first (a reused
 /// `Idempotency-Key` with another body is a mismatch), then the event's
 /// content (another content under an accepted event key is a conflict), then
