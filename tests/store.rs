@@ -74,6 +74,8 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         error: None,
         retry_after_us: None,
         transition,
+        provider: Some("fake".into()),
+        possible_duplicate: false,
     }
 }
 
@@ -804,4 +806,23 @@ async fn the_daily_digest_claim_is_leased_by_the_database_clock() {
         store.ops_digest_posted("2026-11-30", real, 0).await.unwrap();
         assert_eq!(store.ops_digest_claim(claim(real + 48 * hour, 0)).await.unwrap(), None);
     }
+}
+
+/// Each attempt names the provider it went to, and whether it may have
+/// repeated an earlier call the provider could not recognise.
+#[tokio::test]
+async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let attempt = FinishedAttempt {
+            provider: Some("twilio".into()),
+            possible_duplicate: true,
+            ..finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)
+        };
+        store.attempts_finish(&[attempt]).await.unwrap();
+        let rows = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
+    })
+    .await;
 }
