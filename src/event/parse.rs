@@ -99,9 +99,7 @@ fn parse_entity(v: Option<&Value>) -> Result<EntityRef, EventError> {
         Some(v) => Some(
             v.as_u64()
                 .or_else(|| {
-                    v.as_f64()
-                        .filter(|f| f.fract() == 0.0 && (0.0..9.223_372_036_854_775_808e18).contains(f))
-                        .map(|f| f as u64)
+                    v.as_f64().filter(|f| f.fract() == 0.0 && (0.0..i64::MAX as f64).contains(f)).map(|f| f as u64)
                 })
                 .filter(|n| i64::try_from(*n).is_ok())
                 .ok_or_else(|| err("entity.version", "must be an integer from 0 to 2^63-1"))?,
