@@ -107,6 +107,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
         .with_state(state)
 }
 

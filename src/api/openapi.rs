@@ -24,7 +24,8 @@ use utoipa::{Modify, OpenApi};
     info(
         title = "Herald",
         description = "Herald's HTTP API: domain events in, each person told once, every decision recorded. \
-            Errors are `{\"error\": {\"code\", \"message\"}}`; a 5xx never carries its cause. \
+            Errors are `{\"error\": {\"code\", \"message\"}}`; a 5xx never carries its cause; \
+            a method an endpoint does not take is `405 method_not_allowed`, with `Allow`. \
             When tokens are configured every endpoint but /healthz, /readyz and /v1/openapi.json needs \
             `Authorization: Bearer TOKEN` with the scope its security requirement names \
             (401 without a token, 403 without the scope, 404 for another tenant's objects); \
