@@ -61,6 +61,7 @@ pub async fn post_event(
     let now = app.clock.now();
     let now_us = micros(now);
     let configured = |c| app.config.channel_configured(c);
+    let suppressions = crate::suppression::entries_for(app.store.as_ref(), &caller.tenant, &event, &directory).await?;
     let intents = plan(&PlanInput {
         tenant: &caller.tenant,
         event: &event,
@@ -68,6 +69,7 @@ pub async fn post_event(
         templates: &app.templates,
         directory: &directory,
         configured: &configured,
+        suppressions: &suppressions,
         now,
     });
     let ingest = Ingest {

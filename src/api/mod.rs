@@ -9,7 +9,9 @@ mod inbox;
 mod intents;
 mod ops;
 mod query;
+mod receipts;
 mod recipients;
+mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
@@ -110,6 +112,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/recipients/{id}", put(recipients::put_one).get(recipients::get_one))
         .route("/v1/recipients/{id}/preferences/{version}", get(recipients::preferences_version))
         .route("/v1/recipients/{id}/inbox/{card}/read", post(inbox::mark_read))
+        .route("/v1/receipts/generic", post(receipts::generic))
+        .route("/v1/suppressions/{address}", axum::routing::delete(suppressions::remove))
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
@@ -117,6 +121,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/dead-letters/summary", get(dead_letters::summary))
         .route("/v1/intents", get(intents::list))
         .route("/v1/recipients/{id}/inbox", get(inbox::list))
+        .route("/v1/suppressions", get(suppressions::list))
+        // Receipts are signed, not authorised by a token; Twilio's callback
+        // URL carries the intent's key as its query.
+        .route("/v1/receipts/twilio", post(receipts::twilio))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
