@@ -16,6 +16,22 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use serde_json::{Value, json};
 
+/// Twilio's status callback for a message Herald sent.
+#[utoipa::path(post, path = "/v1/receipts/twilio", operation_id = "twilio_receipt", tag = "receipts", security(()),
+    params(
+        ("key" = Option<String>, Query, description = "The intent's key, as Herald wrote it into the StatusCallback."),
+        ("X-Twilio-Signature" = String, Header, description = "base64(HMAC-SHA1(auth token, public URL + sorted parameters))."),
+    ),
+    request_body(content = doc::TwilioCallback, content_type = "application/x-www-form-urlencoded"),
+    responses(
+        (status = 200, description = "Recorded (or a repeat, which changes nothing).", body = doc::ReceiptAnswer),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 404, response = crate::api::openapi::doc::NotFound),
+        (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
+        (status = 415, response = crate::api::openapi::doc::UnsupportedMediaType),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn twilio(
     State(app): State<AppState>,
     uri: Uri,
@@ -75,6 +91,22 @@ pub async fn twilio(
     record(&app, receipt).await
 }
 
+/// A receipt from an in-house gateway, signed per Standard Webhooks with `receipts.generic.secret`.
+#[utoipa::path(post, path = "/v1/receipts/generic", operation_id = "generic_receipt", tag = "receipts", security(()),
+    params(
+        ("webhook-id" = String, Header, description = "The receipt's id."),
+        ("webhook-timestamp" = String, Header, description = "Unix seconds; within 5 minutes of Herald's clock."),
+        ("webhook-signature" = String, Header, description = "v1,base64(HMAC-SHA256(key, \"id.timestamp.body\"))."),
+    ),
+    request_body(content = doc::GenericReceipt, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded (or a repeat, which changes nothing).", body = doc::ReceiptAnswer),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 404, response = crate::api::openapi::doc::NotFound),
+        (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn generic(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Json<Value>, ApiError> {
     let Some(config) = &app.config.receipts.generic else {
         return Err(ApiError::NotFound("receipts.generic is not configured".into()));
@@ -142,4 +174,90 @@ async fn record(app: &AppState, receipt: NewReceipt) -> Result<Json<Value>, ApiE
 /// A provider's word as stored: printable and short.
 fn bounded(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// The shapes of the receipt endpoints' bodies, for the OpenAPI document.
+#[allow(dead_code)]
+pub mod doc {
+    use crate::receipt::DeliveryStatus;
+    use serde::{Deserialize, Serialize};
+    use std::borrow::Cow;
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+    use utoipa::{PartialSchema, ToSchema};
+
+    /// A message's delivery status: read from [`DeliveryStatus`] itself, so the
+    /// document cannot drift from the code.
+    #[derive(Serialize, Deserialize)]
+    pub struct DeliveryStatusName;
+
+    impl PartialSchema for DeliveryStatusName {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(SchemaType::Type(Type::String))
+                .description(Some("A message's delivery status, as its provider's receipts report it."))
+                .enum_values(Some(DeliveryStatus::ALL.iter().map(|s| s.as_str())))
+                .into()
+        }
+    }
+
+    impl ToSchema for DeliveryStatusName {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("DeliveryStatusName")
+        }
+    }
+
+    /// The fields of Twilio's status callback Herald reads (it signs them all).
+    #[derive(ToSchema, Serialize, Deserialize)]
+    pub struct TwilioCallback {
+        #[serde(rename = "AccountSid")]
+        pub account_sid: String,
+        #[serde(rename = "MessageSid")]
+        pub message_sid: String,
+        /// queued, sent, delivered, undelivered, failed, …
+        #[serde(rename = "MessageStatus")]
+        pub message_status: String,
+        /// 30005 or 30006 make an undelivered or failed message a bounce.
+        #[serde(rename = "ErrorCode")]
+        pub error_code: Option<String>,
+    }
+
+    /// Names its intent by `key` or by `provider_message_id`.
+    #[derive(ToSchema, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[schema(example = json!({"key": "61be97aa0c3e4f5d8a9b0c1d2e3f4a5b", "status": "bounced", "reason": "550 5.1.1 user unknown"}))]
+    pub struct GenericReceipt {
+        pub key: Option<String>,
+        pub provider_message_id: Option<String>,
+        pub status: DeliveryStatusName,
+        pub reason: Option<String>,
+    }
+
+    #[derive(ToSchema, Serialize)]
+    pub struct ReceiptAnswer {
+        pub intent_id: String,
+        /// The intent's delivery status after this receipt.
+        pub delivery_status: Option<DeliveryStatusName>,
+        /// It moved the status forward.
+        pub applied: bool,
+        /// The same receipt had been recorded before.
+        pub duplicate: bool,
+    }
+
+    /// One receipt, as an intent lists it.
+    #[derive(ToSchema, Serialize)]
+    pub struct Receipt {
+        /// twilio or generic.
+        pub source: String,
+        pub status: DeliveryStatusName,
+        /// The provider's own word for it.
+        pub provider_status: String,
+        pub provider_message_id: Option<String>,
+        /// The provider's reason, with the destination taken out.
+        pub reason: Option<String>,
+        #[schema(format = DateTime)]
+        pub received_at: Option<String>,
+        /// Whether it moved the delivery status (a late one does not).
+        pub applied: bool,
+    }
 }
