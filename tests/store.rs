@@ -265,6 +265,73 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
     .await;
 }
 
+/// An event of entity PO-1 at `version`, with these intents.
+fn versioned(version: i64, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        identity: format!("v{version}"),
+        fingerprint: format!("fp-v{version}"),
+        event_key: format!("default|e|x|1|v{version}"),
+        entity_version: Some(version),
+        occurred_at: format!("2026-11-29T04:3{version}:00.000000000Z"),
+        ..ingest("", "", intents)
+    }
+}
+
+#[tokio::test]
+async fn a_claim_supersedes_older_versions_in_one_batch_linking_the_newest_that_counts() {
+    each_backend(|store| async move {
+        let to = |k: u32, channel: &str, recipient: &str| NewIntent {
+            recipient_id: recipient.into(),
+            ..new_intent(&key(k), channel, Some(T0))
+        };
+        store
+            .events_ingest(versioned(1, vec![to(1, "sms", "u-1"), to(5, "sms", "u-2"), to(6, "email", "u-1")]))
+            .await
+            .unwrap();
+        store.events_ingest(versioned(2, vec![to(2, "sms", "u-1")])).await.unwrap();
+        store.events_ingest(versioned(3, vec![to(3, "sms", "u-1")])).await.unwrap();
+        // the newest version was opted out of: it does not count
+        let opted_out = NewIntent {
+            decision: "suppress".into(),
+            state: "suppressed".into(),
+            reason: Some("opted_out".into()),
+            run_at: None,
+            ..to(4, "sms", "u-1")
+        };
+        store.events_ingest(versioned(4, vec![opted_out])).await.unwrap();
+
+        let supersede = Claim { supersede_types: vec!["purchase_order.approved".into()], ..claim(T0, 10) };
+        let jobs = store.jobs_claim(supersede).await.unwrap();
+        let started: HashSet<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        assert_eq!(
+            started,
+            HashSet::from([key(3), key(5), key(6)]),
+            "other recipients and channels are not older versions"
+        );
+        for old in [key(1), key(2)] {
+            let d = store.intent_get("default", &old).await.unwrap().unwrap();
+            let i = &d.intent;
+            assert_eq!(
+                (i.decision.as_str(), i.state.as_str(), i.reason.as_deref(), i.link_key.as_deref()),
+                ("suppress", "suppressed", Some("superseded"), Some(key(3).as_str())),
+                "{old}"
+            );
+            assert!(d.attempts.is_empty(), "never tried");
+        }
+        // their jobs are gone: nothing is left to claim once the leases lapse
+        assert!(
+            store
+                .jobs_claim(claim(T0 + 7_200_000_000, 10))
+                .await
+                .unwrap()
+                .iter()
+                .all(|j| started.contains(&j.intent.key))
+        );
+        assert_eq!(store.queue_stats(i64::MAX).await.unwrap().total, 3);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn concurrent_claims_never_hand_out_one_job_twice() {
     each_backend(|store| async move {

@@ -6,6 +6,7 @@
 pub mod digest;
 mod recorder;
 pub mod retry;
+pub mod rules;
 
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};

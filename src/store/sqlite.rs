@@ -15,7 +15,13 @@ fn keys_arg(keys: &[String]) -> String {
 }
 
 mod q {
-    super::super::queries::shared_queries!(sqlx::Sqlite, "IN (SELECT value FROM json_each($1))", super::keys_arg, "");
+    super::super::queries::shared_queries!(
+        sqlx::Sqlite,
+        "IN (SELECT value FROM json_each($1))",
+        super::keys_arg,
+        "",
+        "json_each($1)"
+    );
 }
 
 pub struct SqliteStore {
