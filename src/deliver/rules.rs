@@ -26,7 +26,7 @@ pub enum OnClaim {
 
 /// Whether the claim has to look for newer versions of this job's entity.
 pub fn may_be_superseded(c: &ClaimCandidate, claim: &Claim) -> bool {
-    c.intent.entity_version.is_some() && claim.supersede_types.iter().any(|t| *t == c.intent.event_type)
+    c.intent.entity_version.is_some() && claim.supersede_types.contains(&c.intent.event_type)
 }
 
 /// The rules in order: a lapsed last try first (the attempt is spent whatever
