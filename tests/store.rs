@@ -74,6 +74,8 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         error: None,
         retry_after_us: None,
         transition,
+        provider: Some("fake".into()),
+        possible_duplicate: false,
     }
 }
 
@@ -839,4 +841,55 @@ async fn leases_follow_the_database_clock_so_skewed_processes_never_share_a_job(
             }
         }
     }
+}
+
+/// The daily digest's claim is leased like a job: on Postgres by the database's
+/// clock, so a process an hour ahead cannot take a digest another process is
+/// posting and post it twice. SQLite is one process; its clock judges.
+#[tokio::test]
+async fn the_daily_digest_claim_is_leased_by_the_database_clock() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        let real = jiff::Timestamp::now().as_microsecond();
+        let hour = 3_600_000_000;
+        let claim = |now_us: i64, lease_us: i64| OpsDigestClaim {
+            slot: "2026-11-30".into(),
+            since_us: real - 24 * hour,
+            until_us: real,
+            now_us,
+            lease_us,
+        };
+        // A, on time, claims the slot for ten minutes.
+        let a = store.ops_digest_claim(claim(real, 600_000_000)).await.unwrap();
+        assert_eq!(a, Some((real - 24 * hour, real)));
+        // B, an hour ahead, tries the same slot.
+        let b = store.ops_digest_claim(claim(real + hour, 600_000_000)).await.unwrap();
+        match backend {
+            common::Backend::Postgres => assert_eq!(b, None, "B took A's digest lease by its own clock"),
+            common::Backend::Sqlite => assert!(b.is_some(), "the one process's clock judges"),
+        }
+        // Once posted, nobody claims it again, whatever their clock.
+        store.ops_digest_posted("2026-11-30", real, 0).await.unwrap();
+        assert_eq!(store.ops_digest_claim(claim(real + 48 * hour, 0)).await.unwrap(), None);
+    }
+}
+
+/// Each attempt names the provider it went to, and whether it may have
+/// repeated an earlier call the provider could not recognise.
+#[tokio::test]
+async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let attempt = FinishedAttempt {
+            provider: Some("twilio".into()),
+            possible_duplicate: true,
+            ..finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)
+        };
+        store.attempts_finish(&[attempt]).await.unwrap();
+        let rows = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
+    })
+    .await;
 }

@@ -156,7 +156,7 @@ impl OpsDigest {
                 since_us: since,
                 until_us: now,
                 now_us: now,
-                lease_until_us: now,
+                lease_us: 0,
             })
             .await?;
         let posted = self.post(&body).await;
@@ -180,7 +180,7 @@ impl OpsDigest {
             since_us: since.min(until),
             until_us: until,
             now_us,
-            lease_until_us: now_us + LEASE.as_micros() as i64,
+            lease_us: LEASE.as_micros() as i64,
         };
         let Some((since, until)) = self.store.ops_digest_claim(claim).await? else { return Ok(false) };
         let body = self.build(None, since, until).await?;

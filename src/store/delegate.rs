@@ -1,7 +1,7 @@
 //! The part of `impl Store` that is the same for every backend: each method
 //! hands its pool (the reader or the writer) to the shared query of the same
 //! name. A backend writes only what differs — migrations, claiming, batch
-//! recording, ingest's wake-up — and lets this macro write the rest, so the
+//! recording, ingest's wake-up, whose clock judges a lease — and lets this macro write the rest, so the
 //! two implementations cannot drift apart.
 
 macro_rules! store_impl {
@@ -92,10 +92,6 @@ macro_rules! store_impl {
                 tx.commit().await?;
                 self.wake.notify_one();
                 Ok(out)
-            }
-
-            async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
-                q::ops_digest_claim(&self.$writer, &claim).await
             }
 
             async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {

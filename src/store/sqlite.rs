@@ -130,6 +130,11 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         Ok(jobs)
     }
 
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        // One process: its clock judges the lease (Postgres uses the database's).
+        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
+    }
+
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
         if finished.is_empty() {
             return Ok(FinishReport::default());
@@ -148,17 +153,21 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
                 f.provider_message_id,
                 f.error,
                 f.retry_after_us,
-                transition_columns(&f.transition).2
+                transition_columns(&f.transition).2,
+                f.provider,
+                f.possible_duplicate
             ])
         }));
         let mut tx = self.writer.begin().await?;
         let applied: Vec<(String, i64)> = sqlx::query_as(
             "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                  provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
-                 retry_after = u.retry_after, retry_at = u.retry_at
+                 retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                 possible_duplicate = u.possible_duplicate
              FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
                           value->>4 AS error_class, value->>5 AS provider_status, value->>6 AS provider_message_id,
-                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at
+                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at,
+                          value->>10 AS provider, value->>11 AS possible_duplicate
                    FROM json_each($1)) AS u
              WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
              RETURNING intent_key, n",

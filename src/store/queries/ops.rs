@@ -165,8 +165,9 @@ macro_rules! ops_queries {
         }
 
         /// Claims the ops digest of `slot`: true for exactly one caller at a
-        /// time, until it is posted. Returns the window it covers.
-        pub async fn ops_digest_claim(pool: &Pool<$db>, c: &OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        /// time, until it is posted. Returns the window it covers. `now_us` is
+        /// the clock that judges the lease (each backend says whose).
+        pub async fn ops_digest_claim(pool: &Pool<$db>, c: &OpsDigestClaim, now_us: i64) -> StoreResult<Option<(i64, i64)>> {
             let row = sqlx::query_as(
                 "INSERT INTO ops_digests (slot, since, until, lease_until) VALUES ($1, $2, $3, $4)
                  ON CONFLICT (slot) DO UPDATE SET lease_until = excluded.lease_until
@@ -176,8 +177,8 @@ macro_rules! ops_queries {
             .bind(&c.slot)
             .bind(c.since_us)
             .bind(c.until_us)
-            .bind(c.lease_until_us)
-            .bind(c.now_us)
+            .bind(now_us.saturating_add(c.lease_us))
+            .bind(now_us)
             .fetch_optional(pool)
             .await?;
             Ok(row)
