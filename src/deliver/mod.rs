@@ -7,6 +7,7 @@ pub mod digest;
 mod duplicate;
 mod recorder;
 pub mod retry;
+pub mod rules;
 
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
