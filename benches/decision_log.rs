@@ -167,6 +167,8 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 error: None,
                 retry_after_us: None,
                 transition: Transition::Sent,
+                provider: Some("bench".into()),
+                possible_duplicate: false,
             })
             .collect();
         store.attempts_finish(&finished).await?;

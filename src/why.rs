@@ -91,6 +91,9 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 continue;
             };
             let mut line = format!("attempt {} {}", a.n, a.outcome.as_deref().unwrap_or("?"));
+            if let Some(p) = &a.provider {
+                let _ = write!(line, " via {p}");
+            }
             if let Some(c) = &a.error_class {
                 let _ = write!(line, ": {c}");
             }
@@ -102,6 +105,11 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             }
             if let Some(e) = &a.error {
                 let _ = write!(line, " — {}", redact_for_channel(e, &i.channel, i.destination.as_deref()));
+            }
+            if a.possible_duplicate {
+                line.push_str(
+                    "; POSSIBLE DUPLICATE: an earlier attempt's outcome was unknown and this provider cannot recognise a retry",
+                );
             }
             if let Some(at) = a.retry_at {
                 let _ = write!(line, "; next try {}", time(at));

@@ -74,6 +74,8 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         error: None,
         retry_after_us: None,
         transition,
+        provider: Some("fake".into()),
+        possible_duplicate: false,
     }
 }
 
@@ -1040,6 +1042,25 @@ async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audience
         let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
         keys.sort();
         assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
+    })
+    .await;
+}
+
+/// Each attempt names the provider it went to, and whether it may have
+/// repeated an earlier call the provider could not recognise.
+#[tokio::test]
+async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let attempt = FinishedAttempt {
+            provider: Some("twilio".into()),
+            possible_duplicate: true,
+            ..finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)
+        };
+        store.attempts_finish(&[attempt]).await.unwrap();
+        let rows = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
     })
     .await;
 }

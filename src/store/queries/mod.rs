@@ -46,7 +46,7 @@ pub(crate) use intent_columns;
 macro_rules! attempt_columns {
     () => {
         "intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error, \
-         retry_after, retry_at"
+         retry_after, retry_at, provider, possible_duplicate"
     };
 }
 pub(crate) use attempt_columns;
