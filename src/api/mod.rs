@@ -10,7 +10,9 @@ mod intents;
 mod openapi;
 mod ops;
 mod query;
+mod receipts;
 mod recipients;
+mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
@@ -107,6 +109,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
         .with_state(state)
 }
 
@@ -125,6 +128,8 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(recipients::put_one, recipients::get_one))
         .routes(routes!(recipients::preferences_version))
         .routes(routes!(inbox::mark_read))
+        .routes(routes!(receipts::generic))
+        .routes(routes!(suppressions::remove))
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
@@ -133,6 +138,9 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(dead_letters::summary))
         .routes(routes!(intents::list))
         .routes(routes!(inbox::list))
+        .routes(routes!(suppressions::list))
+        // Twilio's callback URL carries the intent's key as its query.
+        .routes(routes!(receipts::twilio))
 }
 
 /// Liveness: the process answers.

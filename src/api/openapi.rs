@@ -24,7 +24,8 @@ use utoipa::{Modify, OpenApi};
     info(
         title = "Herald",
         description = "Herald's HTTP API: domain events in, each person told once, every decision recorded. \
-            Errors are `{\"error\": {\"code\", \"message\"}}`; a 5xx never carries its cause. \
+            Errors are `{\"error\": {\"code\", \"message\"}}`; a 5xx never carries its cause; \
+            a method an endpoint does not take is `405 method_not_allowed`, with `Allow`. \
             When tokens are configured every endpoint but /healthz, /readyz and /v1/openapi.json needs \
             `Authorization: Bearer TOKEN` with the scope its security requirement names \
             (401 without a token, 403 without the scope, 404 for another tenant's objects); \
@@ -49,6 +50,8 @@ use utoipa::{Modify, OpenApi};
         (name = "intents", description = "The intent ledger: one intent per (event, channel, recipient), with its attempts."),
         (name = "recipients", description = "The recipient directory, preferences and the in-app inbox."),
         (name = "dead letters", description = "A tenant's dead letters, their summary and replay."),
+        (name = "receipts", description = "Delivery receipts from providers, signed, not authorised by a token."),
+        (name = "suppressions", description = "Addresses that bounced or complained: the tenant's suppression list."),
         (name = "operations", description = "Health, readiness, metrics, the daily dead-letter digest and this document."),
     )
 )]
@@ -438,6 +441,10 @@ pub mod doc {
         pub retry_after_seconds: Option<f64>,
         #[schema(format = DateTime)]
         pub next_try_at: Option<String>,
+        /// The provider it went to (a configured name); null when its worker died before recording it.
+        pub provider: Option<String>,
+        /// It came after an `unknown` attempt on a provider that cannot recognise a retry, and may have told the recipient twice.
+        pub possible_duplicate: bool,
     }
 
     /// An intent with its frozen content and every attempt.
@@ -447,6 +454,9 @@ pub mod doc {
         pub intent: Intent,
         pub content: Option<Content>,
         pub attempts: Vec<Attempt>,
+        /// The furthest status its receipts reached; null before any.
+        pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
+        pub receipts: Vec<crate::api::receipts::doc::Receipt>,
     }
 
     #[derive(ToSchema, Serialize)]
@@ -574,6 +584,8 @@ pub mod doc {
         #[schema(value_type = Option<Object>)]
         pub event: Option<Value>,
         pub attempts: Vec<Attempt>,
+        pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
+        pub receipts: Vec<crate::api::receipts::doc::Receipt>,
     }
 
     #[derive(ToSchema, Serialize)]
@@ -622,6 +634,8 @@ pub mod doc {
         pub text: String,
         pub total: i64,
         pub by_reason: BTreeMap<String, i64>,
+        /// New hard bounces in the window by recipient domain (SMS as `(sms)`).
+        pub bounces_by_domain: BTreeMap<String, i64>,
         #[schema(format = DateTime)]
         pub since: String,
         #[schema(format = DateTime)]

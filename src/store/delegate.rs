@@ -142,6 +142,33 @@ macro_rules! store_impl {
             async fn wait_for_work(&self, timeout: Duration) {
                 let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
             }
+
+            async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
+                let mut tx = self.$writer.begin().await?;
+                let out = q::receipt_record(&mut tx, &receipt).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+                q::receipts_of(&self.$reader, keys).await
+            }
+
+            async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
+                q::suppressions_match(&self.$reader, tenant, hashes).await
+            }
+
+            async fn suppressions_list(&self, tenant: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<SuppressionRow>> {
+                q::suppressions_list(&self.$reader, tenant, cursor, limit).await
+            }
+
+            async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+                q::suppression_remove(&self.$writer, tenant, address_hash).await
+            }
+
+            async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
+            }
         }
     };
 }

@@ -236,6 +236,8 @@ pub struct IntentDetail {
     /// The event as it was accepted (canonical JSON), until retention prunes it.
     pub event_body: Option<String>,
     pub attempts: Vec<AttemptRow>,
+    /// What the provider reported after accepting it, oldest first.
+    pub receipts: Vec<super::ReceiptRow>,
 }
 
 #[derive(Debug, Clone, Default)]
