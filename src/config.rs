@@ -87,6 +87,22 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    #[serde(default)]
+    pub receipts: ReceiptsConfig,
+}
+
+/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptsConfig {
+    pub generic: Option<GenericReceiptsConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenericReceiptsConfig {
+    /// `whsec_…`: receipts are signed with it per Standard Webhooks.
+    pub secret: String,
 }
 
 /// `[retention]`: ages after which data is pruned, oldest detail first.
@@ -753,6 +769,11 @@ impl Config {
         }
         if let Some(url) = &self.public_url {
             sms::check_base("public_url", url)?;
+        }
+        if let Some(g) = &self.receipts.generic
+            && crate::channel::webhook::decode_secret(&g.secret).is_err()
+        {
+            return Err(invalid("receipts.generic.secret: must be a whsec_… secret (base64 after the prefix)"));
         }
         if let Some(s) = &self.channels.sms {
             s.validate(self.public_url.as_deref())?;

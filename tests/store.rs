@@ -776,6 +776,193 @@ async fn leases_follow_the_database_clock_so_skewed_processes_never_share_a_job(
     }
 }
 
+#[tokio::test]
+async fn a_request_record_is_found_before_planning_as_a_replay_or_a_mismatch() {
+    each_backend(|store| async move {
+        assert_eq!(store.request_find("default", "r1", "fp1").await.unwrap(), None, "an unseen identity");
+        let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let IngestOutcome::Accepted { response, .. } = first else { panic!("{first:?}") };
+        let Some(RequestSeen::Replay(seen)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert!(seen.replayed);
+        assert_eq!(seen.intents, response.intents);
+        assert_eq!(store.request_find("default", "r1", "fp2").await.unwrap(), Some(RequestSeen::Mismatch));
+        assert_eq!(store.request_find("other", "r1", "fp1").await.unwrap(), None, "identities are per tenant");
+        // The replay shows the intent as it is now.
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 1);
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let Some(RequestSeen::Replay(now)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert_eq!((now.intents[0].state.as_str(), now.intents[0].created), ("sent", true));
+    })
+    .await;
+}
+
+/// A request for its own event: `event` names the event key, `content` its
+/// frozen content.
+fn request(identity: &str, fingerprint: &str, event: &str, content: &str, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        event_key: format!("default|e|x|{event}|t"),
+        content_digest: content.into(),
+        entity_id: event.into(),
+        ..ingest(identity, fingerprint, intents)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_decides_each_request_as_transactions_in_a_row_would() {
+    each_backend(|store| async move {
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // The same event with other content: refused, nothing kept.
+                request("b", "fb", "E1", "c1-changed", vec![new_intent(&key(1), "sms", Some(T0))]),
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                // The same identity twice more: an exact repeat, and another body.
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                request("x", "fx2", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+                // E2 under another identity, with one more recipient.
+                request(
+                    "y",
+                    "fy",
+                    "E2",
+                    "c2",
+                    vec![new_intent(&key(2), "sms", Some(T0)), new_intent(&key(4), "sms", Some(T0))],
+                ),
+            ])
+            .await;
+        let outcomes: Vec<IngestOutcome> = outcomes.into_iter().map(Result::unwrap).collect();
+        let created = |o: &IngestOutcome| match o {
+            IngestOutcome::Accepted { response, .. } | IngestOutcome::Replayed { response } => {
+                response.intents.iter().map(|i| i.created).collect::<Vec<_>>()
+            }
+            _ => vec![],
+        };
+        assert!(matches!(outcomes[0], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[0]);
+        assert_eq!(outcomes[1], IngestOutcome::Conflict);
+        assert!(matches!(outcomes[2], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[2]);
+        let IngestOutcome::Replayed { response } = &outcomes[3] else { panic!("{:?}", outcomes[3]) };
+        assert!(response.replayed && response.intents[0].created, "the replay of x is x's answer: {response:?}");
+        assert_eq!(outcomes[4], IngestOutcome::Mismatch);
+        assert!(matches!(outcomes[5], IngestOutcome::Accepted { any_created: true, .. }));
+        assert_eq!(created(&outcomes[5]), vec![false, true], "E2's intent existed, the new recipient's did not");
+        // Nothing of the refused requests stayed; every intent has one job.
+        assert_eq!(
+            store.request_find("default", "b", "fb").await.unwrap(),
+            None,
+            "the conflict left its identity free"
+        );
+        assert_eq!(store.request_find("default", "x", "fx2").await.unwrap(), Some(RequestSeen::Mismatch));
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(4)]).await.unwrap();
+        assert_eq!(status.len(), 3, "the mismatching request created nothing: {status:?}");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(4)]);
+        // A later batch replays what the first one accepted.
+        let again = store.events_ingest_batch(vec![request("a", "fa", "E1", "c1", vec![])]).await;
+        assert!(matches!(again[0], Ok(IngestOutcome::Replayed { .. })), "{:?}", again[0]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_the_database_refuses_fails_alone_and_leaves_nothing() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        // The database refuses any intent for the recipient "poison".
+        match backend {
+            common::Backend::Sqlite => {
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents WHEN NEW.recipient_id = 'poison'
+                     BEGIN SELECT RAISE(ABORT, 'poisoned row'); END",
+                )
+                .await
+            }
+            common::Backend::Postgres => {
+                common::execute(
+                    &db,
+                    "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN IF NEW.recipient_id = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$",
+                )
+                .await;
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents FOR EACH ROW EXECUTE FUNCTION poison()",
+                )
+                .await
+            }
+        }
+        let poisoned = NewIntent { recipient_id: "poison".into(), ..new_intent(&key(2), "sms", Some(T0)) };
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // Its first intent is fine, its second refused: neither stays.
+                request("p", "fp", "E2", "c2", vec![new_intent(&key(5), "sms", Some(T0)), poisoned]),
+                request("c", "fc", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+            ])
+            .await;
+        assert!(matches!(outcomes[0], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[0]);
+        assert!(matches!(outcomes[1], Err(StoreError::Database(_))), "{backend:?}: {:?}", outcomes[1]);
+        assert!(matches!(outcomes[2], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[2]);
+        assert_eq!(store.request_find("default", "p", "fp").await.unwrap(), None, "{backend:?}");
+        assert_eq!(common::count(&db, "SELECT COUNT(*) FROM events WHERE entity_id = 'E2'").await, 0, "{backend:?}");
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(5)]).await.unwrap();
+        let mut stored: Vec<String> = status.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(1), key(3)], "{backend:?}");
+        assert_eq!(store.jobs_claim(claim(T0, 100)).await.unwrap().len(), 2, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_batches_reusing_one_identity_for_other_events_keep_only_the_first() {
+    each_backend(|store| async move {
+        let mut tasks = Vec::new();
+        for n in 0..8u32 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                // Each batch also carries a request of its own, which must be
+                // accepted whatever becomes of the shared identity.
+                let shared = request(
+                    "k",
+                    &format!("f{n}"),
+                    &format!("E{n}"),
+                    "c",
+                    vec![new_intent(&key(100 + n), "sms", Some(T0))],
+                );
+                let own = request(
+                    &format!("own{n}"),
+                    "fo",
+                    &format!("O{n}"),
+                    "c",
+                    vec![new_intent(&key(200 + n), "sms", Some(T0))],
+                );
+                let mut out = store.events_ingest_batch(vec![shared, own]).await;
+                let own = out.pop().unwrap().unwrap();
+                assert!(matches!(own, IngestOutcome::Accepted { any_created: true, .. }), "{own:?}");
+                out.pop().unwrap().unwrap()
+            }));
+        }
+        let mut accepted = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                IngestOutcome::Accepted { any_created: true, .. } => accepted += 1,
+                IngestOutcome::Mismatch => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(accepted, 1);
+        let keys: Vec<String> = (0..8).map(|n| key(100 + n)).collect();
+        assert_eq!(store.intents_status("default", &keys).await.unwrap().len(), 1, "a refused request created nothing");
+    })
+    .await;
+}
+
 /// The daily digest's claim is leased like a job: on Postgres by the database's
 /// clock, so a process an hour ahead cannot take a digest another process is
 /// posting and post it twice. SQLite is one process; its clock judges.
@@ -823,6 +1010,112 @@ async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
         store.attempts_finish(&[attempt]).await.unwrap();
         let rows = store.attempts_of(&[key(1)]).await.unwrap();
         assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audiences_each_on_its_own() {
+    each_backend(|store| async move {
+        let sms = |n: u32| new_intent(&key(n), "sms", Some(T0));
+        let first = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx", "E2", "c2", vec![sms(2)]),
+                request("z", "fz", "E6", "c6", vec![sms(6)]),
+            ])
+            .await;
+        assert!(first.iter().all(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))), "{first:?}");
+        let second = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx2", "E4", "c4", vec![sms(4)]),
+                request("b", "fb", "E2", "c2-changed", vec![sms(2), sms(22)]),
+                request("c", "fc", "E6", "c6", vec![sms(6), sms(66)]),
+                request("d", "fd", "E3", "c3", vec![sms(3)]),
+            ])
+            .await;
+        let second: Vec<IngestOutcome> = second.into_iter().map(Result::unwrap).collect();
+        let IngestOutcome::Replayed { response } = &second[0] else { panic!("{:?}", second[0]) };
+        assert!(response.replayed && response.intents[0].created);
+        assert_eq!(second[1], IngestOutcome::Mismatch);
+        assert_eq!(second[2], IngestOutcome::Conflict);
+        let IngestOutcome::Accepted { response, any_created: true } = &second[3] else { panic!("{:?}", second[3]) };
+        let created: Vec<bool> = response.intents.iter().map(|i| i.created).collect();
+        assert_eq!(created, vec![false, true], "E6's intent existed; the new recipient's is new");
+        assert_eq!(response.intents[0].state, "queued", "the existing intent as it stands");
+        assert!(matches!(second[4], IngestOutcome::Accepted { any_created: true, .. }));
+        // The refused requests left nothing; the accepted ones replay.
+        assert_eq!(store.request_find("default", "b", "fb").await.unwrap(), None);
+        let stored = store.intents_status("default", &[key(4), key(22), key(66), key(3)]).await.unwrap();
+        let mut stored: Vec<String> = stored.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(3), key(66)]);
+        for (identity, fingerprint) in [("c", "fc"), ("d", "fd")] {
+            let seen = store.request_find("default", identity, fingerprint).await.unwrap();
+            assert!(matches!(seen, Some(RequestSeen::Replay(_))), "{identity}: {seen:?}");
+        }
+        let Some(RequestSeen::Replay(c)) = store.request_find("default", "c", "fc").await.unwrap() else { panic!() };
+        assert_eq!(c.intents.iter().map(|i| i.created).collect::<Vec<_>>(), vec![false, true], "stored as answered");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
+    })
+    .await;
+}
+
+/// A receipt is recorded once, moves the delivery status only forward, and a
+/// bounce puts the address on its intent's tenant's list (and nowhere else).
+#[tokio::test]
+async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its_tenant() {
+    use herald::receipt::DeliveryStatus;
+    each_backend(|store| async move {
+        let mut intent = new_intent(&key(1), "sms", Some(T0));
+        intent.destination = Some("+9779800000099".into());
+        store.events_ingest(ingest("r1", "fp1", vec![intent])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let mut sent = finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent);
+        sent.provider_message_id = Some("SM-1".into());
+        store.attempts_finish(&[sent]).await.unwrap();
+        let receipt = |status: DeliveryStatus, target: ReceiptTarget| NewReceipt {
+            target,
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("SM-1".into()),
+            status,
+            provider_status: status.as_str().into(),
+            reason: None,
+            now_us: T0 + 100,
+        };
+        let by_sid = || ReceiptTarget::ProviderMessageId("SM-1".into());
+        let out = store.receipt_record(receipt(DeliveryStatus::Delivered, by_sid())).await.unwrap();
+        assert!(matches!(out, ReceiptOutcome::Recorded { applied: true, duplicate: false, .. }), "{out:?}");
+        let out = store.receipt_record(receipt(DeliveryStatus::Delivered, by_sid())).await.unwrap();
+        assert!(matches!(out, ReceiptOutcome::Recorded { applied: false, duplicate: true, .. }), "{out:?}");
+        let out = store.receipt_record(receipt(DeliveryStatus::Sent, ReceiptTarget::Key(key(1)))).await.unwrap();
+        let ReceiptOutcome::Recorded { applied, delivery_status, .. } = out else { panic!("{out:?}") };
+        assert_eq!((applied, delivery_status), (false, Some(DeliveryStatus::Delivered)));
+        let mut email_only = receipt(DeliveryStatus::Bounced, ReceiptTarget::Key(key(1)));
+        email_only.channel = Some("email".into());
+        assert_eq!(store.receipt_record(email_only).await.unwrap(), ReceiptOutcome::NotFound);
+        let out = store.receipt_record(receipt(DeliveryStatus::Bounced, by_sid())).await.unwrap();
+        let ReceiptOutcome::Recorded { dead, suppressed, .. } = out else { panic!("{out:?}") };
+        assert_eq!((dead, suppressed), (Some(Reason::HardBounce), true));
+        assert_eq!(store.receipts_of(&[key(1)]).await.unwrap().len(), 3);
+
+        let hash = herald::suppression::hash_of_input("default", "+9779800000099");
+        let entries = store.suppressions_match("default", std::slice::from_ref(&hash)).await.unwrap();
+        assert_eq!(
+            (entries[0].reason.as_str(), entries[0].source_intent.as_str()),
+            ("address_bounced", key(1).as_str())
+        );
+        assert!(store.suppressions_match("other", std::slice::from_ref(&hash)).await.unwrap().is_empty());
+        assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 1);
+        assert_eq!(store.bounces_by_domain(None, T0, T0 + 1_000).await.unwrap(), vec![("(sms)".to_string(), 1)]);
+        assert!(!store.suppression_remove("other", &hash).await.unwrap());
+        assert!(store.suppression_remove("default", &hash).await.unwrap());
+        assert!(store.suppressions_list("default", None, 10).await.unwrap().items.is_empty());
     })
     .await;
 }

@@ -68,6 +68,18 @@ pub fn possible_duplicate(provider: &str) {
     counter!("herald_possible_duplicates_total", "provider" => provider.to_string()).increment(1);
 }
 
+/// A delivery receipt: `applied`, `late` (the status had gone further),
+/// `duplicate`, `not_found`.
+pub fn receipt(source: &str, status: &str, result: &'static str) {
+    counter!(
+        "herald_receipts_total",
+        "source" => source.to_string(),
+        "status" => status.to_string(),
+        "result" => result
+    )
+    .increment(1);
+}
+
 pub fn dead_letter(reason: &str) {
     counter!("herald_dead_letters_total", "reason" => reason.to_string()).increment(1);
 }

@@ -2,6 +2,7 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
+use super::postgres_batch::Pass;
 use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -26,15 +27,36 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    async fn ingest_once(&self, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+    /// One transaction for a batch of requests: set-wise when the batch fits
+    /// (see [`super::postgres_batch`]), else — and for what the set-wise pass
+    /// leaves undecided — request by request in savepoints. Listeners learn
+    /// of new jobs when it commits.
+    async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcome = q::ingest(&mut tx, ingest).await?;
-        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
-            // A conflict wrote a request record that must not stay.
-            tx.rollback().await?;
-            return Ok(outcome);
-        }
-        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
+        let outcomes = match super::postgres_batch::fits(batch) {
+            true => match super::postgres_batch::write(&mut tx, batch).await? {
+                Pass::Decided(decided) => {
+                    let left: Vec<&Ingest> =
+                        (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
+                    let mut rest = q::ingest_batch(&mut tx, left).await?.into_iter();
+                    decided
+                        .into_iter()
+                        .map(|o| {
+                            o.map(Ok)
+                                .or_else(|| rest.next())
+                                .unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch lost a request".into())))
+                        })
+                        .collect()
+                }
+                Pass::Raced => {
+                    tx.rollback().await?;
+                    tx = self.pool.begin().await?;
+                    q::ingest_batch(&mut tx, batch).await?
+                }
+            },
+            false => q::ingest_batch(&mut tx, batch).await?,
+        };
+        let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
         if queued {
             // Delivered to listeners when the transaction commits.
             sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
@@ -43,7 +65,7 @@ impl PostgresStore {
         if queued {
             self.wake.notify_one();
         }
-        Ok(outcome)
+        Ok(outcomes)
     }
 
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
@@ -99,24 +121,6 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        // Rows shared between events (content, digest windows) can, rarely,
-        // meet retention or another ingest in a deadlock; Postgres aborts one
-        // side, and the whole transaction is safe to run again.
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.ingest_once(&ingest).await {
-                Err(StoreError::Database(sqlx::Error::Database(e)))
-                    if tries < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
-                {
-                    tracing::warn!(error = %e, tries, "ingest transaction aborted by Postgres; running it again");
-                }
-                other => return other,
-            }
-        }
     }
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {

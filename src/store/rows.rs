@@ -145,6 +145,16 @@ pub struct IntentStatus {
     pub state: String,
 }
 
+/// What the database holds for a request identity that was seen before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestSeen {
+    /// The same fingerprint: the stored answer (marked replayed), its intents
+    /// as they are now.
+    Replay(IngestResponse),
+    /// Another request used this identity.
+    Mismatch,
+}
+
 /// How one request fared. The request identity is decided first (a reused
 /// `Idempotency-Key` with another body is a mismatch), then the event's
 /// content (another content under an accepted event key is a conflict), then
@@ -226,6 +236,8 @@ pub struct IntentDetail {
     /// The event as it was accepted (canonical JSON), until retention prunes it.
     pub event_body: Option<String>,
     pub attempts: Vec<AttemptRow>,
+    /// What the provider reported after accepting it, oldest first.
+    pub receipts: Vec<super::ReceiptRow>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -50,6 +50,19 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// One transaction on the writer for a batch of requests.
+    async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        let mut tx = self.writer.begin().await?;
+        let outcomes = q::ingest_batch(&mut tx, batch).await?;
+        tx.commit().await?;
+        if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
+            self.wake.notify_one();
+        }
+        Ok(outcomes)
+    }
+}
+
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
 super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
@@ -77,21 +90,6 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         Ok(())
-    }
-
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let outcome = q::ingest(&mut tx, &ingest).await?;
-        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
-            // A conflict wrote a request record that must not stay.
-            tx.rollback().await?;
-            return Ok(outcome);
-        }
-        tx.commit().await?;
-        if matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. }) {
-            self.wake.notify_one();
-        }
-        Ok(outcome)
     }
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
