@@ -94,6 +94,8 @@ struct Identified {
     identity: String,
     fingerprint: String,
     event_key: String,
+    canonical: serde_json::Value,
+    event_body: String,
 }
 
 impl Ingestor {
@@ -123,7 +125,11 @@ impl Ingestor {
             .get(&event.event_type)
             .ok_or_else(|| IngestError::UnknownEventType(event.event_type.clone()))?;
         let event_key = event.event_key(request.tenant);
-        let fingerprint = event.fingerprint();
+        // The canonical form is built once: its JSON is the stored body, its
+        // hash the fingerprint, and without the audience the content digest.
+        let canonical = event.canonical();
+        let event_body = canonical_json(&canonical);
+        let fingerprint = sha256_hex(event_body.as_bytes());
         let identity = match request.idempotency_key {
             Some(k) => format!("key:{k}"),
             // Without a key the request is the event with its audience: an exact
@@ -144,7 +150,7 @@ impl Ingestor {
                 }
             };
         }
-        let new = Identified { event, identity, fingerprint, event_key };
+        let new = Identified { event, identity, fingerprint, event_key, canonical, event_body };
         self.check_destinations(&new.event).await?;
         let ingest = self.prepare(request.tenant, route, new).await?;
         self.store(ingest).await
@@ -205,7 +211,7 @@ impl Ingestor {
 
     /// Directory, plan and render: everything the transaction will write.
     async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
-        let Identified { event, identity, fingerprint, event_key } = new;
+        let Identified { event, identity, fingerprint, event_key, canonical, event_body } = new;
         let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
         let directory: HashMap<_, _> =
             self.store.recipients_get(tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
@@ -223,8 +229,8 @@ impl Ingestor {
         Ok(Ingest {
             tenant: tenant.as_str().to_string(),
             identity,
-            content_digest: event.content_digest(),
-            event_body: canonical_json(&event.canonical()),
+            content_digest: Event::content_digest_of(canonical),
+            event_body,
             fingerprint,
             event_key,
             event_type: event.event_type,

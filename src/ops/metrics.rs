@@ -1,6 +1,8 @@
 //! Prometheus metrics (DESIGN rule 10). Every label is from a bounded set —
 //! channel, decision, reason, outcome class — never an id, address or entity.
 
+use crate::event::Channel;
+use crate::intent::{Decision, Reason};
 use crate::store::QueueStats;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -32,11 +34,14 @@ pub fn render() -> String {
     install().map(|h| h.render()).unwrap_or_default()
 }
 
+/// Labels are the bounded enums' own static names, so counting an intent
+/// allocates nothing.
 pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>) {
-    counter!("herald_intents_created_total", "channel" => channel.to_string(), "decision" => decision.to_string())
-        .increment(1);
-    counter!("herald_decisions_total", "decision" => decision.to_string(), "reason" => reason.unwrap_or("none").to_string())
-        .increment(1);
+    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
+    let decision = Decision::parse(decision).map_or("other", Decision::as_str);
+    let reason = reason.map_or("none", |r| Reason::parse(r).map_or("other", Reason::as_str));
+    counter!("herald_intents_created_total", "channel" => channel, "decision" => decision).increment(1);
+    counter!("herald_decisions_total", "decision" => decision, "reason" => reason).increment(1);
 }
 
 /// `duplicate`: the same request replayed; `mismatch`: the same identity with another body.
