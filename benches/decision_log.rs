@@ -116,6 +116,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
             templates: &templates,
             directory: &directory,
             configured: &|_| true,
+            suppressions: &HashMap::new(),
             now,
         });
         store
@@ -167,6 +168,8 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 error: None,
                 retry_after_us: None,
                 transition: Transition::Sent,
+                provider: Some("bench".into()),
+                possible_duplicate: false,
             })
             .collect();
         store.attempts_finish(&finished).await?;

@@ -26,6 +26,15 @@ struct Accepts;
 
 #[async_trait]
 impl Provider for Accepts {
+    fn name(&self) -> &str {
+        "accepts"
+    }
+
+    /// A benchmark provider.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_secs(10)
     }

@@ -8,9 +8,10 @@ use crate::channel::in_app::InApp;
 use crate::channel::sink::DirectorySink;
 use crate::channel::sms_http::SmsHttp;
 use crate::channel::smtp::Smtp;
+use crate::channel::twilio::{Sender, Twilio, TwilioSettings};
 use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
+use crate::config::{Config, SmsConfig, SmsProvider};
 use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
@@ -95,13 +96,16 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Email, p);
     }
     if let Some(sms) = &config.channels.sms {
-        let p: Arc<dyn Provider> = match (&sms.url, &sms.sink) {
-            (Some(url), _) => Arc::new(
+        let p: Arc<dyn Provider> = match (sms.provider, &sms.url, &sms.sink) {
+            (SmsProvider::Twilio, _, _) => Arc::new(twilio(config, sms)?),
+            (SmsProvider::Http, Some(url), _) => Arc::new(
                 SmsHttp::new(url.clone(), sms.auth_token.clone(), sms.timeout)
                     .map_err(|e| AppError::Provider(format!("channels.sms: {e}")))?,
             ),
-            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms, local)),
-            (None, None) => return Err(AppError::Provider("channels.sms: set url or sink".into())),
+            (SmsProvider::Http, None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms, local)),
+            (SmsProvider::Http, None, None) => {
+                return Err(AppError::Provider("channels.sms: set url or sink".into()));
+            }
         };
         providers.insert(Channel::Sms, p);
     }
@@ -111,6 +115,28 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Webhook, Arc::new(p));
     }
     Ok(providers)
+}
+
+/// The Twilio provider of a validated `[channels.sms]`.
+fn twilio(config: &Config, sms: &SmsConfig) -> Result<Twilio, AppError> {
+    let missing = |key: &str| AppError::Provider(format!("channels.sms.{key}: required by provider = \"twilio\""));
+    let sender = match (&sms.from, &sms.messaging_service_sid) {
+        (Some(from), _) => Sender::From(from.clone()),
+        (None, Some(sid)) => Sender::MessagingService(sid.clone()),
+        (None, None) => return Err(missing("from")),
+    };
+    Twilio::new(TwilioSettings {
+        base_url: sms.base_url.clone(),
+        account_sid: sms.account_sid.clone().ok_or_else(|| missing("account_sid"))?,
+        auth_token: sms.auth_token.clone().ok_or_else(|| missing("auth_token"))?,
+        sender,
+        public_base: config
+            .public_base()
+            .ok_or_else(|| AppError::Provider("public_url: required by twilio".into()))?
+            .into(),
+        timeout: sms.timeout,
+    })
+    .map_err(|e| AppError::Provider(format!("channels.sms: {e}")))
 }
 
 /// How often each process checks whether the daily digest is due.

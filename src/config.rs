@@ -31,6 +31,7 @@ sink = "herald-outbox"
 "#;
 
 mod load;
+mod sms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -59,6 +60,10 @@ pub struct Config {
     pub redis_url: Option<String>,
     /// Absent: the built-in example templates.
     pub templates_dir: Option<PathBuf>,
+    /// Where providers reach this Herald from outside (`https://herald.example.com`):
+    /// the base of the delivery-receipt URLs it gives them (Twilio's
+    /// `StatusCallback`). Required by providers that post receipts.
+    pub public_url: Option<String>,
     #[serde(default = "default_dedupe_window", deserialize_with = "duration")]
     pub dedupe_window: Duration,
     /// Largest accepted request body, in bytes.
@@ -82,6 +87,22 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    #[serde(default)]
+    pub receipts: ReceiptsConfig,
+}
+
+/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptsConfig {
+    pub generic: Option<GenericReceiptsConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenericReceiptsConfig {
+    /// `whsec_…`: receipts are signed with it per Standard Webhooks.
+    pub secret: String,
 }
 
 /// `[retention]`: ages after which data is pruned, oldest detail first.
@@ -318,12 +339,41 @@ fn default_provider_timeout() -> Duration {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SmsConfig {
+    /// Which protocol `url` or the Twilio keys speak; the sink needs none.
+    #[serde(default)]
+    pub provider: SmsProvider,
     pub url: Option<String>,
     pub sink: Option<PathBuf>,
-    /// Sent as `Authorization: Bearer …` when set.
+    /// `http`: sent as `Authorization: Bearer …` when set. `twilio`: the
+    /// account's auth token (HTTP Basic auth, and the key that signs its
+    /// status callbacks).
     pub auth_token: Option<String>,
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// `twilio`: the account the messages are created under.
+    pub account_sid: Option<String>,
+    /// `twilio`: the sender, a number in E.164, a short code or an
+    /// alphanumeric sender id; or else `messaging_service_sid`.
+    pub from: Option<String>,
+    pub messaging_service_sid: Option<String>,
+    /// `twilio`: the API's base (a compatible gateway, a test's fake).
+    #[serde(default = "default_twilio_base_url")]
+    pub base_url: String,
+}
+
+/// The SMS provider's protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SmsProvider {
+    /// The JSON provider of DESIGN §5, with `Idempotency-Key`.
+    #[default]
+    Http,
+    /// Twilio's Messages API (and gateways compatible with it).
+    Twilio,
+}
+
+fn default_twilio_base_url() -> String {
+    "https://api.twilio.com".into()
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -482,6 +532,11 @@ impl Config {
     /// The log filter in force: `HERALD_LOG` when set, else `log.level`.
     pub fn log_filter(&self) -> &str {
         self.log.from_env.as_deref().unwrap_or(&self.log.level)
+    }
+
+    /// `public_url` without a trailing `/`, ready for a path to be added.
+    pub fn public_base(&self) -> Option<&str> {
+        self.public_url.as_deref().map(|u| u.trim_end_matches('/'))
     }
 
     pub fn auth_enabled(&self) -> bool {
@@ -712,16 +767,16 @@ impl Config {
                 return Err(invalid("channels.email.from: must be an address, like Herald <noreply@example.com>"));
             }
         }
+        if let Some(url) = &self.public_url {
+            sms::check_base("public_url", url)?;
+        }
+        if let Some(g) = &self.receipts.generic
+            && crate::channel::webhook::decode_secret(&g.secret).is_err()
+        {
+            return Err(invalid("receipts.generic.secret: must be a whsec_… secret (base64 after the prefix)"));
+        }
         if let Some(s) = &self.channels.sms {
-            match (&s.url, &s.sink) {
-                (None, None) | (Some(_), Some(_)) => {
-                    return Err(invalid("channels.sms: set exactly one of url or sink"));
-                }
-                (Some(url), None) if reqwest::Url::parse(url).is_err() => {
-                    return Err(invalid(format!("channels.sms.url: {url:?} is not a URL")));
-                }
-                _ => {}
-            }
+            s.validate(self.public_url.as_deref())?;
         }
         if let Some(w) = &self.channels.webhook
             && !w.secret.starts_with("whsec_")

@@ -91,6 +91,9 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 continue;
             };
             let mut line = format!("attempt {} {}", a.n, a.outcome.as_deref().unwrap_or("?"));
+            if let Some(p) = &a.provider {
+                let _ = write!(line, " via {p}");
+            }
             if let Some(c) = &a.error_class {
                 let _ = write!(line, ": {c}");
             }
@@ -103,6 +106,11 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             if let Some(e) = &a.error {
                 let _ = write!(line, " — {}", redact_for_channel(e, &i.channel, i.destination.as_deref()));
             }
+            if a.possible_duplicate {
+                line.push_str(
+                    "; POSSIBLE DUPLICATE: an earlier attempt's outcome was unknown and this provider cannot recognise a retry",
+                );
+            }
             if let Some(at) = a.retry_at {
                 let _ = write!(line, "; next try {}", time(at));
                 if let Some(us) = a.retry_after {
@@ -114,6 +122,19 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 }
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
+        }
+        for r in &d.receipts {
+            let mut line = format!("receipt from {}: {}", r.source, r.status);
+            if r.provider_status != r.status {
+                let _ = write!(line, " ({})", r.provider_status);
+            }
+            if let Some(reason) = &r.reason {
+                let _ = write!(line, " — {}", redact_for_channel(reason, &i.channel, i.destination.as_deref()));
+            }
+            if !r.applied {
+                line.push_str(" [late or repeated: the status had gone further]");
+            }
+            let _ = writeln!(out, "  {}  {line}", time(r.received_at));
         }
         let link = match (&i.link_key, i.reason.as_deref()) {
             (Some(k), Some("superseded")) => format!(", superseded by {k}"),

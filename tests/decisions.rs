@@ -273,8 +273,8 @@ async fn herald_why_tells_the_story_of_a_notification() {
         "decided: suppress (channel_disabled)",
         "[sms]",
         "to +15550****05",
-        "attempt 1 retryable: provider_5xx, status 503",
-        "attempt 2 accepted, status 200, provider id prov-9",
+        "attempt 1 retryable via http: provider_5xx, status 503",
+        "attempt 2 accepted via http, status 200, provider id prov-9",
         "now sent",
     ] {
         assert!(text.contains(expected), "missing {expected:?} in:\n{text}");

@@ -72,6 +72,15 @@ struct Hangs;
 
 #[async_trait::async_trait]
 impl Provider for Hangs {
+    fn name(&self) -> &str {
+        "hangs"
+    }
+
+    /// A test provider.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_millis(300)
     }
@@ -111,6 +120,15 @@ struct Counts(AtomicUsize);
 
 #[async_trait::async_trait]
 impl Provider for Counts {
+    fn name(&self) -> &str {
+        "counts"
+    }
+
+    /// A test provider.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         Duration::from_secs(1)
     }

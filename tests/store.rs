@@ -74,6 +74,8 @@ fn finished(key: &str, n: i64, outcome: OutcomeClass, transition: Transition) ->
         error: None,
         retry_after_us: None,
         transition,
+        provider: Some("fake".into()),
+        possible_duplicate: false,
     }
 }
 
@@ -993,6 +995,25 @@ async fn the_daily_digest_claim_is_leased_by_the_database_clock() {
     }
 }
 
+/// Each attempt names the provider it went to, and whether it may have
+/// repeated an earlier call the provider could not recognise.
+#[tokio::test]
+async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let attempt = FinishedAttempt {
+            provider: Some("twilio".into()),
+            possible_duplicate: true,
+            ..finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)
+        };
+        store.attempts_finish(&[attempt]).await.unwrap();
+        let rows = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audiences_each_on_its_own() {
     each_backend(|store| async move {
@@ -1042,4 +1063,79 @@ async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audience
         assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
     })
     .await;
+}
+
+/// A receipt is recorded once, moves the delivery status only forward, and a
+/// bounce puts the address on its intent's tenant's list (and nowhere else).
+#[tokio::test]
+async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its_tenant() {
+    use herald::receipt::DeliveryStatus;
+    each_backend(|store| async move {
+        let mut intent = new_intent(&key(1), "sms", Some(T0));
+        intent.destination = Some("+9779800000099".into());
+        store.events_ingest(ingest("r1", "fp1", vec![intent])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let mut sent = finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent);
+        sent.provider_message_id = Some("SM-1".into());
+        store.attempts_finish(&[sent]).await.unwrap();
+        let receipt = |status: DeliveryStatus, target: ReceiptTarget| NewReceipt {
+            target,
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("SM-1".into()),
+            status,
+            provider_status: status.as_str().into(),
+            reason: None,
+            now_us: T0 + 100,
+        };
+        let by_sid = || ReceiptTarget::ProviderMessageId("SM-1".into());
+        let out = store.receipt_record(receipt(DeliveryStatus::Delivered, by_sid())).await.unwrap();
+        assert!(matches!(out, ReceiptOutcome::Recorded { applied: true, duplicate: false, .. }), "{out:?}");
+        let out = store.receipt_record(receipt(DeliveryStatus::Delivered, by_sid())).await.unwrap();
+        assert!(matches!(out, ReceiptOutcome::Recorded { applied: false, duplicate: true, .. }), "{out:?}");
+        let out = store.receipt_record(receipt(DeliveryStatus::Sent, ReceiptTarget::Key(key(1)))).await.unwrap();
+        let ReceiptOutcome::Recorded { applied, delivery_status, .. } = out else { panic!("{out:?}") };
+        assert_eq!((applied, delivery_status), (false, Some(DeliveryStatus::Delivered)));
+        let mut email_only = receipt(DeliveryStatus::Bounced, ReceiptTarget::Key(key(1)));
+        email_only.channel = Some("email".into());
+        assert_eq!(store.receipt_record(email_only).await.unwrap(), ReceiptOutcome::NotFound);
+        let out = store.receipt_record(receipt(DeliveryStatus::Bounced, by_sid())).await.unwrap();
+        let ReceiptOutcome::Recorded { dead, suppressed, .. } = out else { panic!("{out:?}") };
+        assert_eq!((dead, suppressed), (Some(Reason::HardBounce), true));
+        assert_eq!(store.receipts_of(&[key(1)]).await.unwrap().len(), 3);
+
+        let hash = herald::suppression::hash_of_input("default", "+9779800000099");
+        let entries = store.suppressions_match("default", std::slice::from_ref(&hash)).await.unwrap();
+        assert_eq!(
+            (entries[0].reason.as_str(), entries[0].source_intent.as_str()),
+            ("address_bounced", key(1).as_str())
+        );
+        assert!(store.suppressions_match("other", std::slice::from_ref(&hash)).await.unwrap().is_empty());
+        assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 1);
+        assert_eq!(store.bounces_by_domain(None, T0, T0 + 1_000).await.unwrap(), vec![("(sms)".to_string(), 1)]);
+        assert!(!store.suppression_remove("other", &hash).await.unwrap());
+        assert!(store.suppression_remove("default", &hash).await.unwrap());
+        assert!(store.suppressions_list("default", None, 10).await.unwrap().items.is_empty());
+    })
+    .await;
+}
+
+/// A batch that fails because the database cannot be reached fails every
+/// request at once, as unreachable: running each alone would keep the last
+/// caller waiting out one connection timeout per request in the batch.
+#[tokio::test]
+async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
+    if !backends().contains(&common::Backend::Postgres) {
+        return; // the pool to close is Postgres's; SQLite's writer is in-process
+    }
+    let db = TestDb::new(common::Backend::Postgres).await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    store.pool().close().await;
+    let batch = vec![ingest("r1", "fp1", vec![]), ingest("r2", "fp2", vec![]), ingest("r3", "fp3", vec![])];
+    let out = store.events_ingest_batch(batch).await;
+    assert_eq!(out.len(), 3);
+    for outcome in out {
+        assert!(matches!(outcome, Err(StoreError::Unreachable(_))), "{outcome:?}");
+    }
 }

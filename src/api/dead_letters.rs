@@ -8,7 +8,7 @@ use crate::clock::micros;
 use crate::event::OccurredAt;
 use crate::event::json::read_strict;
 use crate::intent::Reason;
-use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplaySelector};
+use crate::store::{AttemptRow, DeadLetterFilter, ReceiptRow, Replay, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -86,6 +86,23 @@ fn check_reason(reason: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Dead letters: the intent, its frozen content, the original event and every attempt.
+#[utoipa::path(get, path = "/v1/dead-letters", operation_id = "list_dead_letters", tag = "dead letters", security(("bearer" = ["ops"]), ("bearer" = ["admin"])),
+    params(
+        ("reason" = Option<String>, Query, description = "A reason, like hard_bounce."),
+        ("since" = Option<String>, Query, format = DateTime, description = "RFC 3339 with an offset."),
+        ("cursor" = Option<String>, Query, description = "A previous page's `next`, as it was."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)."),
+        ("tenant" = Option<String>, Query, description = "Another tenant's (scope admin; one's own needs only ops)."),
+        ("all_tenants" = Option<bool>, Query, description = "Every tenant's (scope admin)."),
+    ),
+    responses(
+        (status = 200, description = "A page of dead letters.", body = crate::api::openapi::doc::DeadLetterPage),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,
@@ -108,10 +125,15 @@ pub async fn list(
     for a in app.store.attempts_of(&keys).await? {
         attempts.entry(a.intent_key.clone()).or_default().push(a);
     }
+    let mut receipts: HashMap<String, Vec<ReceiptRow>> = HashMap::new();
+    for r in app.store.receipts_of(&keys).await? {
+        receipts.entry(r.intent_key.clone()).or_default().push(r);
+    }
+    let of = |key: &str| receipts.get(key).map_or(&[][..], Vec::as_slice);
     let items: Vec<Value> = page
         .items
         .iter()
-        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice)))
+        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice), of(&d.intent.key)))
         .collect();
     Ok(Json(json!({"dead_letters": items, "next": page.next})))
 }
@@ -128,6 +150,20 @@ impl QueryParams for SummaryQuery {
     const NAMES: &'static [&'static str] = &["since", "tenant", "all_tenants"];
 }
 
+/// How many dead letters, by reason.
+#[utoipa::path(get, path = "/v1/dead-letters/summary", operation_id = "dead_letter_summary", tag = "dead letters", security(("bearer" = ["ops"]), ("bearer" = ["admin"])),
+    params(
+        ("since" = Option<String>, Query, format = DateTime, description = "RFC 3339 with an offset."),
+        ("tenant" = Option<String>, Query, description = "Another tenant's (scope admin; one's own needs only ops)."),
+        ("all_tenants" = Option<bool>, Query, description = "Every tenant's (scope admin)."),
+    ),
+    responses(
+        (status = 200, description = "The counts.", body = crate::api::openapi::doc::DeadLetterSummary),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn summary(
     State(app): State<AppState>,
     caller: Caller,
@@ -142,6 +178,17 @@ pub async fn summary(
 }
 
 /// `{"ids": [...]}` or `{"reason": "...", "since": "..."}`.
+/// Put dead letters back on the queue: the same intents, same key, same frozen content.
+#[utoipa::path(post, path = "/v1/dead-letters/replay", operation_id = "replay_dead_letters", tag = "dead letters", security(("bearer" = ["ops"])),
+    request_body(content = crate::api::openapi::doc::ReplayRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What was queued again and what was skipped, and why.", body = crate::api::openapi::doc::ReplayResult),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
     let v = read_strict(&body)?;

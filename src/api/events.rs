@@ -14,6 +14,25 @@ use axum::response::{IntoResponse, Response};
 
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
+/// Post a domain event: Herald plans, renders and records its intents in one transaction.
+#[utoipa::path(post, path = "/v1/events", operation_id = "post_event", tag = "events", security(("bearer" = ["events:write"])),
+    params(("Idempotency-Key" = Option<String>, Header, max_length = 255, pattern = "^[!-~]+$",
+        description = "The request's identity (1-255 visible ASCII characters); without it, the event and its audience are.")),
+    request_body(content = crate::api::openapi::doc::EventRequest, content_type = "application/json"),
+    responses(
+        (status = 202, description = "At least one intent was created.", body = crate::api::openapi::doc::EventAccepted),
+        (status = 200, description = "A stored request replayed (`replayed: true`, header `Idempotent-Replayed: true`), \
+            or a new request whose intents all exist already (`created: false` on each).", body = crate::api::openapi::doc::EventAccepted,
+            headers(("Idempotent-Replayed" = String, description = "`true` when the stored answer is replayed."))),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 409, response = crate::api::openapi::doc::EventConflict),
+        (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
+        (status = 415, response = crate::api::openapi::doc::UnsupportedMediaType),
+        (status = 422, response = crate::api::openapi::doc::Unprocessable),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn post_event(
     State(app): State<AppState>,
     caller: Caller,

@@ -13,6 +13,17 @@ use serde_json::{Value, json};
 pub const DEFAULT_PAGE: u32 = 50;
 pub const MAX_PAGE: u32 = 500;
 
+/// One intent with its frozen content and every attempt.
+#[utoipa::path(get, path = "/v1/intents/{id}", operation_id = "get_intent", tag = "intents", security(("bearer" = ["intents:read"])),
+    params(("id" = String, Path, description = "The intent's id, which is its key.")),
+    responses(
+        (status = 200, description = "The intent.", body = crate::api::openapi::doc::IntentDetail),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 404, response = crate::api::openapi::doc::NotFound),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn get_one(
     State(app): State<AppState>,
     caller: Caller,
@@ -39,6 +50,22 @@ impl QueryParams for ListQuery {
     const NAMES: &'static [&'static str] = &["entity", "recipient", "state", "cursor", "limit"];
 }
 
+/// Intents, newest first.
+#[utoipa::path(get, path = "/v1/intents", operation_id = "list_intents", tag = "intents", security(("bearer" = ["intents:read"])),
+    params(
+        ("entity" = Option<String>, Query, description = "TYPE:ID, like purchase_order:PO-4482."),
+        ("recipient" = Option<String>, Query, description = "A recipient id."),
+        ("state" = Option<crate::api::openapi::doc::StateName>, Query, description = "An intent state."),
+        ("cursor" = Option<String>, Query, description = "A previous page's `next`, as it was."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "Page size (default 50)."),
+    ),
+    responses(
+        (status = 200, description = "A page of intents.", body = crate::api::openapi::doc::IntentPage),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn list(
     State(app): State<AppState>,
     caller: Caller,

@@ -7,13 +7,17 @@ mod error;
 mod events;
 mod inbox;
 mod intents;
+mod openapi;
 mod ops;
 mod query;
+mod receipts;
 mod recipients;
+mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
 pub use error::ApiError;
+pub use openapi::document as openapi_document;
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
@@ -37,11 +41,13 @@ use crate::store::Store;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -99,34 +105,57 @@ pub fn routes_by_event(config: &Config) -> Arc<HashMap<String, Route>> {
 
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
-    Router::new()
-        // Endpoints without query parameters: any is refused (a 400 naming it).
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(ops::scrape))
-        .route("/v1/ops/dlq-digest", post(ops::dlq_digest))
-        .route("/v1/dead-letters/replay", post(dead_letters::replay))
-        .route("/v1/events", post(events::post_event))
-        .route("/v1/intents/{id}", get(intents::get_one))
-        .route("/v1/recipients/{id}", put(recipients::put_one).get(recipients::get_one))
-        .route("/v1/recipients/{id}/preferences/{version}", get(recipients::preferences_version))
-        .route("/v1/recipients/{id}/inbox/{card}/read", post(inbox::mark_read))
-        .route_layer(axum::middleware::from_fn(query::refuse_any))
-        // Endpoints with query parameters read them through `query::Params`,
-        // which refuses the ones they do not know.
-        .route("/v1/dead-letters", get(dead_letters::list))
-        .route("/v1/dead-letters/summary", get(dead_letters::summary))
-        .route("/v1/intents", get(intents::list))
-        .route("/v1/recipients/{id}/inbox", get(inbox::list))
+    let (routes, _) = described_routes().split_for_parts();
+    routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
         .with_state(state)
 }
 
+/// Every route, each with the `#[utoipa::path]` that describes it: the router
+/// and the OpenAPI document are both built from this one list.
+pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        // Endpoints without query parameters: any is refused (a 400 naming it).
+        .routes(routes!(healthz))
+        .routes(routes!(readyz))
+        .routes(routes!(openapi::serve))
+        .routes(routes!(ops::scrape))
+        .routes(routes!(ops::dlq_digest))
+        .routes(routes!(dead_letters::replay))
+        .routes(routes!(events::post_event))
+        .routes(routes!(intents::get_one))
+        .routes(routes!(recipients::put_one, recipients::get_one))
+        .routes(routes!(recipients::preferences_version))
+        .routes(routes!(inbox::mark_read))
+        .routes(routes!(receipts::generic))
+        .routes(routes!(suppressions::remove))
+        .route_layer(axum::middleware::from_fn(query::refuse_any))
+        // Endpoints with query parameters read them through `query::Params`,
+        // which refuses the ones they do not know.
+        .routes(routes!(dead_letters::list))
+        .routes(routes!(dead_letters::summary))
+        .routes(routes!(intents::list))
+        .routes(routes!(inbox::list))
+        .routes(routes!(suppressions::list))
+        // Twilio's callback URL carries the intent's key as its query.
+        .routes(routes!(receipts::twilio))
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", operation_id = "healthz", tag = "operations", security(()),
+    responses((status = 200, description = "Herald is up.", body = openapi::doc::Status, example = json!({"status": "ok"})),
+        (status = 400, response = openapi::doc::BadRequest)))]
 async fn healthz() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
+/// Readiness: the database answers.
+#[utoipa::path(get, path = "/readyz", operation_id = "readyz", tag = "operations", security(()),
+    responses((status = 200, description = "The database is reachable.", body = openapi::doc::Status, example = json!({"status": "ready"})),
+        (status = 503, description = "The database is unreachable.", body = openapi::doc::Status, example = json!({"status": "database unreachable"})),
+        (status = 400, response = openapi::doc::BadRequest)))]
 async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     match app.store.ping().await {
         Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),

@@ -13,6 +13,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 /// Prometheus text. Queue figures are read from the database at scrape time.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "operations", security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "Prometheus text exposition.", content_type = "text/plain", body = String),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+    ))]
 pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.require(Scope::Admin)?;
     let now = micros(app.clock.now());
@@ -25,6 +32,15 @@ pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Respo
 }
 
 /// The daily digest (every tenant's dead letters since the last one), now.
+#[utoipa::path(post, path = "/v1/ops/dlq-digest", operation_id = "post_dlq_digest", tag = "operations", security(("bearer" = ["admin"])),
+    responses(
+        (status = 200, description = "The digest, as posted to the ops webhook.", body = crate::api::openapi::doc::DlqDigest),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+        (status = 502, response = crate::api::openapi::doc::BadGateway),
+    ))]
 pub async fn dlq_digest(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.require(Scope::Admin)?;
     match app.ops_digest.post_now().await {

@@ -15,6 +15,18 @@ use serde_json::{Value, json};
 
 const FIELDS: [&str; 6] = ["email", "phone", "locale", "timezone", "webhook_url", "preferences"];
 
+/// Store a directory entry; every change bumps `preferences_version`.
+#[utoipa::path(put, path = "/v1/recipients/{id}", operation_id = "put_recipient", tag = "recipients", security(("bearer" = ["recipients:write"])),
+    params(("id" = String, Path, description = "The recipient's id (1-256 characters, no `|`).")),
+    request_body(content = crate::api::openapi::doc::RecipientUpdate, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The entry as stored, addresses masked.", body = crate::api::openapi::doc::Recipient),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn put_one(
     State(app): State<AppState>,
     caller: Caller,
@@ -57,6 +69,17 @@ pub async fn put_one(
     Ok((StatusCode::OK, Json(views::recipient(&row))))
 }
 
+/// A directory entry, addresses masked.
+#[utoipa::path(get, path = "/v1/recipients/{id}", operation_id = "get_recipient", tag = "recipients", security(("bearer" = ["recipients:write"])),
+    params(("id" = String, Path, description = "The recipient's id.")),
+    responses(
+        (status = 200, description = "The entry.", body = crate::api::openapi::doc::Recipient),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 404, response = crate::api::openapi::doc::NotFound),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn get_one(
     State(app): State<AppState>,
     caller: Caller,
@@ -70,6 +93,19 @@ pub async fn get_one(
 
 /// `GET /v1/recipients/{id}/preferences/{version}`: the preferences a past
 /// decision was made with.
+/// The preferences a past decision was made with.
+#[utoipa::path(get, path = "/v1/recipients/{id}/preferences/{version}", operation_id = "get_preferences_version", tag = "recipients",
+    security(("bearer" = ["intents:read"])),
+    params(("id" = String, Path, description = "The recipient's id."),
+        ("version" = i64, Path, description = "A preferences version, as an intent names it.")),
+    responses(
+        (status = 200, description = "That version.", body = crate::api::openapi::doc::PreferencesVersion),
+        (status = 400, response = crate::api::openapi::doc::BadRequest),
+        (status = 401, response = crate::api::openapi::doc::Unauthorized),
+        (status = 403, response = crate::api::openapi::doc::Forbidden),
+        (status = 404, response = crate::api::openapi::doc::NotFound),
+        (status = 500, response = crate::api::openapi::doc::Internal),
+    ))]
 pub async fn preferences_version(
     State(app): State<AppState>,
     caller: Caller,

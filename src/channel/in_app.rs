@@ -23,6 +23,15 @@ impl InApp {
 
 #[async_trait]
 impl Provider for InApp {
+    fn name(&self) -> &str {
+        "in_app"
+    }
+
+    /// The inbox takes an intent once.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }

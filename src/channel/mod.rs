@@ -14,6 +14,7 @@ pub mod in_app;
 pub mod sink;
 pub mod sms_http;
 pub mod smtp;
+pub mod twilio;
 pub mod webhook;
 
 use crate::intent::{OutcomeClass, Reason};
@@ -105,6 +106,15 @@ impl Outcome {
 
 #[async_trait]
 pub trait Provider: Send + Sync {
+    /// The provider's name as attempts record it and metrics label it: from
+    /// the configuration, so a bounded set.
+    fn name(&self) -> &str;
+
+    /// Whether the provider can recognise a retry of a call whose outcome
+    /// was `unknown` (an idempotency key it honours, a stable Message-ID).
+    /// When it cannot, such a retry is recorded as a possible duplicate.
+    fn dedupes_retries(&self) -> bool;
+
     /// The longest one call may take, from the first connect to the final
     /// answer; shorter than the worker's lease. The worker enforces it.
     fn timeout(&self) -> Duration;

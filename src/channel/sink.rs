@@ -64,6 +64,15 @@ impl DirectorySink {
 
 #[async_trait]
 impl Provider for DirectorySink {
+    fn name(&self) -> &str {
+        "sink"
+    }
+
+    /// A retry overwrites the same file with the same bytes.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }

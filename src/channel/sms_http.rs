@@ -24,6 +24,15 @@ impl SmsHttp {
 
 #[async_trait]
 impl Provider for SmsHttp {
+    fn name(&self) -> &str {
+        "http"
+    }
+
+    /// `Idempotency-Key: KEY` on every try.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }

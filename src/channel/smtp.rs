@@ -176,6 +176,15 @@ impl Smtp {
 
 #[async_trait]
 impl Provider for Smtp {
+    fn name(&self) -> &str {
+        "smtp"
+    }
+
+    /// `Message-ID: <KEY@domain>` is the same on every try.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }

@@ -77,6 +77,15 @@ impl Webhook {
 
 #[async_trait]
 impl Provider for Webhook {
+    fn name(&self) -> &str {
+        "webhook"
+    }
+
+    /// `webhook-id` is the intent key on every try.
+    fn dedupes_retries(&self) -> bool {
+        true
+    }
+
     fn timeout(&self) -> Duration {
         self.timeout
     }

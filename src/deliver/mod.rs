@@ -4,6 +4,7 @@
 //! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
+mod duplicate;
 mod recorder;
 pub mod retry;
 
@@ -174,9 +175,11 @@ impl Worker {
     async fn attempt(&self, job: ClaimedJob, rng: &Mutex<SmallRng>) -> FinishedAttempt {
         let n = job.intent.attempts;
         let channel = Channel::parse(&job.intent.channel);
-        crate::ops::metrics::attempt_started(&job.intent.channel);
+        let provider = channel.and_then(|c| self.providers.get(&c));
+        let provider_name = provider.map_or("none", |p| p.name());
+        crate::ops::metrics::attempt_started(&job.intent.channel, provider_name);
         let started = std::time::Instant::now();
-        let outcome = match (channel.and_then(|c| self.providers.get(&c)), delivery(&job)) {
+        let outcome = match (provider, delivery(&job)) {
             (None, _) => Outcome::Permanent {
                 reason: Reason::ChannelDisabled,
                 status: None,
@@ -188,7 +191,16 @@ impl Worker {
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
         let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
-        crate::ops::metrics::attempt_finished(&job.intent.channel, outcome.class().as_str(), started.elapsed());
+        crate::ops::metrics::attempt_finished(
+            &job.intent.channel,
+            provider_name,
+            outcome.class().as_str(),
+            started.elapsed(),
+        );
+        let possible_duplicate = match provider {
+            Some(p) if n > 1 => self.possible_duplicate(p.as_ref(), &job.intent.key, n, &outcome).await,
+            _ => false,
+        };
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
         }
@@ -198,14 +210,39 @@ impl Worker {
             intent = %job.intent.key,
             attempt = n,
             channel = %job.intent.channel,
+            provider = provider_name,
             outcome = %outcome.class(),
+            possible_duplicate,
             error_class = outcome_class_reason(&outcome),
             next = ?transition,
             "attempt finished"
         );
         let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
         done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        done.provider = provider.map(|p| p.name().to_string());
+        done.possible_duplicate = possible_duplicate;
         done
+    }
+
+    /// See [`duplicate`]. Read only for a retry on a provider that cannot
+    /// recognise one; when the earlier attempts cannot be read, a duplicate
+    /// cannot be ruled out.
+    async fn possible_duplicate(&self, provider: &dyn Provider, key: &str, n: i64, outcome: &Outcome) -> bool {
+        if provider.dedupes_retries() {
+            return false;
+        }
+        let earlier = match self.store.attempts_of(&[key.to_string()]).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(intent = %key, error = %e, "earlier attempts unreadable; recording a possible duplicate");
+                return duplicate::may_have_reached(outcome);
+            }
+        };
+        let yes = duplicate::possible_duplicate(false, &earlier, n, outcome);
+        if yes {
+            crate::ops::metrics::possible_duplicate(provider.name());
+        }
+        yes
     }
 
     /// What the outcome leads to, and the provider's `Retry-After` as
@@ -301,6 +338,8 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
         error,
         retry_after_us: None,
         transition,
+        provider: None,
+        possible_duplicate: false,
     }
 }
 

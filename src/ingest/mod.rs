@@ -217,6 +217,7 @@ impl Ingestor {
             self.store.recipients_get(tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);
+        let suppressions = crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory).await?;
         let intents = plan(&PlanInput {
             tenant,
             event: &event,
@@ -224,6 +225,7 @@ impl Ingestor {
             templates: &self.templates,
             directory: &directory,
             configured: &configured,
+            suppressions: &suppressions,
             now,
         });
         Ok(Ingest {

@@ -1,5 +1,6 @@
 //! Prometheus metrics (DESIGN rule 10). Every label is from a bounded set —
-//! channel, decision, reason, outcome class — never an id, address or entity.
+//! channel, provider (a configured name), decision, reason, outcome class —
+//! never an id, address or entity.
 
 use crate::event::Channel;
 use crate::intent::{Decision, Reason};
@@ -49,13 +50,39 @@ pub fn idempotency_conflict(kind: &'static str) {
     counter!("herald_idempotency_conflicts_total", "kind" => kind).increment(1);
 }
 
-pub fn attempt_started(channel: &str) {
-    counter!("herald_attempts_started_total", "channel" => channel.to_string()).increment(1);
+pub fn attempt_started(channel: &str, provider: &str) {
+    counter!("herald_attempts_started_total", "channel" => channel.to_string(), "provider" => provider.to_string())
+        .increment(1);
 }
 
-pub fn attempt_finished(channel: &str, outcome: &str, took: Duration) {
-    counter!("herald_attempts_total", "channel" => channel.to_string(), "outcome" => outcome.to_string()).increment(1);
-    histogram!("herald_attempt_duration_seconds", "channel" => channel.to_string()).record(took.as_secs_f64());
+pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, took: Duration) {
+    counter!(
+        "herald_attempts_total",
+        "channel" => channel.to_string(),
+        "provider" => provider.to_string(),
+        "outcome" => outcome.to_string()
+    )
+    .increment(1);
+    histogram!("herald_attempt_duration_seconds", "channel" => channel.to_string(), "provider" => provider.to_string())
+        .record(took.as_secs_f64());
+}
+
+/// A retry after an `unknown` outcome, on a provider that cannot recognise
+/// it, that may have reached the recipient again.
+pub fn possible_duplicate(provider: &str) {
+    counter!("herald_possible_duplicates_total", "provider" => provider.to_string()).increment(1);
+}
+
+/// A delivery receipt: `applied`, `late` (the status had gone further),
+/// `duplicate`, `not_found`.
+pub fn receipt(source: &str, status: &str, result: &'static str) {
+    counter!(
+        "herald_receipts_total",
+        "source" => source.to_string(),
+        "status" => status.to_string(),
+        "result" => result
+    )
+    .increment(1);
 }
 
 pub fn dead_letter(reason: &str) {

@@ -25,6 +25,14 @@ macro_rules! store_impl {
             async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
                 let mut out = match self.ingest_tx(&batch).await {
                     Ok(out) => out.into_iter().map(Some).collect(),
+                    // A database that cannot be reached fails the whole batch
+                    // at once: running each request alone would make the last
+                    // caller wait out one connection timeout per request.
+                    Err(e) if e.is_unreachable() => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed: the database could not be reached");
+                        let reason = e.to_string();
+                        return batch.iter().map(|_| Err(StoreError::Unreachable(reason.clone()))).collect();
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed; running its requests one by one");
                         batch.iter().map(|_| None).collect::<Vec<_>>()
@@ -136,6 +144,33 @@ macro_rules! store_impl {
 
             async fn wait_for_work(&self, timeout: Duration) {
                 let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+            }
+
+            async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
+                let mut tx = self.$writer.begin().await?;
+                let out = q::receipt_record(&mut tx, &receipt).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+                q::receipts_of(&self.$reader, keys).await
+            }
+
+            async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
+                q::suppressions_match(&self.$reader, tenant, hashes).await
+            }
+
+            async fn suppressions_list(&self, tenant: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<SuppressionRow>> {
+                q::suppressions_list(&self.$reader, tenant, cursor, limit).await
+            }
+
+            async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+                q::suppression_remove(&self.$writer, tenant, address_hash).await
+            }
+
+            async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
             }
         }
     };

@@ -9,11 +9,13 @@ mod postgres;
 mod postgres_batch;
 mod queries;
 mod rows;
+mod rows_receipts;
 mod schema;
 mod sqlite;
 
 pub use postgres::PostgresStore;
 pub use rows::*;
+pub use rows_receipts::*;
 pub use schema::SchemaState;
 pub use sqlite::SqliteStore;
 
@@ -38,6 +40,24 @@ pub enum StoreError {
     /// The database is there, but not with this binary's schema.
     #[error("{0}")]
     Schema(String),
+    /// The database could not be reached (no connection within the pool's
+    /// time, a closed pool, a broken socket).
+    #[error("the database could not be reached: {0}")]
+    Unreachable(String),
+}
+
+impl StoreError {
+    /// Whether the error is about reaching the database rather than about
+    /// what was asked of it: asking again at once would only wait again.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable(_)
+                | StoreError::Database(
+                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+                )
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -180,6 +200,37 @@ pub trait Store: Send + Sync + 'static {
 
     /// A future that resolves when new work may be due (or after `timeout`).
     async fn wait_for_work(&self, timeout: Duration);
+
+    /// Records a delivery receipt against the intent it names, once: moves its
+    /// delivery status only forward, and applies what a bounce or complaint
+    /// leads to (a dead letter, a suppression entry), in one transaction.
+    async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome>;
+
+    /// Every receipt of these intents, oldest first.
+    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>>;
+
+    /// The tenant's suppression entries among these address hashes.
+    async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>>;
+
+    /// The tenant's suppression list, newest first.
+    async fn suppressions_list(
+        &self,
+        tenant: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<SuppressionRow>>;
+
+    /// False when the tenant has no such entry.
+    async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool>;
+
+    /// New hard bounces in [since, until) by recipient domain, most first;
+    /// every tenant when `tenant` is None.
+    async fn bounces_by_domain(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
 }
 
 /// One request in its own transaction, run again (up to three more times) when

@@ -171,10 +171,12 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let applied: Vec<(String, i64)> = sqlx::query_as(
                 "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
-                        retry_after = u.retry_after, retry_at = u.retry_at
+                        retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                        possible_duplicate = u.possible_duplicate
                  FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
-                             $9::bigint[], $10::bigint[])
-                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error, retry_after, retry_at)
+                             $9::bigint[], $10::bigint[], $11::text[], $12::boolean[])
+                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error, retry_after, retry_at,
+                           provider, possible_duplicate)
                  WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
                  RETURNING a.intent_key, a.n",
             )
@@ -188,6 +190,8 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
             .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
             .bind(finished.iter().map(|f| transition_columns(&f.transition).2).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.provider.clone()).collect::<Vec<_>>())
+            .bind(finished.iter().map(|f| f.possible_duplicate).collect::<Vec<_>>())
             .fetch_all(&mut *tx)
             .await?;
 

@@ -220,6 +220,12 @@ pub struct AttemptRow {
     pub retry_after: Option<i64>,
     /// When the next try was scheduled, if this attempt led to one.
     pub retry_at: Option<i64>,
+    /// The provider the attempt went to (its configured name); None for an
+    /// attempt whose worker died before recording it.
+    pub provider: Option<String>,
+    /// The call came after an `unknown` attempt on a provider that cannot
+    /// recognise a retry, so the recipient may have been told twice.
+    pub possible_duplicate: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +236,8 @@ pub struct IntentDetail {
     /// The event as it was accepted (canonical JSON), until retention prunes it.
     pub event_body: Option<String>,
     pub attempts: Vec<AttemptRow>,
+    /// What the provider reported after accepting it, oldest first.
+    pub receipts: Vec<super::ReceiptRow>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -387,6 +395,10 @@ pub struct FinishedAttempt {
     /// The provider's `Retry-After` as honoured, when a retry was scheduled.
     pub retry_after_us: Option<i64>,
     pub transition: Transition,
+    /// The provider the call went to (its configured name).
+    pub provider: Option<String>,
+    /// See [`AttemptRow::possible_duplicate`].
+    pub possible_duplicate: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -131,7 +131,8 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         for f in finished {
             let n = sqlx::query(
                 "UPDATE attempts SET finished_at = $3, outcome = $4, error_class = $5, provider_status = $6,
-                         provider_message_id = $7, error = $8, retry_after = $9, retry_at = $10
+                         provider_message_id = $7, error = $8, retry_after = $9, retry_at = $10,
+                         provider = $11, possible_duplicate = $12
                      WHERE intent_key = $1 AND n = $2 AND finished_at IS NULL",
             )
             .bind(&f.key)
@@ -144,6 +145,8 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             .bind(&f.error)
             .bind(f.retry_after_us)
             .bind(transition_columns(&f.transition).2)
+            .bind(&f.provider)
+            .bind(f.possible_duplicate)
             .execute(&mut *tx)
             .await?
             .rows_affected();

@@ -10,6 +10,7 @@
 pub mod peer;
 pub mod slow_store;
 pub mod smtp;
+pub mod twilio;
 pub mod webhook;
 
 use axum::Json;
@@ -195,6 +196,7 @@ pub struct TestApp {
     templates_dir: Option<std::path::PathBuf>,
     clock: Option<Arc<dyn Clock>>,
     redis: Option<String>,
+    public_url: Option<String>,
     extra: String,
 }
 
@@ -235,6 +237,7 @@ impl TestApp {
             templates_dir: None,
             clock: None,
             redis: None,
+            public_url: None,
             extra: String::new(),
         }
     }
@@ -282,6 +285,12 @@ impl TestApp {
         self
     }
 
+    /// `public_url`: where providers post receipts.
+    pub fn with_public_url(mut self, url: &str) -> TestApp {
+        self.public_url = Some(url.to_string());
+        self
+    }
+
     /// Extra TOML appended to the config.
     pub fn with_toml(mut self, toml: &str) -> TestApp {
         self.extra.push_str(toml);
@@ -298,6 +307,7 @@ dedupe_window = "1h"
 shutdown_grace = "5s"
 {templates}
 {redis}
+{public_url}
 [retry]
 attempts = {attempts}
 base = "{base}"
@@ -316,6 +326,7 @@ channels = ["sms", "in_app"]
             lease = self.lease,
             disabled = !self.workers,
             redis = self.redis.as_ref().map(|r| format!("redis_url = {r:?}")).unwrap_or_default(),
+            public_url = self.public_url.as_ref().map(|u| format!("public_url = {u:?}")).unwrap_or_default(),
             templates = self
                 .templates_dir
                 .as_ref()

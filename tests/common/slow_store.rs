@@ -148,4 +148,32 @@ impl Store for SlowRecording {
     async fn wait_for_work(&self, timeout: Duration) {
         self.inner.wait_for_work(timeout).await
     }
+    async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
+        self.inner.receipt_record(receipt).await
+    }
+    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+        self.inner.receipts_of(keys).await
+    }
+    async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
+        self.inner.suppressions_match(tenant, hashes).await
+    }
+    async fn suppressions_list(
+        &self,
+        tenant: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<SuppressionRow>> {
+        self.inner.suppressions_list(tenant, cursor, limit).await
+    }
+    async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+        self.inner.suppression_remove(tenant, address_hash).await
+    }
+    async fn bounces_by_domain(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.bounces_by_domain(tenant, since_us, until_us).await
+    }
 }

@@ -40,7 +40,12 @@ macro_rules! ingest_queries {
                     }
                     Ok(Step::Raced) => {
                         one.rollback().await?;
-                        out.push(decided_elsewhere(tx, ingest).await);
+                        // Read on the batch's own transaction, outside any
+                        // savepoint: if the read fails, the transaction may be
+                        // aborted (Postgres), so the whole batch fails and its
+                        // requests run again alone. Answering the others would
+                        // answer rows a silent rollback had taken back.
+                        out.push(Ok(decided_elsewhere(tx, ingest).await?));
                     }
                     Err(e) => {
                         one.rollback().await?;

@@ -15,6 +15,7 @@ pub(crate) mod ingest;
 pub(crate) mod intents;
 pub(crate) mod ops;
 pub(crate) mod queue;
+pub(crate) mod receipts;
 
 use super::rows::*;
 use crate::intent::State;
@@ -46,7 +47,7 @@ pub(crate) use intent_columns;
 macro_rules! attempt_columns {
     () => {
         "intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error, \
-         retry_after, retry_at"
+         retry_after, retry_at, provider, possible_duplicate"
     };
 }
 pub(crate) use attempt_columns;
@@ -62,6 +63,7 @@ macro_rules! shared_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
         use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
+        use crate::store::rows_receipts::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};
         use std::collections::HashMap;
@@ -75,6 +77,7 @@ macro_rules! shared_queries {
         crate::store::queries::digests::digests_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::inbox::inbox_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
         fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {

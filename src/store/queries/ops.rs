@@ -264,6 +264,7 @@ macro_rules! ops_queries {
                         for table in [
                             concat!("DELETE FROM attempts WHERE intent_key ", $in_keys),
                             concat!("DELETE FROM inbox_entries WHERE intent_key ", $in_keys),
+                            concat!("DELETE FROM receipts WHERE intent_key ", $in_keys),
                         ] {
                             sqlx::query(table).bind($keys_arg(&keys)).execute(&mut *tx).await?;
                         }
