@@ -174,7 +174,7 @@ fn plan_one(
     };
     intent.locale = Some(locale);
     intent.template_revision = Some(revision);
-    intent.payload = Some((content.digest(), content.to_json()));
+    intent.payload = Some(content.stored());
     if let Some(b) = over_budget.filter(|b| !b.send_anyway) {
         set(&mut intent, Decision::Send, State::Dead, Some(Reason::SmsTooLong));
         intent.detail = Some(format!(

@@ -151,3 +151,19 @@ async fn a_replay_shows_the_intents_as_they_are_now_without_redis() {
         assert_eq!(again.intents[0].created, first.intents[0].created, "created keeps its first meaning");
     }
 }
+
+#[tokio::test]
+async fn the_stored_fingerprint_and_content_are_the_events_own() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let ingest = ingestor(&db, Arc::new(MovingDns::default())).await;
+    let body = sms_event("PO-7", "+9779800000007");
+    let Ok(Answer::Created(_)) = post(&ingest, &body, Some("k-7")).await else { panic!("not created") };
+    let event = herald::event::parse_event(&body).unwrap();
+    let store = db.store().await;
+    let seen = store.request_find("default", "key:k-7", &event.fingerprint()).await.unwrap();
+    assert!(matches!(seen, Some(herald::store::RequestSeen::Replay(_))), "{seen:?}");
+    let stored =
+        common::count(&db, &format!("SELECT COUNT(*) FROM events WHERE content_digest = '{}'", event.content_digest()))
+            .await;
+    assert_eq!(stored, 1, "the content record holds the event's content digest");
+}

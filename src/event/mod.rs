@@ -118,12 +118,17 @@ impl Event {
     /// (recipients, channels). Once an event key is accepted its content is
     /// frozen; the audience is not.
     pub fn content_digest(&self) -> String {
-        let mut content = self.canonical();
-        if let Value::Object(map) = &mut content {
+        Event::content_digest_of(self.canonical())
+    }
+
+    /// [`Event::content_digest`] from the canonical form already built (ingest
+    /// builds it once for the fingerprint, the stored body and this).
+    pub fn content_digest_of(mut canonical: Value) -> String {
+        if let Value::Object(map) = &mut canonical {
             map.remove("recipients");
             map.remove("channels");
         }
-        identity::sha256_hex(canonical_json(&content).as_bytes())
+        identity::sha256_hex(canonical_json(&canonical).as_bytes())
     }
 
     /// `tenant|type|entity.type|entity.id|occurred_at`: what identifies the

@@ -95,6 +95,8 @@ struct Identified {
     identity: String,
     fingerprint: String,
     event_key: String,
+    canonical: serde_json::Value,
+    event_body: String,
 }
 
 impl Ingestor {
@@ -152,7 +154,11 @@ impl Ingestor {
             .get(&event.event_type)
             .ok_or_else(|| IngestError::UnknownEventType(event.event_type.clone()))?;
         let event_key = event.event_key(request.tenant);
-        let fingerprint = event.fingerprint();
+        // The canonical form is built once: its JSON is the stored body, its
+        // hash the fingerprint, and without the audience the content digest.
+        let canonical = event.canonical();
+        let event_body = canonical_json(&canonical);
+        let fingerprint = sha256_hex(event_body.as_bytes());
         let identity = match request.idempotency_key {
             Some(k) => format!("key:{k}"),
             // Without a key the request is the event with its audience: an exact
@@ -160,7 +166,7 @@ impl Ingestor {
             // is refused by the event's own record (409).
             None => format!("event:{event_key}#{fingerprint}"),
         };
-        Ok((route, Identified { event, identity, fingerprint, event_key }))
+        Ok((route, Identified { event, identity, fingerprint, event_key, canonical, event_body }))
     }
 
     /// A dry run: the same checks, plan and render as [`Ingestor::ingest`],
@@ -176,7 +182,7 @@ impl Ingestor {
             Some(RequestSeen::Replay(_)) => true,
             None => false,
         };
-        let content_digest = new.event.content_digest();
+        let content_digest = Event::content_digest_of(new.canonical.clone());
         if !replay && self.store.event_digest(&new.event_key).await?.is_some_and(|d| d != content_digest) {
             return Err(IngestError::EventConflict);
         }
@@ -246,7 +252,7 @@ impl Ingestor {
 
     /// Directory, plan and render: everything the transaction will write.
     async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
-        let Identified { event, identity, fingerprint, event_key } = new;
+        let Identified { event, identity, fingerprint, event_key, canonical, event_body } = new;
         let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
         let directory: HashMap<_, _> =
             self.store.recipients_get(tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
@@ -266,8 +272,8 @@ impl Ingestor {
         Ok(Ingest {
             tenant: tenant.as_str().to_string(),
             identity,
-            content_digest: event.content_digest(),
-            event_body: canonical_json(&event.canonical()),
+            content_digest: Event::content_digest_of(canonical),
+            event_body,
             fingerprint,
             event_key,
             event_type: event.event_type,

@@ -3,6 +3,8 @@
 //! template and its revision, the deployment's name — never an id, address
 //! or entity.
 
+use crate::event::Channel;
+use crate::intent::{Decision, Reason};
 use crate::ops::log::TemplateRef;
 use crate::store::QueueStats;
 use metrics::{counter, gauge, histogram};
@@ -41,18 +43,21 @@ pub fn build_info(deployment: &str) {
         .set(1.0);
 }
 
-/// Template and revision are bounded by the templates a deployment has had.
+/// Channel, decision and reason are the bounded enums' own static names;
+/// template and revision are bounded by the templates a deployment has had.
 pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>, template: TemplateRef<'_>) {
+    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
+    let decision = Decision::parse(decision).map_or("other", Decision::as_str);
+    let reason = reason.map_or("none", |r| Reason::parse(r).map_or("other", Reason::as_str));
     counter!(
         "herald_intents_created_total",
-        "channel" => channel.to_string(),
-        "decision" => decision.to_string(),
+        "channel" => channel,
+        "decision" => decision,
         "template" => template.id.to_string(),
         "template_revision" => template.revision.unwrap_or("").to_string()
     )
     .increment(1);
-    counter!("herald_decisions_total", "decision" => decision.to_string(), "reason" => reason.unwrap_or("none").to_string())
-        .increment(1);
+    counter!("herald_decisions_total", "decision" => decision, "reason" => reason).increment(1);
 }
 
 /// `duplicate`: the same request replayed; `mismatch`: the same identity with another body.

@@ -36,6 +36,12 @@ impl Content {
     pub fn digest(&self) -> String {
         sha256_hex(self.to_json().as_bytes())
     }
+
+    /// (digest, canonical JSON) as the store keeps it, serialised once.
+    pub fn stored(&self) -> (String, String) {
+        let json = self.to_json();
+        (sha256_hex(json.as_bytes()), json)
+    }
 }
 
 /// The outcome of rendering one (event, channel, recipient).
@@ -59,16 +65,45 @@ pub enum RenderError {
 }
 
 /// The template context: `data` at the top level plus the reserved `event`,
-/// `entity` and `recipient` objects.
-pub fn context(event: &Event, recipient: &RecipientSpec, locale: &str) -> Value {
-    let mut ctx: Map<String, Value> = event.data.clone();
-    ctx.insert("event".into(), json!({"type": event.event_type, "occurred_at": event.occurred_at.canonical()}));
-    ctx.insert(
-        "entity".into(),
-        json!({"type": event.entity.kind, "id": event.entity.id, "version": event.entity.version}),
-    );
-    ctx.insert("recipient".into(), json!({"id": recipient.id, "locale": locale}));
-    Value::Object(ctx)
+/// `entity` and `recipient` objects. Borrowed from the event, so rendering an
+/// event for many recipients and channels never copies its `data`.
+#[derive(Serialize)]
+pub struct Context<'a> {
+    #[serde(flatten)]
+    data: &'a Map<String, Value>,
+    event: EventContext<'a>,
+    entity: EntityContext<'a>,
+    recipient: RecipientContext<'a>,
+}
+
+#[derive(Serialize)]
+struct EventContext<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    occurred_at: String,
+}
+
+#[derive(Serialize)]
+struct EntityContext<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    id: &'a str,
+    version: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct RecipientContext<'a> {
+    id: &'a str,
+    locale: &'a str,
+}
+
+pub fn context<'a>(event: &'a Event, recipient: &'a RecipientSpec, locale: &'a str) -> Context<'a> {
+    Context {
+        data: &event.data,
+        event: EventContext { kind: &event.event_type, occurred_at: event.occurred_at.canonical() },
+        entity: EntityContext { kind: &event.entity.kind, id: &event.entity.id, version: event.entity.version },
+        recipient: RecipientContext { id: &recipient.id, locale },
+    }
 }
 
 /// Webhook content when the template has no `webhook.j2`: the event itself.

@@ -4,7 +4,7 @@ use super::sms::analyse;
 use super::{Content, RenderError, Rendered, default_webhook_body, files_for};
 use crate::event::{Channel, Event, RecipientSpec};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -197,7 +197,7 @@ impl TemplateSet {
     }
 
     /// Renders a one-off template string (a digest key) with strict undefined.
-    pub fn render_str(&self, source: &str, ctx: &Value) -> Result<String, RenderError> {
+    pub fn render_str(&self, source: &str, ctx: &impl Serialize) -> Result<String, RenderError> {
         self.env.render_str(source, ctx).map(|s| s.trim().to_string()).map_err(|e| RenderError::Template(describe(&e)))
     }
 
@@ -219,7 +219,7 @@ impl TemplateSet {
         t: &Template,
         channel: Channel,
         locale: &str,
-        ctx: &Value,
+        ctx: &impl Serialize,
         webhook_default: impl FnOnce() -> String,
     ) -> Result<Rendered, RenderError> {
         let render_file = |file: &str| -> Result<Option<String>, RenderError> {
