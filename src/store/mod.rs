@@ -40,6 +40,24 @@ pub enum StoreError {
     /// The database is there, but not with this binary's schema.
     #[error("{0}")]
     Schema(String),
+    /// The database could not be reached (no connection within the pool's
+    /// time, a closed pool, a broken socket).
+    #[error("the database could not be reached: {0}")]
+    Unreachable(String),
+}
+
+impl StoreError {
+    /// Whether the error is about reaching the database rather than about
+    /// what was asked of it: asking again at once would only wait again.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable(_)
+                | StoreError::Database(
+                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+                )
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -101,6 +119,10 @@ pub trait Store: Send + Sync + 'static {
     /// on its own and never fails the others. The unique constraints on the
     /// request identity and the intent key decide.
     async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>>;
+
+    /// The content digest an event key was accepted with (None when the
+    /// event is new): a dry run's read of what the ingest transaction checks.
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>>;
 
     /// The decision, reason and state of these intents as they are now (a
     /// replay answered from the Redis fast path reads them here).
