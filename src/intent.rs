@@ -1,13 +1,13 @@
 //! The intent: one per (event, channel, recipient), immutable once rendered.
 //! Its decision, reason and state are the decision log (DESIGN rule 9).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 macro_rules! string_enum {
     ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
         pub enum $name { $(#[serde(rename = $text)] $variant),+ }
 
         impl $name {
@@ -25,6 +25,49 @@ macro_rules! string_enum {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        // Stored as its text in both databases, converted here and nowhere
+        // else: a row whose text is none of the variants does not decode.
+        impl<DB: sqlx::Database> sqlx::Type<DB> for $name
+        where
+            String: sqlx::Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as sqlx::Type<DB>>::type_info()
+            }
+
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as sqlx::Type<DB>>::compatible(ty)
+            }
+        }
+
+        impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for $name
+        where
+            &'r str: sqlx::Decode<'r, DB>,
+        {
+            fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                let text = <&'r str as sqlx::Decode<'r, DB>>::decode(value)?;
+                $name::parse(text).ok_or_else(|| format!("{text:?} is not a {}", stringify!($name)).into())
+            }
+        }
+
+        impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for $name
+        where
+            &'q str: sqlx::Encode<'q, DB>,
+        {
+            fn encode_by_ref(
+                &self,
+                buf: &mut <DB as sqlx::Database>::ArgumentBuffer<'q>,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&'q str as sqlx::Encode<'q, DB>>::encode(self.as_str(), buf)
             }
         }
     };
@@ -92,5 +135,24 @@ impl State {
     /// States from which nothing more will happen on its own.
     pub fn is_final(self) -> bool {
         matches!(self, State::Sent | State::Dead | State::Suppressed | State::Digested)
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn each_value_reads_back_as_written_and_other_text_is_refused() {
+        for s in State::ALL {
+            assert_eq!(State::parse(s.as_str()), Some(*s));
+            assert_eq!(serde_json::from_value::<State>(serde_json::json!(s.as_str())).unwrap(), *s);
+        }
+        for o in OutcomeClass::ALL {
+            assert_eq!(OutcomeClass::parse(o.as_str()), Some(*o));
+        }
+        assert!(serde_json::from_str::<State>("\"lost\"").is_err());
+        assert_eq!((Decision::parse("Send"), State::parse("")), (None, None));
+        assert!(State::Sent == "sent" && State::Sent != "dead");
     }
 }

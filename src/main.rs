@@ -420,7 +420,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 errln!("no intent {id:?} for tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             };
-            if d.intent.state != "dead" {
+            if d.intent.state != herald::intent::State::Dead {
                 errln!("herald: {id} is not a dead letter (it is {}); shown as it stands", d.intent.state);
             }
             outln!("{}", serde_json::to_string_pretty(&herald::api::dead_letter_json(&d))?)?;

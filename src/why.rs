@@ -76,7 +76,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let prefs = i.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default();
         let reason = i.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default();
         let why_decided =
-            decision_reason(&i.decision, i.reason.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default();
+            decision_reason(i.decision.as_str(), i.reason.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default();
         let to =
             i.destination.as_deref().map(|d| format!(" to {}", mask_for_channel(&i.channel, d))).unwrap_or_default();
         let locale = i.locale.as_deref().map(|l| format!(", locale {l}")).unwrap_or_default();
@@ -90,7 +90,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = writeln!(out, "  {}  attempt {} still running", " ".repeat(time(a.started_at).len()), a.n);
                 continue;
             };
-            let mut line = format!("attempt {} {}", a.n, a.outcome.as_deref().unwrap_or("?"));
+            let mut line = format!("attempt {} {}", a.n, a.outcome.map_or("?", |o| o.as_str()));
             if let Some(p) = &a.provider {
                 let _ = write!(line, " via {p}");
             }

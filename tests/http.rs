@@ -219,7 +219,7 @@ async fn shutdown_lets_an_attempt_in_flight_finish_and_records_it() {
         let store = db.store().await;
         let detail = store.intent_get("default", &id).await.unwrap().unwrap();
         assert_eq!(detail.intent.state, "sent", "{backend:?}");
-        assert_eq!(detail.attempts[0].outcome.as_deref(), Some("accepted"));
+        assert_eq!(detail.attempts[0].outcome.map(|o| o.as_str()), Some("accepted"));
     }
 }
 

@@ -238,7 +238,7 @@ async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcom
         let retaken = store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap();
         assert_eq!(retaken[0].intent.attempts, 2);
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
-        assert_eq!(d.attempts[0].outcome.as_deref(), Some("unknown"));
+        assert_eq!(d.attempts[0].outcome.map(|o| o.as_str()), Some("unknown"));
         assert_eq!(d.attempts[0].error_class.as_deref(), Some("lease_expired"));
         // the first worker reports after all: its attempt was already rescued
         let report =
@@ -262,7 +262,7 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
         assert_eq!(d.attempts.len(), 3);
-        assert!(d.attempts.iter().all(|a| a.outcome.as_deref() == Some("unknown")));
+        assert!(d.attempts.iter().all(|a| a.outcome.map(|o| o.as_str()) == Some("unknown")));
     })
     .await;
 }
@@ -1429,7 +1429,7 @@ async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_
             vec![
                 (key(1), ReplayOutcome::Queued),
                 (key(2), ReplayOutcome::NoContent("template_error".into())),
-                (key(3), ReplayOutcome::NotDead("sent".into())),
+                (key(3), ReplayOutcome::NotDead(State::Sent)),
                 (key(4), ReplayOutcome::ContentPruned("rejected".into())),
                 (key(99), ReplayOutcome::NotFound),
             ]
@@ -1519,7 +1519,7 @@ async fn retention_drops_old_attempt_text_and_keeps_the_outcome() {
         let attempts = store.attempts_of(&[key(1)]).await.unwrap();
         assert_eq!(attempts[0].error, None);
         assert_eq!(
-            (attempts[0].outcome.as_deref(), attempts[0].error_class.as_deref()),
+            (attempts[0].outcome.map(|o| o.as_str()), attempts[0].error_class.as_deref()),
             (Some("permanent"), Some("rejected"))
         );
     })

@@ -100,8 +100,8 @@ fn dry_run_view(dry: &DryRun) -> Value {
         .map(|i| {
             let existing = dry.existing.iter().find(|e| e.key == i.key);
             let (decision, reason, state) = match existing {
-                Some(e) => (&e.decision, &e.reason, &e.state),
-                None => (&i.decision, &i.reason, &i.state),
+                Some(e) => (e.decision.as_str(), &e.reason, e.state.as_str()),
+                None => (i.decision.as_str(), &i.reason, i.state.as_str()),
             };
             let (digest, content) = match &i.payload {
                 Some((digest, text)) => (Some(digest.as_str()), serde_json::from_str(text).unwrap_or(Value::Null)),

@@ -5,6 +5,7 @@
 //! a possible duplicate — the honest answer to "were they told twice?".
 
 use crate::channel::Outcome;
+use crate::intent::OutcomeClass;
 use crate::store::AttemptRow;
 
 /// Whether attempt `n` may have repeated an earlier one: the provider cannot
@@ -14,7 +15,7 @@ pub fn possible_duplicate(dedupes_retries: bool, earlier: &[AttemptRow], n: i64,
     if dedupes_retries || !may_have_reached(outcome) {
         return false;
     }
-    earlier.iter().any(|a| a.n < n && a.outcome.as_deref() == Some("unknown"))
+    earlier.iter().any(|a| a.n < n && a.outcome == Some(OutcomeClass::Unknown))
 }
 
 /// Whether the call may have reached the recipient.
@@ -33,7 +34,7 @@ mod tests {
             n,
             started_at: 0,
             finished_at: Some(1),
-            outcome: Some(outcome.into()),
+            outcome: OutcomeClass::parse(outcome),
             error_class: None,
             provider_status: None,
             provider_message_id: None,

@@ -52,7 +52,7 @@ fn superseded_by(c: &ClaimCandidate, newer: &[NewerVersion]) -> Option<String> {
     newer
         .iter()
         .filter(|n| n.of == c.intent.key && n.entity_version > own)
-        .filter(|n| State::parse(&n.state).is_some_and(counts_as_newer))
+        .filter(|n| counts_as_newer(n.state))
         .max_by(|a, b| (a.entity_version, &a.key).cmp(&(b.entity_version, &b.key)))
         .map(|n| n.key.clone())
 }
@@ -64,6 +64,7 @@ fn counts_as_newer(state: State) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::intent::Decision;
     use crate::store::IntentRow;
 
     fn candidate(key: &str, version: Option<i64>, attempts: i64, lease_lapsed: bool) -> ClaimCandidate {
@@ -84,10 +85,10 @@ mod tests {
                 template_revision: None,
                 event_digest: "e".into(),
                 payload_digest: None,
-                decision: "send".into(),
+                decision: Decision::Send,
                 reason: None,
                 detail: None,
-                state: "queued".into(),
+                state: State::Queued,
                 attempts,
                 created_at: 0,
                 updated_at: 0,
@@ -111,7 +112,7 @@ mod tests {
     }
 
     fn newer(of: &str, key: &str, version: i64, state: &str) -> NewerVersion {
-        NewerVersion { of: of.into(), key: key.into(), entity_version: version, state: state.into() }
+        NewerVersion { of: of.into(), key: key.into(), entity_version: version, state: State::parse(state).unwrap() }
     }
 
     #[test]

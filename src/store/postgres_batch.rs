@@ -259,7 +259,7 @@ fn response(
             let new = created.contains(&i.key);
             any_created |= new;
             let (decision, reason, state) = match existing.get(&i.key).filter(|_| !new) {
-                Some(s) => (s.decision.clone(), s.reason.clone(), s.state.clone()),
+                Some(s) => (s.decision.as_str().into(), s.reason.clone(), s.state.as_str().into()),
                 None => (i.decision.clone(), i.reason.clone(), i.state.clone()),
             };
             IntentSummary {

@@ -2,7 +2,7 @@
 //! and row types shared by both backends (`FromRow` is generic over the row).
 //! Times are microseconds since the Unix epoch in both databases.
 
-use crate::intent::{OutcomeClass, Reason, State};
+use crate::intent::{Decision, OutcomeClass, Reason, State};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -124,9 +124,9 @@ impl IngestResponse {
         let now: std::collections::HashMap<&str, &IntentStatus> = now.iter().map(|s| (s.key.as_str(), s)).collect();
         for i in &mut self.intents {
             if let Some(s) = now.get(i.key.as_str()) {
-                i.decision.clone_from(&s.decision);
+                i.decision = s.decision.as_str().into();
                 i.reason.clone_from(&s.reason);
-                i.state.clone_from(&s.state);
+                i.state = s.state.as_str().into();
             }
         }
     }
@@ -140,9 +140,9 @@ impl IngestResponse {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct IntentStatus {
     pub key: String,
-    pub decision: String,
+    pub decision: Decision,
     pub reason: Option<String>,
-    pub state: String,
+    pub state: State,
 }
 
 /// What the database holds for a request identity that was seen before.
@@ -190,10 +190,10 @@ pub struct IntentRow {
     pub template_revision: Option<String>,
     pub event_digest: String,
     pub payload_digest: Option<String>,
-    pub decision: String,
+    pub decision: Decision,
     pub reason: Option<String>,
     pub detail: Option<String>,
-    pub state: String,
+    pub state: State,
     pub attempts: i64,
     pub created_at: i64,
     pub updated_at: i64,
@@ -211,7 +211,7 @@ pub struct AttemptRow {
     pub n: i64,
     pub started_at: i64,
     pub finished_at: Option<i64>,
-    pub outcome: Option<String>,
+    pub outcome: Option<OutcomeClass>,
     pub error_class: Option<String>,
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
@@ -386,7 +386,7 @@ pub struct NewerVersion {
     pub of: String,
     pub key: String,
     pub entity_version: i64,
-    pub state: String,
+    pub state: State,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -506,7 +506,7 @@ pub enum ReplayOutcome {
     Queued,
     NotFound,
     /// Not a dead letter (any more): its state.
-    NotDead(String),
+    NotDead(State),
     /// Died before it had content (a template error): nothing to resend.
     NoContent(String),
     /// Its content was pruned by retention (`retention.payloads`): a replay

@@ -98,7 +98,7 @@ macro_rules! ops_queries {
             };
             let mut out = Vec::with_capacity(keys.len());
             for key in keys {
-                let row: Option<(String, Option<String>, Option<String>)> = sqlx::query_as(concat!(
+                let row: Option<(State, Option<String>, Option<String>)> = sqlx::query_as(concat!(
                     "SELECT state, reason, payload_digest FROM intents WHERE tenant = $1 AND key = $2",
                     $for_update
                 ))
@@ -108,7 +108,7 @@ macro_rules! ops_queries {
                 .await?;
                 let outcome = match row {
                     None => ReplayOutcome::NotFound,
-                    Some((state, _, _)) if state != "dead" => ReplayOutcome::NotDead(state),
+                    Some((state, _, _)) if state != State::Dead => ReplayOutcome::NotDead(state),
                     Some((_, reason, None)) => ReplayOutcome::NoContent(reason.unwrap_or_default()),
                     Some((_, reason, Some(digest))) if !content_kept(tx, &digest, r.now_us).await? => {
                         ReplayOutcome::ContentPruned(reason.unwrap_or_default())

@@ -91,7 +91,7 @@ macro_rules! queue_queries {
                 .map(|c| {
                     let mut intent = c.intent;
                     intent.attempts += 1;
-                    intent.state = State::Sending.as_str().into();
+                    intent.state = State::Sending;
                     intent.updated_at = now_us;
                     ClaimedJob { intent, content: c.content }
                 })
