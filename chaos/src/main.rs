@@ -117,13 +117,15 @@ async fn main() {
         }
     }
     let rerun = format!(
-        "herald-chaos --seed {} --events {} --faults {} --legs {} --processes {} --skew {}",
+        "herald-chaos --seed {} --events {} --faults {} --legs {} --processes {} --skew {} --pace-ms {} --concurrency {}",
         o.seed,
         o.events,
         o.faults,
         o.legs.join(","),
         o.processes,
-        o.skew.as_deref().unwrap_or("none")
+        o.skew.as_deref().unwrap_or("none"),
+        o.pace.as_millis(),
+        o.concurrency
     );
     if failed {
         println!("herald-chaos: FAILED with seed {} — rerun with: {rerun}", o.seed);
