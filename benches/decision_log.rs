@@ -116,6 +116,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
             templates: &templates,
             directory: &directory,
             configured: &|_| true,
+            suppressions: &HashMap::new(),
             now,
         });
         store

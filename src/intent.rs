@@ -74,6 +74,12 @@ string_enum!(
         // A webhook whose host is (or resolves to) a loopback, private or
         // otherwise non-public address.
         ForbiddenDestination = "forbidden_destination",
+        // A delivery receipt said the message did not arrive (not an address
+        // problem: a handset off, a carrier's filter).
+        Undelivered = "undelivered",
+        // The destination is on the tenant's suppression list.
+        AddressBounced = "address_bounced",
+        AddressComplained = "address_complained",
     }
 );
 

@@ -44,6 +44,11 @@ enum Command {
         #[command(subcommand)]
         command: DlqCommand,
     },
+    /// The suppression list: addresses that bounced or complained.
+    Suppressions {
+        #[command(subcommand)]
+        command: SuppressionsCommand,
+    },
     /// Template commands.
     Templates {
         #[command(subcommand)]
@@ -89,6 +94,24 @@ enum DlqCommand {
         reason: Option<String>,
         #[arg(long, requires = "reason")]
         since: Option<String>,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+}
+
+#[derive(Subcommand)]
+enum SuppressionsCommand {
+    /// The tenant's entries, newest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+    /// Take an address off the list: the address itself (an email or an E.164
+    /// number) or the entry's hash as `list` shows it.
+    Remove {
+        address: String,
         #[command(flatten)]
         scope: DlqScope,
     },
@@ -193,18 +216,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Templates { command: TemplatesCommand::Check { dir, config } } => templates_check(dir, config),
         Command::Dlq { command } => dlq(command).await,
         Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, tenant, config).await,
+        Command::Suppressions { command } => suppressions(command).await,
     }
 }
 
 fn init_logging(config: &Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // Checked when the config was loaded (HERALD_LOG included), so nothing
     // falls back here without a word.
     let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let sample = herald::ops::log::SampleRoutine::new(config.log.sample_accepted);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter).with(sample);
     if config.log.format == "json" {
-        builder.json().init();
+        registry.with(lines.json()).init();
     } else {
-        builder.init();
+        registry.with(lines).init();
     }
 }
 
@@ -425,6 +453,49 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 let counts: Vec<String> = by_reason.iter().map(|(code, n)| format!("{code}: {n}")).collect();
                 outln!("{} skipped ({})", by_reason.values().sum::<usize>(), counts.join(", "))?;
             }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> {
+    let (SuppressionsCommand::List { scope, .. } | SuppressionsCommand::Remove { scope, .. }) = &command;
+    let config = Config::load(scope.config.as_deref())?;
+    let tenant = match tenant_for(scope.tenant.clone(), &config) {
+        Ok(t) => t,
+        Err(usage) => {
+            errln!("herald: {usage}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let store = open_existing(&config).await?;
+    match command {
+        SuppressionsCommand::List { limit, .. } => {
+            let page = store.suppressions_list(&tenant, None, limit).await?;
+            outln!("{:<64}  {:<24}  {:<18}  {:<24}  SOURCE INTENT", "HASH", "ADDRESS", "REASON", "SINCE")?;
+            for s in &page.items {
+                let since = herald::clock::rfc3339(s.created_at).unwrap_or_default();
+                outln!(
+                    "{:<64}  {:<24}  {:<18}  {:<24}  {}",
+                    s.address_hash,
+                    s.masked,
+                    s.reason,
+                    since,
+                    s.source_intent
+                )?;
+            }
+            if page.next.is_some() {
+                outln!("(more: raise --limit)")?;
+            }
+        }
+        SuppressionsCommand::Remove { address, .. } => {
+            use herald::suppression::{hash_of_input, is_hash};
+            let hash = if is_hash(&address) { address } else { hash_of_input(&tenant, &address) };
+            if !store.suppression_remove(&tenant, &hash).await? {
+                errln!("no such address on the suppression list of tenant {tenant:?}");
+                return Ok(ExitCode::FAILURE);
+            }
+            outln!("removed {hash}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

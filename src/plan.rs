@@ -5,7 +5,10 @@
 //!
 //! 1. the deployment has no provider for the channel → `suppress`/`channel_disabled`
 //! 2. the recipient opted out of the channel → `suppress`/`opted_out` (even on a critical route)
-//! 3. no address for the channel → `suppress`/`no_destination`
+//! 3. no address for the channel → `suppress`/`no_destination`; the address is on
+//!    the tenant's suppression list → `suppress`/`address_bounced` or
+//!    `address_complained` (even on a critical route: it cannot arrive, or was
+//!    refused), with the entry it matched in `detail`
 //! 4. rendering fails → dead `template_error`; an SMS over budget → dead `sms_too_long`
 //! 5. quiet hours (not on a critical route) → `hold`/`quiet_hours` until the window ends
 //! 6. a digest route (not critical, recipient not opted out of digests) → `digest`
@@ -17,7 +20,7 @@ use crate::event::{Channel, Event, RecipientSpec, Tenant};
 use crate::intent::{Decision, Reason, State};
 use crate::preferences::Preferences;
 use crate::render::{Rendered, TemplateSet};
-use crate::store::{NewDigest, NewIntent, RecipientRow};
+use crate::store::{NewDigest, NewIntent, RecipientRow, SuppressionRow};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use std::collections::HashMap;
@@ -31,6 +34,8 @@ pub struct PlanInput<'a> {
     pub directory: &'a HashMap<String, RecipientRow>,
     /// Whether this deployment delivers on a channel.
     pub configured: &'a dyn Fn(Channel) -> bool,
+    /// The tenant's suppression entries for the event's addresses, by hash.
+    pub suppressions: &'a HashMap<String, SuppressionRow>,
     pub now: Timestamp,
 }
 
@@ -62,6 +67,13 @@ pub fn destination(channel: Channel, r: &RecipientSpec) -> Result<Option<String>
         Channel::Webhook => &r.webhook_url,
     };
     addr.clone().map(Some).ok_or(Reason::NoDestination)
+}
+
+/// The suppression entry of this channel's address, if the list has one.
+fn suppressed<'a>(input: &'a PlanInput<'_>, channel: Channel, address: Option<&str>) -> Option<&'a SuppressionRow> {
+    let kind = crate::suppression::kind_of(channel.as_str())?;
+    let hash = crate::suppression::address_hash(input.tenant.as_str(), kind, address?);
+    input.suppressions.get(&hash)
 }
 
 /// The preferences in force for a directory entry, with their version. Stored
@@ -136,6 +148,17 @@ fn plan_one(
             set(&mut intent, Decision::Suppress, State::Suppressed, Some(reason));
             return intent;
         }
+    }
+    if let Some(entry) = suppressed(input, channel, intent.destination.as_deref()) {
+        let reason = Reason::parse(&entry.reason).unwrap_or(Reason::AddressBounced);
+        set(&mut intent, Decision::Suppress, State::Suppressed, Some(reason));
+        intent.detail = Some(format!(
+            "on the suppression list since {} (entry {}, from intent {})",
+            crate::clock::rfc3339(entry.created_at).unwrap_or_default(),
+            entry.address_hash,
+            entry.source_intent
+        ));
+        return intent;
     }
     // Render before committing to send (rule 6): a failure is a dead intent
     // that is recorded and never sent.

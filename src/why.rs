@@ -123,6 +123,19 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
         }
+        for r in &d.receipts {
+            let mut line = format!("receipt from {}: {}", r.source, r.status);
+            if r.provider_status != r.status {
+                let _ = write!(line, " ({})", r.provider_status);
+            }
+            if let Some(reason) = &r.reason {
+                let _ = write!(line, " — {}", redact_for_channel(reason, &i.channel, i.destination.as_deref()));
+            }
+            if !r.applied {
+                line.push_str(" [late or repeated: the status had gone further]");
+            }
+            let _ = writeln!(out, "  {}  {line}", time(r.received_at));
+        }
         let link = match (&i.link_key, i.reason.as_deref()) {
             (Some(k), Some("superseded")) => format!(", superseded by {k}"),
             (Some(k), _) => format!(", in digest {k}"),

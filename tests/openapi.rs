@@ -152,6 +152,10 @@ fn every_endpoint_of_the_contract_is_described() {
         ("get", "/readyz"),
         ("get", "/metrics"),
         ("get", "/v1/openapi.json"),
+        ("post", "/v1/receipts/twilio"),
+        ("post", "/v1/receipts/generic"),
+        ("get", "/v1/suppressions"),
+        ("delete", "/v1/suppressions/{address}"),
     ];
     let want: BTreeSet<(String, String)> = want.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(operations(), want);
@@ -323,6 +327,8 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         assert_eq!(s, 202, "{accepted}");
         let (s, _, headers) = c.call("post", events, events, t, Some(&ev)).await;
         assert_eq!((s, headers["idempotent-replayed"].to_str().unwrap()), (200, "true"));
+        let (s, dry, _) = c.call("post", events, "/v1/events?dry_run=true", t, Some(&ev)).await;
+        assert_eq!((s, &dry["dry_run"]), (200, &json!(true)), "{dry}");
         let mut changed = ev.clone();
         changed["data"]["po"]["number"] = json!("PO-OTHER");
         assert_eq!(c.call("post", events, events, t, Some(&changed)).await.0, 409);
@@ -377,6 +383,18 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         c.call("post", replay, replay, t, Some(&json!({"nothing": 1}))).await;
         c.call("post", "/v1/ops/dlq-digest", "/v1/ops/dlq-digest", t, None).await;
         c.call("post", "/v1/ops/dlq-digest", "/v1/ops/dlq-digest", Some(READER), None).await;
+
+        // Receipts (not configured here: the endpoints say so) and the suppression list.
+        let generic = "/v1/receipts/generic";
+        c.call("post", generic, generic, None, Some(&json!({"key": dead_id, "status": "bounced"}))).await;
+        let twilio = "/v1/receipts/twilio";
+        c.call("post", twilio, &format!("{twilio}?key={dead_id}"), None, None).await;
+        let (_, list, _) = c.call("get", "/v1/suppressions", "/v1/suppressions?limit=10", t, None).await;
+        assert_eq!(list["suppressions"], json!([]));
+        c.call("get", "/v1/suppressions", "/v1/suppressions", Some(READER), None).await;
+        let one = "/v1/suppressions/{address}";
+        c.call("delete", one, "/v1/suppressions/nobody@example.com", t, None).await;
+        c.call("delete", one, "/v1/suppressions/nobody@example.com", Some(READER), None).await;
 
         // The walk reached every operation.
         let reached: BTreeSet<(String, String)> = c.checked.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect();

@@ -379,6 +379,7 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             ("/v1/recipients/{id}", "/v1/recipients/u-walk-dir".into()),
             ("/v1/recipients/{id}/preferences/{version}", "/v1/recipients/u-walk-dir/preferences/1".into()),
             ("/v1/recipients/{id}/inbox", "/v1/recipients/u-walk/inbox".into()),
+            ("/v1/suppressions", "/v1/suppressions".into()),
         ];
         let listed: std::collections::BTreeSet<String> = paths.iter().map(|(route, _)| route.to_string()).collect();
         assert_eq!(listed, get_routes_in_the_router(), "a GET route this test does not walk (or walks in vain)");

@@ -270,17 +270,22 @@ pub fn check(e: &Evidence) -> Report {
         }
     }
 
-    // A digest member is in one digest: its marker in one digest message at most.
-    let mut digest_of: HashMap<(&str, &str), &str> = HashMap::new();
-    for c in e.calls.iter().filter(|c| c.effect && digests.contains(c.key.as_str())) {
+    // One notification, one key: an event's marker reaches a recipient on a
+    // channel under one key only — never in two digests, never in a digest
+    // and on its own as well.
+    let mut keys_of: BTreeMap<(&str, &str, &str), Vec<&str>> = BTreeMap::new();
+    for c in e.calls.iter().filter(|c| c.effect) {
+        let Some(i) = intents.get(c.key.as_str()) else { continue };
         for m in c.marker.split(' ').filter(|m| !m.is_empty()) {
-            let recipient = intents.get(c.key.as_str()).map_or("", |i| i.recipient_id.as_str());
-            if let Some(other) = digest_of.insert((m, recipient), c.key.as_str())
-                && other != c.key
-            {
-                r.flag("digest_member_twice", format!("{m} for {recipient} is in digests {other} and {}", c.key));
+            let keys = keys_of.entry((m, i.recipient_id.as_str(), i.channel.as_str())).or_default();
+            if !keys.contains(&c.key.as_str()) {
+                keys.push(c.key.as_str());
             }
         }
+    }
+    for ((m, recipient, channel), keys) in keys_of.iter().filter(|(_, k)| k.len() > 1) {
+        let kind = if keys.iter().any(|k| digests.contains(k)) { "digest_member_twice" } else { "one_event_two_keys" };
+        r.flag(kind, format!("{m} reached {recipient} by {channel} under {} keys: {keys:?}", keys.len()));
     }
 
     // Effects at the providers.
@@ -540,6 +545,35 @@ mod tests {
             });
         }
         assert_eq!(kinds(&e), ["digest_member_twice"]);
+    }
+
+    #[test]
+    fn a_member_sent_alone_and_in_a_digest_is_caught() {
+        let mut e = clean();
+        let mut d = intent("d1", "sms", "sent");
+        d.attempts = 1;
+        e.snapshot.intents.push(d);
+        e.snapshot.attempts.push(attempt("d1", 1, "accepted"));
+        e.snapshot.digest_keys.push("d1".into());
+        e.calls.push(Call { provider: "sms".into(), key: "d1".into(), marker: "evt~1~ evt~5~".into(), effect: true });
+        assert_eq!(kinds(&e), ["digest_member_twice"]);
+    }
+
+    #[test]
+    fn one_event_reaching_a_recipient_under_two_keys_is_caught() {
+        let mut e = clean();
+        let mut twin = intent("k1b", "sms", "sent");
+        twin.attempts = 1;
+        e.snapshot.intents.push(twin);
+        e.snapshot.attempts.push(attempt("k1b", 1, "accepted"));
+        e.expected.push(Expected {
+            key: "k1b".into(),
+            event_key: e.expected[0].event_key.clone(),
+            channel: "sms".into(),
+            recipient_id: "r-1".into(),
+        });
+        e.calls.push(call("sms", "k1b", true));
+        assert_eq!(kinds(&e), ["one_event_two_keys"]);
     }
 
     #[test]

@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const TENANT: &str = "default";
+/// Sent one by one, older versions superseded (`skip_superseded`).
 pub const EVENT_TYPE: &str = "chaos.happened";
+/// Batched into digests by entity (email), in-app one by one.
+pub const BATCHED_TYPE: &str = "chaos.batched";
 pub const ENTITY_TYPE: &str = "order";
 
 #[derive(Debug, Clone)]
@@ -30,6 +33,7 @@ pub struct Recipient {
 #[derive(Debug, Clone)]
 pub struct Event {
     pub n: usize,
+    pub event_type: &'static str,
     pub entity_id: String,
     pub version: u64,
     /// `occurred_at` in Herald's canonical UTC form (part of every key).
@@ -56,7 +60,8 @@ pub struct Plan {
     pub recipients: Vec<Recipient>,
     pub events: Vec<Event>,
     pub posts: Vec<Post>,
-    pub route_channels: Vec<&'static str>,
+    /// Each event type's route: its channels.
+    pub routes: Vec<(&'static str, Vec<&'static str>)>,
 }
 
 /// The instant's canonical form: UTC, nine fractional digits.
@@ -76,17 +81,18 @@ fn with_offset(ts: jiff::Timestamp) -> String {
     written(ts, jiff::tz::Offset::from_seconds(5 * 3600 + 45 * 60).expect("a valid offset"))
 }
 
-pub fn intent_key(entity_id: &str, occurred_at: &str, channel: &str, recipient: &str) -> String {
-    let text = format!("{TENANT}|{EVENT_TYPE}|{ENTITY_TYPE}|{entity_id}|{occurred_at}|{channel}|{recipient}");
+pub fn intent_key(event_type: &str, entity_id: &str, occurred_at: &str, channel: &str, recipient: &str) -> String {
+    let text = format!("{TENANT}|{event_type}|{ENTITY_TYPE}|{entity_id}|{occurred_at}|{channel}|{recipient}");
     hex::encode(Sha256::digest(text.as_bytes()))[..32].to_string()
 }
 
 impl Plan {
     /// `endpoints(channel, recipient)`: the URL a recipient's webhook points at.
+    /// The first route is the main one; a second, if given, gets a fifth of the entities.
     pub fn generate(
         rng: &mut Rng,
         events: usize,
-        route_channels: Vec<&'static str>,
+        routes: Vec<(&'static str, Vec<&'static str>)>,
         webhook_url: &dyn Fn(&str) -> String,
     ) -> Plan {
         let recipients: Vec<Recipient> = (0..40)
@@ -103,8 +109,10 @@ impl Plan {
         let mut list: Vec<(u64, Event)> = Vec::new();
         let mut posts: Vec<(u64, Post)> = Vec::new();
         let mut versions: Vec<u64> = Vec::new();
+        let mut route = 0;
         for n in 0..events {
             if n % 3 == 0 {
+                route = if routes.len() > 1 && rng.chance(20) { 1 } else { 0 };
                 // Three versions of each entity, posted in a shuffled order.
                 versions = vec![1, 2, 3];
                 for i in (1..3).rev() {
@@ -123,7 +131,8 @@ impl Plan {
                 n as u64,
                 Event {
                     n,
-                    entity_id: format!("o-{}", n / 3),
+                    event_type: routes[route].0,
+                    entity_id: format!("{}-{}", if route == 0 { "o" } else { "b" }, n / 3),
                     version: versions[n % 3],
                     occurred_at: canonical(ts),
                     occurred_at_written: written,
@@ -136,10 +145,11 @@ impl Plan {
                     audience.push(r);
                 }
             }
+            let route_channels = &routes[route].1;
             let channels = rng.chance(30).then(|| {
                 let mut c: Vec<&'static str> = route_channels.iter().copied().filter(|_| rng.chance(60)).collect();
                 if c.is_empty() {
-                    c.push(*rng.pick(&route_channels));
+                    c.push(*rng.pick(route_channels));
                 }
                 c
             });
@@ -179,7 +189,7 @@ impl Plan {
             recipients,
             events: list.into_iter().map(|(_, e)| e).collect(),
             posts: posts.into_iter().map(|(_, p)| p).collect(),
-            route_channels,
+            routes,
         }
     }
 
@@ -200,7 +210,7 @@ impl Plan {
             })
             .collect();
         let mut body = json!({
-            "type": EVENT_TYPE,
+            "type": e.event_type,
             "entity": {"type": ENTITY_TYPE, "id": e.entity_id, "version": e.version},
             "occurred_at": e.occurred_at_written,
             "data": {"ref": format!("evt~{}~", e.n), "note": if post.changed { "changed" } else { "first" }},
@@ -215,14 +225,15 @@ impl Plan {
     /// The intents a post asks for: (key, channel, recipient id).
     pub fn audience(&self, post: &Post) -> Vec<Expected> {
         let e = &self.events[post.event];
-        let channels = post.channels.clone().unwrap_or_else(|| self.route_channels.clone());
+        let route = self.routes.iter().find(|(t, _)| *t == e.event_type).map(|(_, c)| c.clone()).unwrap_or_default();
+        let channels = post.channels.clone().unwrap_or(route);
         let mut out = Vec::new();
         for &r in &post.recipients {
             for c in &channels {
                 let rid = &self.recipients[r].id;
                 out.push(Expected {
-                    key: intent_key(&e.entity_id, &e.occurred_at, c, rid),
-                    event_key: format!("{TENANT}|{EVENT_TYPE}|{ENTITY_TYPE}|{}|{}", e.entity_id, e.occurred_at),
+                    key: intent_key(e.event_type, &e.entity_id, &e.occurred_at, c, rid),
+                    event_key: format!("{TENANT}|{}|{ENTITY_TYPE}|{}|{}", e.event_type, e.entity_id, e.occurred_at),
                     channel: c.to_string(),
                     recipient_id: rid.clone(),
                 });
@@ -233,9 +244,27 @@ impl Plan {
 }
 
 /// What the answers established.
+/// A 5xx must carry only a code and a reference to the log: no SQL, no
+/// driver or server names, no addresses.
+fn leaks_internals(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let error = serde_json::from_str::<Value>(text).ok().filter(|v| v["error"]["code"].is_string());
+    error.is_none()
+        || ["sqlx", "select ", "insert ", "update ", "postgres", "sqlite", "redis", "127.0.0.1", "pool", "panicked"]
+            .iter()
+            .any(|w| lower.contains(w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_5xx_is_judged_by_what_it_tells() {
+        assert!(!leaks_internals(r#"{"error":{"code":"internal","message":"see the log, reference 4f2a"}}"#));
+        assert!(leaks_internals(r#"{"error":{"code":"internal","message":"error returned from database: sqlx"}}"#));
+        assert!(leaks_internals("Internal Server Error"));
+    }
 
     #[test]
     fn instants_are_written_canonically_before_1970_and_with_offsets() {
@@ -394,7 +423,12 @@ impl Driver {
                 ledger.refused.entry(post.event).or_default().insert(post.changed);
                 Answer::Definitive
             }
-            500..=599 => Answer::Retry,
+            500..=599 => {
+                if leaks_internals(text) {
+                    ledger.violations.push(format!("a {status} answer leaks internals: {text}"));
+                }
+                Answer::Retry
+            }
             _ => {
                 ledger
                     .violations

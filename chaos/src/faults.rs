@@ -6,6 +6,7 @@ use crate::herald::Node;
 use crate::provider::{Mode, Provider};
 use crate::rng::Rng;
 use crate::services::{Postgres, Redis};
+use crate::smtp::{SmtpMode, SmtpPeer};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,11 @@ pub enum Fault {
     Provider {
         channel: &'static str,
         mode: Mode,
+        lasts: Duration,
+    },
+    /// The SMTP peer stalls (or answers 451) at a point of the dialogue.
+    Smtp {
+        mode: SmtpMode,
         lasts: Duration,
     },
     RedisFlush,
@@ -52,6 +58,14 @@ impl Fault {
             Fault::Kill { .. } => "kill -9".into(),
             Fault::Terminate { .. } => "SIGTERM".into(),
             Fault::Provider { channel, mode, .. } => format!("{channel} {}", mode_name(mode)),
+            Fault::Smtp { mode, .. } => match mode {
+                SmtpMode::Healthy => "smtp healthy",
+                SmtpMode::StallGreeting => "smtp stalls before its greeting",
+                SmtpMode::StallAtData => "smtp stalls at DATA",
+                SmtpMode::StallAfterMessage => "smtp stalls after the message",
+                SmtpMode::Busy => "smtp 451",
+            }
+            .into(),
             Fault::RedisFlush => "redis FLUSHALL".into(),
             Fault::RedisStop { .. } => "redis stopped".into(),
             Fault::RedisHang { .. } => "redis hangs".into(),
@@ -79,6 +93,7 @@ pub struct Targets {
     pub channels: Vec<&'static str>,
     pub redis: bool,
     pub postgres: bool,
+    pub smtp: bool,
 }
 
 /// `faults` faults spread over the first nine tenths of `posts` dispatched posts.
@@ -88,7 +103,7 @@ pub fn schedule(rng: &mut Rng, faults: usize, posts: usize, t: &Targets) -> Vec<
         .map(|_| {
             let at = rng.below((posts * 9 / 10).max(1) as u64) as usize;
             let fault = loop {
-                let f = match rng.below(10) {
+                let f = match rng.below(11) {
                     0 => Fault::Kill { node: rng.below(t.nodes as u64) as usize, down: ms(rng, 200, 2000) },
                     1 => Fault::Terminate { node: rng.below(t.nodes as u64) as usize, down: ms(rng, 200, 2000) },
                     2..=4 => {
@@ -110,6 +125,15 @@ pub fn schedule(rng: &mut Rng, faults: usize, posts: usize, t: &Targets) -> Vec<
                     7 if t.postgres => Fault::PostgresRestart,
                     8 if t.postgres => Fault::PostgresTerminate,
                     9 if t.postgres => Fault::PostgresLocks { lasts: ms(rng, 300, 3000) },
+                    10 if t.smtp => {
+                        let mode = match rng.below(4) {
+                            0 => SmtpMode::StallGreeting,
+                            1 => SmtpMode::StallAtData,
+                            2 => SmtpMode::StallAfterMessage,
+                            _ => SmtpMode::Busy,
+                        };
+                        Fault::Smtp { mode, lasts: ms(rng, 300, 3000) }
+                    }
                     _ => continue,
                 };
                 break f;
@@ -127,10 +151,13 @@ pub struct World {
     pub redis: Option<tokio::sync::Mutex<Redis>>,
     pub postgres: Option<(Arc<Postgres>, String)>,
     pub providers: Vec<(&'static str, Provider)>,
+    pub smtp: Option<SmtpPeer>,
+    /// Kills that landed while a provider was handling a call.
+    pub kills_mid_send: AtomicUsize,
     pub shutdown_grace: Duration,
     pub injected: Mutex<BTreeMap<String, u64>>,
     /// Processes that did not exit 0 within the grace after SIGTERM.
-    pub unclean_stops: AtomicUsize,
+    pub unclean_stops: Mutex<Vec<String>>,
     pub errors: Mutex<Vec<String>>,
 }
 
@@ -150,8 +177,15 @@ impl World {
             let me = self.clone();
             tasks.spawn(async move {
                 let kind = fault.kind();
-                if let Err(e) = me.apply(&fault).await {
-                    me.errors.lock().unwrap().push(format!("{kind}: {e:#}"));
+                match me.apply(&fault).await {
+                    // The saboteur's own connection is cut by a Postgres
+                    // restart or termination running at the same time: its
+                    // fault ends early, nothing of Herald's is at stake.
+                    Err(_) if matches!(fault, Fault::PostgresLocks { .. }) => {
+                        *me.injected.lock().unwrap().entry("postgres locks cut short".into()).or_default() += 1;
+                    }
+                    Err(e) => me.errors.lock().unwrap().push(format!("{kind}: {e:#}")),
+                    Ok(()) => {}
                 }
                 *me.injected.lock().unwrap().entry(kind).or_default() += 1;
             });
@@ -163,14 +197,22 @@ impl World {
         match fault {
             Fault::Kill { node, down } => {
                 let mut n = self.nodes[*node].lock().await;
+                // Mid-send: wait (a little) for a provider to be handling a call.
+                let until = tokio::time::Instant::now() + Duration::from_secs(2);
+                while !self.providers.iter().any(|(_, p)| p.busy()) && tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                if self.providers.iter().any(|(_, p)| p.busy()) {
+                    self.kills_mid_send.fetch_add(1, Ordering::SeqCst);
+                }
                 n.kill9().await?;
                 tokio::time::sleep(*down).await;
                 n.start().await?;
             }
             Fault::Terminate { node, down } => {
                 let mut n = self.nodes[*node].lock().await;
-                if !n.terminate(self.shutdown_grace + Duration::from_secs(5)).await? {
-                    self.unclean_stops.fetch_add(1, Ordering::SeqCst);
+                if let Some(problem) = n.terminate(self.shutdown_grace + Duration::from_secs(5)).await? {
+                    self.unclean_stops.lock().unwrap().push(problem);
                 }
                 tokio::time::sleep(*down).await;
                 n.start().await?;
@@ -180,6 +222,13 @@ impl World {
                     p.set_mode(*mode);
                     tokio::time::sleep(*lasts).await;
                     p.set_mode(Mode::Healthy);
+                }
+            }
+            Fault::Smtp { mode, lasts } => {
+                if let Some(p) = &self.smtp {
+                    p.set_mode(*mode);
+                    tokio::time::sleep(*lasts).await;
+                    p.set_mode(SmtpMode::Healthy);
                 }
             }
             Fault::RedisFlush => {
@@ -218,9 +267,25 @@ impl World {
                     use sqlx::Connection;
                     let mut c = sqlx::PgConnection::connect(&pg.url(db)).await?;
                     let mut tx = c.begin().await?;
-                    sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE")
-                        .execute(&mut *tx)
-                        .await?;
+                    // NOWAIT, again and again: a saboteur that waited for its
+                    // locks while holding some could deadlock with Herald and
+                    // be the one Postgres aborts.
+                    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                    loop {
+                        sqlx::query("SAVEPOINT saboteur").execute(&mut *tx).await?;
+                        let locked =
+                            sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE NOWAIT")
+                                .execute(&mut *tx)
+                                .await;
+                        if locked.is_ok() {
+                            break;
+                        }
+                        sqlx::query("ROLLBACK TO SAVEPOINT saboteur").execute(&mut *tx).await?;
+                        if tokio::time::Instant::now() > until {
+                            anyhow::bail!("could not take the locks in 10s");
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
                     tokio::time::sleep(*lasts).await;
                     tx.commit().await?;
                 }
@@ -233,6 +298,9 @@ impl World {
     pub async fn heal(&self) -> anyhow::Result<()> {
         for (_, p) in &self.providers {
             p.set_mode(Mode::Healthy);
+        }
+        if let Some(p) = &self.smtp {
+            p.set_mode(SmtpMode::Healthy);
         }
         if let Some(r) = &self.redis {
             r.lock().await.restart().await?;

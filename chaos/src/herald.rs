@@ -19,6 +19,8 @@ pub struct Node {
     pub skew: Option<String>,
     child: Option<Child>,
     pub starts: u32,
+    /// Starts that exited before the process was ready, tried again.
+    pub failed_starts: u32,
 }
 
 impl Node {
@@ -41,6 +43,7 @@ impl Node {
             skew,
             child: None,
             starts: 0,
+            failed_starts: 0,
         })
     }
 
@@ -52,16 +55,33 @@ impl Node {
         self.child.is_some()
     }
 
+    /// Starts the process as a supervisor would (`Restart=on-failure`):
+    /// Herald refuses to start while its database is unreachable — during a
+    /// Postgres restart, say — so a start that exits is tried again, up to
+    /// five times a second apart. Each retry is counted in `failed_starts`.
     pub async fn start(&mut self) -> anyhow::Result<()> {
-        let mut command = match &self.skew {
-            Some(offset) => {
-                let mut c = Command::new("faketime");
-                // Wall clock only: tokio's timers read the monotonic clock.
-                c.env("FAKETIME_DONT_FAKE_MONOTONIC", "1").arg("-f").arg(offset).arg(&self.bin);
-                c
+        let mut tries = 0;
+        loop {
+            match self.start_once().await {
+                Ok(()) => return Ok(()),
+                Err(_) if tries < 5 && self.child.is_none() => {
+                    tries += 1;
+                    self.failed_starts += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
             }
-            None => Command::new(&self.bin),
-        };
+        }
+    }
+
+    async fn start_once(&mut self) -> anyhow::Result<()> {
+        let mut command = Command::new(&self.bin);
+        if let Some(offset) = &self.skew {
+            // libfaketime preloaded into Herald itself (not the `faketime`
+            // wrapper, which forks: a kill -9 would reach the wrapper only).
+            // Wall clock only: tokio's timers read the monotonic clock.
+            command.env("LD_PRELOAD", libfaketime()?).env("FAKETIME", offset).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
         command.arg("serve").arg("--config").arg(&self.config);
         // The file is the whole config: no HERALD_… variable of this shell overrides it.
         for (name, _) in std::env::vars_os() {
@@ -107,18 +127,22 @@ impl Node {
         Ok(())
     }
 
-    /// SIGTERM, then waits for the exit; returns whether it exited cleanly
-    /// within `within` (a process that does not is killed).
-    pub async fn terminate(&mut self, within: Duration) -> anyhow::Result<bool> {
-        let Some(mut child) = self.child.take() else { return Ok(true) };
+    /// SIGTERM, then waits for the exit; returns what went wrong if it did
+    /// not exit 0 within `within` (a process that does not is killed).
+    pub async fn terminate(&mut self, within: Duration) -> anyhow::Result<Option<String>> {
+        let Some(mut child) = self.child.take() else { return Ok(None) };
         if let Some(pid) = child.id() {
             signal(pid, "TERM").await?;
         }
         match tokio::time::timeout(within, child.wait()).await {
-            Ok(status) => Ok(status?.success()),
+            Ok(status) => {
+                let status = status?;
+                Ok((!status.success())
+                    .then(|| format!("{} exited {status} after SIGTERM:\n{}", self.name, self.log_tail())))
+            }
             Err(_) => {
                 child.kill().await?;
-                Ok(false)
+                Ok(Some(format!("{} was still running {within:?} after SIGTERM:\n{}", self.name, self.log_tail())))
             }
         }
     }
@@ -129,4 +153,20 @@ impl Node {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
+}
+
+/// Debian's libfaketime (package `faketime`), or `HERALD_CHAOS_LIBFAKETIME`.
+pub fn libfaketime() -> anyhow::Result<PathBuf> {
+    if let Ok(path) = std::env::var("HERALD_CHAOS_LIBFAKETIME") {
+        return Ok(PathBuf::from(path));
+    }
+    [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+        "/usr/lib/faketime/libfaketime.so.1",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+    .context("no libfaketime: apt-get install faketime (or set HERALD_CHAOS_LIBFAKETIME), or pass --skew none")
 }

@@ -12,6 +12,7 @@ mod herald;
 mod provider;
 mod rng;
 mod services;
+mod smtp;
 mod snapshot;
 
 use anyhow::{Context, bail};
@@ -31,10 +32,12 @@ struct Options {
     concurrency: usize,
     pace: Duration,
     drain: Duration,
+    /// The `faketime` offset of one more Herald process on the Postgres leg.
+    skew: Option<String>,
 }
 
 const USAGE: &str = "herald-chaos [--herald-bin PATH] [--seed N] [--events N] [--faults N] \
-[--legs postgres,sqlite] [--processes N] [--concurrency N] [--pace-ms N] [--drain-secs N]";
+[--legs postgres,sqlite] [--processes N] [--skew +90s|none] [--concurrency N] [--pace-ms N] [--drain-secs N]";
 
 fn options() -> anyhow::Result<Options> {
     let default_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/herald");
@@ -48,6 +51,7 @@ fn options() -> anyhow::Result<Options> {
         concurrency: 8,
         pace: Duration::from_millis(30),
         drain: Duration::from_secs(120),
+        skew: Some("+90s".into()),
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -67,6 +71,7 @@ fn options() -> anyhow::Result<Options> {
             "--concurrency" => o.concurrency = number()?.max(1) as usize,
             "--pace-ms" => o.pace = Duration::from_millis(number()?),
             "--drain-secs" => o.drain = Duration::from_secs(number()?),
+            "--skew" => o.skew = (value != "none").then(|| value.clone()),
             _ => bail!("unknown flag {flag}\n{USAGE}"),
         }
     }
@@ -74,6 +79,9 @@ fn options() -> anyhow::Result<Options> {
         if leg != "postgres" && leg != "sqlite" {
             bail!("--legs: {leg:?} is not postgres or sqlite");
         }
+    }
+    if o.skew.is_some() && o.legs.iter().any(|l| l == "postgres") {
+        herald::libfaketime()?;
     }
     if !o.herald_bin.exists() {
         bail!("no Herald binary at {} (build it, or pass --herald-bin)", o.herald_bin.display());
@@ -109,12 +117,13 @@ async fn main() {
         }
     }
     let rerun = format!(
-        "herald-chaos --seed {} --events {} --faults {} --legs {} --processes {}",
+        "herald-chaos --seed {} --events {} --faults {} --legs {} --processes {} --skew {}",
         o.seed,
         o.events,
         o.faults,
         o.legs.join(","),
-        o.processes
+        o.processes,
+        o.skew.as_deref().unwrap_or("none")
     );
     if failed {
         println!("herald-chaos: FAILED with seed {} — rerun with: {rerun}", o.seed);
@@ -123,7 +132,12 @@ async fn main() {
     println!("herald-chaos: passed (seed {}; rerun with: {rerun})", o.seed);
 }
 
-const ROUTE_CHANNELS: [&str; 3] = ["sms", "webhook", "in_app"];
+fn routes() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        (driver::EVENT_TYPE, vec!["sms", "email", "webhook", "in_app"]),
+        (driver::BATCHED_TYPE, vec!["email", "in_app"]),
+    ]
+}
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 fn write_templates(dir: &Path) -> anyhow::Result<PathBuf> {
@@ -139,6 +153,13 @@ fn write_templates(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::write(t.join("en/email.txt.j2"), "Order {{ entity.id }} is at version {{ entity.version }} ({{ ref }}).")?;
     std::fs::write(t.join("en/sms.j2"), "Order {{ entity.id }} v{{ entity.version }} {{ ref }}")?;
     std::fs::write(t.join("en/in_app.j2"), "Order {{ entity.id }} v{{ entity.version }} {{ ref }}")?;
+    // The digest names each member's marker: the checker reads them back.
+    let d = root.join("chaos_digest");
+    std::fs::create_dir_all(d.join("en"))?;
+    std::fs::write(d.join("template.toml"), "revision = \"1\"\ndefault_locale = \"en\"\n")?;
+    std::fs::write(d.join("fixtures.json"), r#"{"data": {}, "entity": {"type": "order", "id": "b-0", "version": 1}}"#)?;
+    std::fs::write(d.join("en/email.subject.j2"), "{{ count }} updates on {{ group_key }}")?;
+    std::fs::write(d.join("en/email.txt.j2"), "{% for m in members %}{{ m.data.ref }}\n{% endfor %}")?;
     Ok(root)
 }
 
@@ -148,6 +169,7 @@ struct LegConfig<'a> {
     redis_url: Option<&'a str>,
     templates: &'a Path,
     sms_url: &'a str,
+    smtp_url: &'a str,
 }
 
 fn herald_config(c: &LegConfig) -> String {
@@ -171,8 +193,18 @@ level = "warn"
 [[routes]]
 event = "{event}"
 template = "chaos"
-channels = ["sms", "webhook", "in_app"]
+channels = ["sms", "email", "webhook", "in_app"]
 skip_superseded = true
+[[routes]]
+event = "{batched}"
+template = "chaos"
+channels = ["email", "in_app"]
+digest = {{ window = "2s", key = "{{{{ entity.id }}}}", template = "chaos_digest", channels = ["email"] }}
+[channels.email]
+smtp_url = "{smtp}"
+from = "Herald <noreply@chaos.test>"
+message_id_domain = "chaos.test"
+timeout = "1s"
 [channels.sms]
 url = "{sms}"
 timeout = "1s"
@@ -186,7 +218,9 @@ allow_private_destinations = true
         templates = c.templates.display(),
         grace = SHUTDOWN_GRACE.as_secs(),
         event = driver::EVENT_TYPE,
+        batched = driver::BATCHED_TYPE,
         sms = c.sms_url,
+        smtp = c.smtp_url,
     )
 }
 
@@ -209,11 +243,17 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
     };
     let redis = services::Redis::start().await?;
     let redis_url = redis.url();
-    let sms = provider::Provider::start("sms", true, "idempotency-key").await?;
+    // Each leg has a provider that honours keys and one that does not, SMS and
+    // email swapping roles between legs; the webhook receiver never does.
+    let sms_honours = postgres.is_some();
+    let sms = provider::Provider::start("sms", sms_honours, "idempotency-key").await?;
+    let smtp = smtp::SmtpPeer::start(!sms_honours).await?;
     let webhook = provider::Provider::start("webhook", false, "webhook-id").await?;
     let processes = if postgres.is_some() { o.processes.max(2) } else { 1 };
+    let skewed = if postgres.is_some() { o.skew.clone() } else { None };
     let mut nodes = Vec::new();
-    for i in 0..processes {
+    for i in 0..processes + usize::from(skewed.is_some()) {
+        let skew = if i >= processes { skewed.clone() } else { None };
         let port = services::free_port()?;
         let config = herald_config(&LegConfig {
             port,
@@ -221,8 +261,9 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
             redis_url: Some(&redis_url),
             templates: &templates,
             sms_url: &sms.url("/sms"),
+            smtp_url: &smtp.url(),
         });
-        let mut node = herald::Node::new(&format!("herald-{i}"), o.herald_bin.clone(), dir.path(), config, port, None)?;
+        let mut node = herald::Node::new(&format!("herald-{i}"), o.herald_bin.clone(), dir.path(), config, port, skew)?;
         node.start().await?;
         nodes.push(node);
     }
@@ -230,18 +271,18 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
 
     let root = rng::Rng::new(o.seed ^ if leg == "postgres" { 0 } else { 0x5117e });
     let hook = webhook.clone();
-    let plan = driver::Plan::generate(&mut root.fork(1), o.events, ROUTE_CHANNELS.to_vec(), &|id| {
-        hook.url(&format!("/hook/{id}"))
-    });
+    let plan = driver::Plan::generate(&mut root.fork(1), o.events, routes(), &|id| hook.url(&format!("/hook/{id}")));
     let targets = faults::Targets {
-        nodes: processes,
+        nodes: nodes.len(),
         channels: vec!["sms", "webhook"],
         redis: true,
         postgres: postgres.is_some(),
+        smtp: true,
     };
     let schedule = faults::schedule(&mut root.fork(2), o.faults, plan.posts.len(), &targets);
+    let skew_note = skewed.as_deref().map(|s| format!(" + 1 under faketime {s}")).unwrap_or_default();
     println!(
-        "\n== {leg}: {processes} Herald process(es), {} events in {} posts, {} faults",
+        "\n== {leg}: {processes} Herald process(es){skew_note}, {} events in {} posts, {} faults",
         plan.events.len(),
         plan.posts.len(),
         schedule.len()
@@ -255,6 +296,8 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
         redis: Some(tokio::sync::Mutex::new(redis)),
         postgres: postgres.clone().map(|pg| (pg, "herald_chaos".to_string())),
         providers: vec![("sms", sms.clone()), ("webhook", webhook.clone())],
+        smtp: Some(smtp.clone()),
+        kills_mid_send: Default::default(),
         shutdown_grace: SHUTDOWN_GRACE,
         injected: Default::default(),
         unclean_stops: Default::default(),
@@ -284,8 +327,8 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
     db.close().await;
     for n in &world.nodes {
         let mut n = n.lock().await;
-        if !n.terminate(SHUTDOWN_GRACE + Duration::from_secs(5)).await? {
-            world.unclean_stops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(problem) = n.terminate(SHUTDOWN_GRACE + Duration::from_secs(5)).await? {
+            world.unclean_stops.lock().unwrap().push(problem);
         }
     }
 
@@ -293,8 +336,8 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
     let evidence = checker::Evidence {
         snapshot,
         expected: ledger.expected.drain().map(|(_, x)| x).collect(),
-        calls: [sms.calls(), webhook.calls()].concat(),
-        honouring: ["sms".to_string()].into(),
+        calls: [sms.calls(), smtp.calls(), webhook.calls()].concat(),
+        honouring: [if sms_honours { "sms" } else { "email" }.to_string()].into(),
         internal_channels: ["in_app".to_string()].into(),
     };
     let report = checker::check(&evidence);
@@ -315,12 +358,8 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
             format!("{pending} intents, jobs or digest windows still pending after {:?}", o.drain),
         ));
     }
-    let unclean = world.unclean_stops.load(std::sync::atomic::Ordering::SeqCst);
-    if unclean > 0 {
-        violations.push((
-            "unclean_stop".into(),
-            format!("{unclean} process(es) did not exit 0 within the grace after SIGTERM"),
-        ));
+    for problem in world.unclean_stops.lock().unwrap().iter() {
+        violations.push(("unclean_stop".into(), problem.clone()));
     }
 
     println!("-- {leg}: summary ({:.0?} driving, {:.0?} in all)", driven, started.elapsed());
@@ -338,8 +377,17 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
         report.by_state
     );
     println!("   faults injected    {:?}", world.injected.lock().unwrap());
+    let mut failed_starts = 0;
+    for n in &world.nodes {
+        failed_starts += n.lock().await.failed_starts;
+    }
+    println!("   starts retried     {failed_starts} (Herald exited at start, its database unreachable)");
+    println!(
+        "   kills mid-send     {} (a provider was handling a call at the kill)",
+        world.kills_mid_send.load(std::sync::atomic::Ordering::SeqCst)
+    );
     println!("   provider effects   {:?}", report.effects);
-    for p in ["sms", "webhook"] {
+    for p in ["sms", "email", "webhook"] {
         let d = report.duplicates.get(p).cloned().unwrap_or_default();
         let honours = if evidence.honouring.contains(p) { "honours keys" } else { "ignores keys" };
         println!("   duplicates {p:<8} {} explained, {} unexplained ({honours})", d.explained, d.unexplained);

@@ -55,6 +55,8 @@ pub struct Provider {
     pub addr: SocketAddr,
     key_header: &'static str,
     state: Arc<Mutex<State>>,
+    /// Calls read and not yet answered (or dropped).
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Provider {
@@ -67,6 +69,7 @@ impl Provider {
             addr: listener.local_addr()?,
             key_header,
             state: Arc::new(Mutex::new(State::default())),
+            in_flight: Arc::default(),
         };
         let me = provider.clone();
         tokio::spawn(async move {
@@ -90,10 +93,17 @@ impl Provider {
         self.state.lock().unwrap().calls.clone()
     }
 
+    /// Whether a call is being handled right now: a kill now is mid-send.
+    pub fn busy(&self) -> bool {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
     async fn serve(&self, mut socket: TcpStream) {
         let mut buf = Vec::new();
         loop {
             let Some((head, body)) = read_request(&mut socket, &mut buf).await else { return };
+            self.in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _done = Done(self.in_flight.clone());
             let key = header(&head, self.key_header).unwrap_or_default();
             let marker = marker(&body);
             let (mode, replay) = {
@@ -157,6 +167,15 @@ impl Provider {
     fn log(&self, key: &str, marker: &str, effect: bool) {
         let mut state = self.state.lock().unwrap();
         state.calls.push(Call { provider: self.name.clone(), key: key.into(), marker: marker.into(), effect });
+    }
+}
+
+/// Counts a call as finished however its handling ends.
+struct Done(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

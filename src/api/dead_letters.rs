@@ -8,7 +8,7 @@ use crate::clock::micros;
 use crate::event::OccurredAt;
 use crate::event::json::read_strict;
 use crate::intent::Reason;
-use crate::store::{AttemptRow, DeadLetterFilter, Replay, ReplaySelector};
+use crate::store::{AttemptRow, DeadLetterFilter, ReceiptRow, Replay, ReplaySelector};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -125,10 +125,15 @@ pub async fn list(
     for a in app.store.attempts_of(&keys).await? {
         attempts.entry(a.intent_key.clone()).or_default().push(a);
     }
+    let mut receipts: HashMap<String, Vec<ReceiptRow>> = HashMap::new();
+    for r in app.store.receipts_of(&keys).await? {
+        receipts.entry(r.intent_key.clone()).or_default().push(r);
+    }
+    let of = |key: &str| receipts.get(key).map_or(&[][..], Vec::as_slice);
     let items: Vec<Value> = page
         .items
         .iter()
-        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice)))
+        .map(|d| views::dead_letter(d, attempts.get(&d.intent.key).map_or(&[], Vec::as_slice), of(&d.intent.key)))
         .collect();
     Ok(Json(json!({"dead_letters": items, "next": page.next})))
 }

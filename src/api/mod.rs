@@ -10,7 +10,9 @@ mod intents;
 mod openapi;
 mod ops;
 mod query;
+mod receipts;
 mod recipients;
+mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
@@ -31,6 +33,7 @@ pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
 use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};
+use crate::ingest::Ingestor;
 use crate::ops::dlq_digest::OpsDigest;
 use crate::ops::fastpath::FastPath;
 use crate::render::TemplateSet;
@@ -55,7 +58,8 @@ pub struct AppState {
     pub routes: Arc<HashMap<String, Route>>,
     pub tokens: Arc<TokenTable>,
     pub clock: Arc<dyn Clock>,
-    pub fastpath: Option<Arc<FastPath>>,
+    /// The ingest pipeline `POST /v1/events` hands its requests to.
+    pub ingest: Arc<Ingestor>,
     pub ops_digest: Arc<OpsDigest>,
     /// Which webhook destinations input may name.
     pub destinations: Arc<DestinationPolicy>,
@@ -73,17 +77,16 @@ impl AppState {
     ) -> AppState {
         let tokens = TokenTable::from_config(&config.auth.tokens);
         let destinations = Arc::new(DestinationPolicy::from_config(&config));
-        AppState {
-            store,
-            config,
-            templates,
-            routes,
-            tokens: Arc::new(tokens),
-            clock,
+        let ingest = Arc::new(Ingestor::new(
+            store.clone(),
+            config.clone(),
+            templates.clone(),
+            routes.clone(),
+            clock.clone(),
             fastpath,
-            ops_digest,
-            destinations,
-        }
+            destinations.clone(),
+        ));
+        AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, ingest, ops_digest, destinations }
     }
 }
 
@@ -121,18 +124,23 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::scrape))
         .routes(routes!(ops::dlq_digest))
         .routes(routes!(dead_letters::replay))
-        .routes(routes!(events::post_event))
         .routes(routes!(intents::get_one))
         .routes(routes!(recipients::put_one, recipients::get_one))
         .routes(routes!(recipients::preferences_version))
         .routes(routes!(inbox::mark_read))
+        .routes(routes!(receipts::generic))
+        .routes(routes!(suppressions::remove))
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
+        .routes(routes!(events::post_event))
         .routes(routes!(dead_letters::list))
         .routes(routes!(dead_letters::summary))
         .routes(routes!(intents::list))
         .routes(routes!(inbox::list))
+        .routes(routes!(suppressions::list))
+        // Twilio's callback URL carries the intent's key as its query.
+        .routes(routes!(receipts::twilio))
 }
 
 /// Liveness: the process answers.

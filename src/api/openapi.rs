@@ -50,6 +50,8 @@ use utoipa::{Modify, OpenApi};
         (name = "intents", description = "The intent ledger: one intent per (event, channel, recipient), with its attempts."),
         (name = "recipients", description = "The recipient directory, preferences and the in-app inbox."),
         (name = "dead letters", description = "A tenant's dead letters, their summary and replay."),
+        (name = "receipts", description = "Delivery receipts from providers, signed, not authorised by a token."),
+        (name = "suppressions", description = "Addresses that bounced or complained: the tenant's suppression list."),
         (name = "operations", description = "Health, readiness, metrics, the daily dead-letter digest and this document."),
     )
 )]
@@ -318,6 +320,47 @@ pub mod doc {
         pub created: bool,
     }
 
+    /// The 200 answer of `POST /v1/events`: a replay or existing intents, or a dry run's.
+    #[derive(ToSchema, Serialize)]
+    #[serde(untagged)]
+    pub enum EventAnswer {
+        Accepted(EventAccepted),
+        DryRun(EventDryRun),
+    }
+
+    /// What a real post of this event would record (`?dry_run=true`); nothing was written.
+    #[derive(ToSchema, Serialize)]
+    pub struct EventDryRun {
+        /// Always true: nothing was written.
+        pub dry_run: bool,
+        pub event_key: String,
+        /// The request was seen before: a real post would replay its stored answer.
+        pub replay: bool,
+        pub intents: Vec<DryRunIntent>,
+    }
+
+    /// An intent a real post would create, or report as it stands when it exists already.
+    #[derive(ToSchema, Serialize)]
+    pub struct DryRunIntent {
+        pub key: String,
+        pub channel: ChannelName,
+        pub recipient_id: String,
+        /// The intent exists already: decision, reason and state are as they stand.
+        pub exists: bool,
+        pub decision: DecisionName,
+        pub reason: Option<ReasonName>,
+        /// A template error's message, when rendering failed.
+        pub detail: Option<String>,
+        pub state: StateName,
+        /// Masked, e.g. a***@example.com, +97798******00.
+        pub destination: Option<String>,
+        pub template: TemplateRef,
+        /// SHA-256 of the rendered content.
+        pub payload_digest: Option<String>,
+        /// The rendered content (SMS with its encoding and segments).
+        pub content: Option<Content>,
+    }
+
     // ---- intents ----
 
     #[derive(ToSchema, Serialize)]
@@ -398,6 +441,10 @@ pub mod doc {
         pub retry_after_seconds: Option<f64>,
         #[schema(format = DateTime)]
         pub next_try_at: Option<String>,
+        /// The provider it went to (a configured name); null when its worker died before recording it.
+        pub provider: Option<String>,
+        /// It came after an `unknown` attempt on a provider that cannot recognise a retry, and may have told the recipient twice.
+        pub possible_duplicate: bool,
     }
 
     /// An intent with its frozen content and every attempt.
@@ -407,6 +454,9 @@ pub mod doc {
         pub intent: Intent,
         pub content: Option<Content>,
         pub attempts: Vec<Attempt>,
+        /// The furthest status its receipts reached; null before any.
+        pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
+        pub receipts: Vec<crate::api::receipts::doc::Receipt>,
     }
 
     #[derive(ToSchema, Serialize)]
@@ -534,6 +584,8 @@ pub mod doc {
         #[schema(value_type = Option<Object>)]
         pub event: Option<Value>,
         pub attempts: Vec<Attempt>,
+        pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
+        pub receipts: Vec<crate::api::receipts::doc::Receipt>,
     }
 
     #[derive(ToSchema, Serialize)]
@@ -582,6 +634,8 @@ pub mod doc {
         pub text: String,
         pub total: i64,
         pub by_reason: BTreeMap<String, i64>,
+        /// New hard bounces in the window by recipient domain (SMS as `(sms)`).
+        pub bounces_by_domain: BTreeMap<String, i64>,
         #[schema(format = DateTime)]
         pub since: String,
         #[schema(format = DateTime)]

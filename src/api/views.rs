@@ -4,8 +4,9 @@
 //! one in a provider's error text. No view shows a raw address or number.
 
 use crate::clock::rfc3339;
+use crate::receipt::DeliveryStatus;
 use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients, redact_for_channel};
-use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, RecipientRow};
+use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, ReceiptRow, RecipientRow};
 use serde_json::{Value, json};
 
 fn content_value(text: Option<&str>) -> Value {
@@ -46,12 +47,34 @@ pub fn intent_detail(d: &IntentDetail) -> Value {
     let mut v = intent(&d.intent);
     v["content"] = content_value(d.content.as_deref());
     v["attempts"] = d.attempts.iter().map(|a| attempt(a, &d.intent)).collect();
+    with_receipts(&mut v, &d.receipts, &d.intent);
     v
+}
+
+/// The delivery status (the furthest the receipts reached) and every receipt;
+/// a provider's reason may echo the destination, so it is kept out.
+fn with_receipts(v: &mut Value, receipts: &[ReceiptRow], intent: &IntentRow) {
+    let applied = receipts.iter().filter(|r| r.applied).filter_map(|r| DeliveryStatus::parse(&r.status));
+    v["delivery_status"] = json!(crate::receipt::current(applied).map(DeliveryStatus::as_str));
+    v["receipts"] = receipts
+        .iter()
+        .map(|r| {
+            json!({
+                "source": r.source,
+                "status": r.status,
+                "provider_status": r.provider_status,
+                "provider_message_id": r.provider_message_id,
+                "reason": r.reason.as_deref().map(|e| redact_for_channel(e, &intent.channel, intent.destination.as_deref())),
+                "received_at": rfc3339(r.received_at),
+                "applied": r.applied,
+            })
+        })
+        .collect();
 }
 
 /// A dead letter: the intent, its tenant, the frozen content, the original
 /// event (its inline recipients masked) and every attempt.
-pub fn dead_letter(d: &DeadLetter, attempts: &[AttemptRow]) -> Value {
+pub fn dead_letter(d: &DeadLetter, attempts: &[AttemptRow], receipts: &[ReceiptRow]) -> Value {
     let mut v = intent(&d.intent);
     v["tenant"] = Value::String(d.intent.tenant.clone());
     v["content"] = content_value(d.content.as_deref());
@@ -59,13 +82,14 @@ pub fn dead_letter(d: &DeadLetter, attempts: &[AttemptRow]) -> Value {
     mask_inline_recipients(&mut event);
     v["event"] = event;
     v["attempts"] = attempts.iter().map(|a| attempt(a, &d.intent)).collect();
+    with_receipts(&mut v, receipts, &d.intent);
     v
 }
 
 /// An intent read on its own (`herald dlq show`), shown as a dead letter.
 pub fn dead_letter_of(d: &IntentDetail) -> Value {
     let letter = DeadLetter { intent: d.intent.clone(), content: d.content.clone(), event_body: d.event_body.clone() };
-    dead_letter(&letter, &d.attempts)
+    dead_letter(&letter, &d.attempts, &d.receipts)
 }
 
 /// One attempt of `intent`; its destination is kept out of the provider's

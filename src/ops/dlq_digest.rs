@@ -106,8 +106,21 @@ impl OpsDigest {
             examples.insert(reason.clone(), Value::Array(shown));
             replay.insert(reason.clone(), json!(commands));
         }
+        // New hard bounces by recipient domain, one line each: a directory
+        // sync that mangled one department's addresses reads as one line.
+        let bounces = self.store.bounces_by_domain(tenant, since_us, until_us).await?;
+        if !bounces.is_empty() {
+            let n: i64 = bounces.iter().map(|(_, n)| n).sum();
+            lines.push(format!("New hard bounces by recipient domain ({n}, now on the suppression list):"));
+            for (domain, count) in &bounces {
+                let plural = if *count == 1 { "" } else { "s" };
+                lines.push(format!("  • {domain}: {count} new hard bounce{plural}"));
+            }
+        }
+        let bounces: Map<String, Value> = bounces.into_iter().map(|(d, n)| (d, Value::from(n))).collect();
         let by_reason: Map<String, Value> = by_reason.into_iter().map(|(r, n)| (r, Value::from(n))).collect();
         Ok(json!({
+            "bounces_by_domain": bounces,
             "text": lines.join("\n"),
             "total": total,
             "by_reason": by_reason,

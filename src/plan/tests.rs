@@ -41,6 +41,7 @@ fn run_at(ev: &Event, r: &Route, dir: &HashMap<String, RecipientRow>, now: Times
         templates: &templates,
         directory: dir,
         configured: &|_| true,
+        suppressions: &HashMap::new(),
         now,
     })
 }
@@ -108,6 +109,7 @@ fn an_unconfigured_channel_is_channel_disabled() {
         templates: &templates,
         directory: &HashMap::new(),
         configured: &|c| c != Channel::Sms,
+        suppressions: &HashMap::new(),
         now: night(),
     };
     assert_eq!(plan(&input)[0].reason.as_deref(), Some("channel_disabled"));

@@ -22,6 +22,43 @@ macro_rules! store_impl {
                 q::recipient_preferences_get(&self.$reader, tenant, id, version).await
             }
 
+            async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
+                let mut out = match self.ingest_tx(&batch).await {
+                    Ok(out) => out.into_iter().map(Some).collect(),
+                    // A database that cannot be reached fails the whole batch
+                    // at once: running each request alone would make the last
+                    // caller wait out one connection timeout per request.
+                    Err(e) if e.is_unreachable() => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed: the database could not be reached");
+                        let reason = e.to_string();
+                        return batch.iter().map(|_| Err(StoreError::Unreachable(reason.clone()))).collect();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed; running its requests one by one");
+                        batch.iter().map(|_| None).collect::<Vec<_>>()
+                    }
+                };
+                // A request that failed inside the batch, or a batch that failed
+                // as a whole, is run again on its own: one request's failure is
+                // never another's.
+                for (slot, ingest) in out.iter_mut().zip(&batch) {
+                    if !matches!(slot, Some(Ok(_))) {
+                        *slot = Some(super::ingest_alone(ingest, |one| self.ingest_tx(one)).await);
+                    }
+                }
+                out.into_iter().flatten().collect()
+            }
+
+            async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::request_seen(&mut conn, tenant, identity, fingerprint).await
+            }
+
+            async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::event_digest(&mut conn, event_key).await
+            }
+
             async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
                 let mut conn = self.$reader.acquire().await?;
                 q::intents_status(&mut conn, tenant, keys).await
@@ -112,6 +149,33 @@ macro_rules! store_impl {
 
             async fn wait_for_work(&self, timeout: Duration) {
                 let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+            }
+
+            async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
+                let mut tx = self.$writer.begin().await?;
+                let out = q::receipt_record(&mut tx, &receipt).await?;
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+                q::receipts_of(&self.$reader, keys).await
+            }
+
+            async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
+                q::suppressions_match(&self.$reader, tenant, hashes).await
+            }
+
+            async fn suppressions_list(&self, tenant: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<SuppressionRow>> {
+                q::suppressions_list(&self.$reader, tenant, cursor, limit).await
+            }
+
+            async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+                q::suppression_remove(&self.$writer, tenant, address_hash).await
+            }
+
+            async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
             }
         }
     };

@@ -47,6 +47,12 @@ impl Store for SlowRecording {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+    async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+        self.inner.request_find(tenant, identity, fingerprint).await
+    }
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+        self.inner.event_digest(event_key).await
+    }
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
         self.inner.intents_status(tenant, keys).await
     }
@@ -64,8 +70,8 @@ impl Store for SlowRecording {
     ) -> StoreResult<Option<PreferencesVersion>> {
         self.inner.recipient_preferences_get(tenant, id, version).await
     }
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        self.inner.events_ingest(ingest).await
+    async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
+        self.inner.events_ingest_batch(batch).await
     }
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
         self.inner.intent_get(tenant, key).await
@@ -144,5 +150,33 @@ impl Store for SlowRecording {
     }
     async fn wait_for_work(&self, timeout: Duration) {
         self.inner.wait_for_work(timeout).await
+    }
+    async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome> {
+        self.inner.receipt_record(receipt).await
+    }
+    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+        self.inner.receipts_of(keys).await
+    }
+    async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
+        self.inner.suppressions_match(tenant, hashes).await
+    }
+    async fn suppressions_list(
+        &self,
+        tenant: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<SuppressionRow>> {
+        self.inner.suppressions_list(tenant, cursor, limit).await
+    }
+    async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+        self.inner.suppression_remove(tenant, address_hash).await
+    }
+    async fn bounces_by_domain(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.bounces_by_domain(tenant, since_us, until_us).await
     }
 }

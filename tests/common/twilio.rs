@@ -185,3 +185,72 @@ async fn create_message(
     }
     resp
 }
+
+/// Twilio's request signature, computed here independently of Herald's
+/// verifier: base64(HMAC-SHA1(token, URL + each sorted parameter's name and value)).
+pub fn twilio_signature(token: &str, url: &str, params: &[(String, String)]) -> String {
+    use hmac::{Hmac, Mac};
+    let mut sorted = params.to_vec();
+    sorted.sort();
+    let mut data = url.to_string();
+    for (k, v) in &sorted {
+        data.push_str(k);
+        data.push_str(v);
+    }
+    let mut mac = Hmac::<sha1::Sha1>::new_from_slice(token.as_bytes()).unwrap();
+    mac.update(data.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+/// One status callback as Twilio sends it.
+pub struct Callback<'a> {
+    pub status: &'a str,
+    pub error_code: Option<&'a str>,
+    /// Sign with this token instead of the account's.
+    pub token: &'a str,
+    pub account_sid: &'a str,
+}
+
+impl<'a> Callback<'a> {
+    pub fn status(status: &'a str) -> Callback<'a> {
+        Callback { status, error_code: None, token: AUTH_TOKEN, account_sid: ACCOUNT_SID }
+    }
+
+    pub fn error(mut self, code: &'a str) -> Callback<'a> {
+        self.error_code = Some(code);
+        self
+    }
+}
+
+impl FakeTwilio {
+    /// Posts a status callback for `message` to its `StatusCallback`, the way
+    /// Twilio would reach it through a proxy: signed over the public URL it
+    /// was given, delivered to `herald_base` (where the test's Herald listens).
+    pub async fn callback(&self, herald_base: &str, message: &MessageRequest, cb: Callback<'_>) -> (u16, Value) {
+        let url = message.param("StatusCallback").expect("a StatusCallback").to_string();
+        let mut params: Vec<(String, String)> = vec![
+            ("AccountSid".into(), cb.account_sid.into()),
+            ("ApiVersion".into(), "2010-04-01".into()),
+            ("MessageSid".into(), message.sid.clone().unwrap_or_default()),
+            ("SmsSid".into(), message.sid.clone().unwrap_or_default()),
+            ("MessageStatus".into(), cb.status.into()),
+            ("SmsStatus".into(), cb.status.into()),
+            ("To".into(), message.param("To").unwrap_or_default().into()),
+            ("From".into(), message.param("From").unwrap_or_default().into()),
+        ];
+        if let Some(code) = cb.error_code {
+            params.push(("ErrorCode".into(), code.into()));
+        }
+        let signature = twilio_signature(cb.token, &url, &params);
+        let path = url.splitn(4, '/').nth(3).map(|p| format!("/{p}")).unwrap_or_default();
+        let resp = reqwest::Client::new()
+            .post(format!("{herald_base}{path}"))
+            .header("x-twilio-signature", signature)
+            .form(&params)
+            .send()
+            .await
+            .expect("callback");
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    }
+}

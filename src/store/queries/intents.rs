@@ -35,7 +35,8 @@ macro_rules! intents_queries {
             .bind(key)
             .fetch_all(pool)
             .await?;
-            Ok(Some(IntentDetail { intent, content, event_body, attempts }))
+            let receipts = receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
+            Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts }))
         }
 
         pub async fn intents_list(pool: &Pool<$db>, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {

@@ -1,0 +1,201 @@
+//! Delivery receipts and the suppression list. The rules (which way a status
+//! may move, what a bounce leads to) are `crate::receipt`'s; these queries
+//! fetch what they need and write what they decide, in one transaction.
+//! Instantiated per backend by [`super::shared_queries`].
+
+macro_rules! receipts_queries {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+        /// Records one receipt against the intent it names: once (a repeat
+        /// changes nothing), moving the delivery status only forward, and
+        /// applying what a bounce or complaint leads to.
+        pub async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResult<ReceiptOutcome> {
+            use crate::receipt::{DeliveryStatus, advances, consequence, current, receipt_id};
+            let key: Option<String> = match &r.target {
+                ReceiptTarget::Key(k) => Some(k.clone()),
+                ReceiptTarget::ProviderMessageId(id) => {
+                    sqlx::query_scalar(
+                        "SELECT intent_key FROM attempts WHERE provider_message_id = $1 ORDER BY n DESC LIMIT 1",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                }
+            };
+            let Some(key) = key else { return Ok(ReceiptOutcome::NotFound) };
+            // Locked on Postgres: two receipts for one intent take turns.
+            let intent: Option<(String, String, Option<String>, String)> = sqlx::query_as(concat!(
+                "SELECT tenant, channel, destination, state FROM intents WHERE key = $1",
+                $for_update
+            ))
+            .bind(&key)
+            .fetch_optional(&mut **tx)
+            .await?;
+            let Some((tenant, channel, destination, state)) = intent else { return Ok(ReceiptOutcome::NotFound) };
+            if r.channel.as_ref().is_some_and(|c| *c != channel) {
+                return Ok(ReceiptOutcome::NotFound);
+            }
+            let applied_before: Vec<String> =
+                sqlx::query_scalar("SELECT status FROM receipts WHERE intent_key = $1 AND applied")
+                    .bind(&key)
+                    .fetch_all(&mut **tx)
+                    .await?;
+            let before = current(applied_before.iter().filter_map(|s| DeliveryStatus::parse(s)));
+            let applied = advances(before, r.status);
+            let id = receipt_id(&key, &r.source, r.provider_message_id.as_deref(), &r.provider_status);
+            let inserted = sqlx::query(
+                "INSERT INTO receipts (id, intent_key, source, provider_message_id, status, provider_status, reason,
+                                       received_at, applied)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&id)
+            .bind(&key)
+            .bind(&r.source)
+            .bind(&r.provider_message_id)
+            .bind(r.status.as_str())
+            .bind(&r.provider_status)
+            .bind(&r.reason)
+            .bind(r.now_us)
+            .bind(applied)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            let duplicate = inserted == 0;
+            let (mut dead, mut suppressed) = (None, false);
+            if applied && !duplicate {
+                let then = consequence(r.status);
+                // Only a sent intent becomes a dead letter: one still being
+                // tried keeps its own course, and the receipt stays on record.
+                if let Some(reason) = then.dead.filter(|_| state == "sent") {
+                    sqlx::query("UPDATE intents SET state = 'dead', reason = $2, updated_at = $3 WHERE key = $1")
+                        .bind(&key)
+                        .bind(reason.as_str())
+                        .bind(r.now_us)
+                        .execute(&mut **tx)
+                        .await?;
+                    dead = Some(reason);
+                }
+                let kind = crate::suppression::kind_of(&channel);
+                if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
+                    let facts = crate::suppression::facts(&tenant, kind, address);
+                    suppressed = sqlx::query(
+                        "INSERT INTO suppressions (tenant, address_hash, channel, masked, domain, reason, source_intent,
+                                                   detail, created_at)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (tenant, address_hash) DO NOTHING",
+                    )
+                    .bind(&tenant)
+                    .bind(&facts.address_hash)
+                    .bind(&channel)
+                    .bind(&facts.masked)
+                    .bind(&facts.domain)
+                    .bind(reason.as_str())
+                    .bind(&key)
+                    .bind(&r.reason)
+                    .bind(r.now_us)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected()
+                        == 1;
+                }
+            }
+            let delivery_status = if applied && !duplicate { Some(r.status) } else { before };
+            Ok(ReceiptOutcome::Recorded {
+                intent_key: key,
+                tenant,
+                delivery_status,
+                applied: applied && !duplicate,
+                duplicate,
+                dead,
+                suppressed,
+            })
+        }
+
+        /// Every receipt of these intents, oldest first.
+        pub async fn receipts_of(pool: &Pool<$db>, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+            let rows = sqlx::query_as(concat!(
+                "SELECT id, intent_key, source, provider_message_id, status, provider_status, reason, received_at, applied
+                 FROM receipts WHERE intent_key ",
+                $in_keys,
+                " ORDER BY intent_key, received_at, id"
+            ))
+            .bind($keys_arg(keys))
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// The tenant's entries among these address hashes.
+        pub async fn suppressions_match(
+            pool: &Pool<$db>,
+            tenant: &str,
+            hashes: &[String],
+        ) -> StoreResult<Vec<SuppressionRow>> {
+            if hashes.is_empty() {
+                return Ok(Vec::new());
+            }
+            let rows = sqlx::query_as(concat!(
+                "SELECT tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
+                 FROM suppressions WHERE tenant = $2 AND address_hash ",
+                $in_keys
+            ))
+            .bind($keys_arg(hashes))
+            .bind(tenant)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
+        /// Newest first.
+        pub async fn suppressions_list(
+            pool: &Pool<$db>,
+            tenant: &str,
+            cursor: Option<&Cursor>,
+            limit: u32,
+        ) -> StoreResult<Page<SuppressionRow>> {
+            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
+                "SELECT tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
+                 FROM suppressions WHERE tenant = ",
+            );
+            q.push_bind(tenant);
+            if let Some(c) = cursor {
+                q.push(" AND (created_at < ").push_bind(c.at);
+                q.push(" OR (created_at = ").push_bind(c.at).push(" AND address_hash < ").push_bind(&c.id).push("))");
+            }
+            q.push(" ORDER BY created_at DESC, address_hash DESC LIMIT ").push_bind(i64::from(limit) + 1);
+            let mut items: Vec<SuppressionRow> = q.build_query_as().fetch_all(pool).await?;
+            Ok(page(&mut items, limit, |r| Cursor::new(r.created_at, &r.address_hash)))
+        }
+
+        pub async fn suppression_remove(pool: &Pool<$db>, tenant: &str, address_hash: &str) -> StoreResult<bool> {
+            let n = sqlx::query("DELETE FROM suppressions WHERE tenant = $1 AND address_hash = $2")
+                .bind(tenant)
+                .bind(address_hash)
+                .execute(pool)
+                .await?
+                .rows_affected();
+            Ok(n > 0)
+        }
+
+        /// New bounces in [since, until) by recipient domain (emails), most first;
+        /// every tenant when `tenant` is None.
+        pub async fn bounces_by_domain(
+            pool: &Pool<$db>,
+            tenant: Option<&str>,
+            since_us: i64,
+            until_us: i64,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            let rows = sqlx::query_as(
+                "SELECT COALESCE(domain, '(sms)') AS d, COUNT(*) AS n FROM suppressions
+                 WHERE reason = 'address_bounced' AND created_at >= $1 AND created_at < $2
+                   AND ($3 IS NULL OR tenant = $3)
+                 GROUP BY d ORDER BY n DESC, d",
+            )
+            .bind(since_us)
+            .bind(until_us)
+            .bind(tenant)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+    };
+}
+pub(crate) use receipts_queries;

@@ -1,0 +1,81 @@
+//! Rows of delivery receipts and of the suppression list.
+
+use crate::intent::Reason;
+use crate::receipt::DeliveryStatus;
+
+/// How a receipt names its intent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiptTarget {
+    Key(String),
+    /// The id the provider returned when it accepted an attempt.
+    ProviderMessageId(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct NewReceipt {
+    pub target: ReceiptTarget,
+    /// Only an intent of this channel can be named (Twilio's receipts are SMS).
+    pub channel: Option<String>,
+    /// `twilio`, `generic`: where it came from.
+    pub source: String,
+    pub provider_message_id: Option<String>,
+    pub status: DeliveryStatus,
+    /// The provider's own word for it (`MessageStatus`), as written.
+    pub provider_status: String,
+    /// The provider's reason or error code, bounded.
+    pub reason: Option<String>,
+    pub now_us: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReceiptRow {
+    pub id: String,
+    pub intent_key: String,
+    pub source: String,
+    pub provider_message_id: Option<String>,
+    pub status: String,
+    pub provider_status: String,
+    pub reason: Option<String>,
+    pub received_at: i64,
+    /// Whether it moved the intent's delivery status (a late one does not).
+    pub applied: bool,
+}
+
+/// What recording a receipt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReceiptOutcome {
+    /// No intent of that key, message id or channel.
+    NotFound,
+    Recorded {
+        intent_key: String,
+        tenant: String,
+        /// The intent's delivery status after this receipt.
+        delivery_status: Option<DeliveryStatus>,
+        /// It moved the status forward.
+        applied: bool,
+        /// The same receipt had been recorded before: nothing changed.
+        duplicate: bool,
+        /// The sent intent became a dead letter for this reason.
+        dead: Option<Reason>,
+        /// The address was put on the suppression list (new entry).
+        suppressed: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SuppressionRow {
+    pub tenant: String,
+    pub address_hash: String,
+    pub channel: String,
+    /// The address masked as views show it.
+    pub masked: String,
+    /// An email's domain.
+    pub domain: Option<String>,
+    /// `address_bounced` or `address_complained`.
+    pub reason: String,
+    /// The intent whose receipt put it there.
+    pub source_intent: String,
+    /// The provider's reason, as the receipt gave it.
+    pub detail: Option<String>,
+    pub created_at: i64,
+}
