@@ -117,11 +117,7 @@ pub fn build_providers(
 }
 
 /// One SMS provider: the channel's own, or a named block.
-fn sms_provider(
-    config: &Config,
-    sms: &SmsConfig,
-    local: std::time::Duration,
-) -> Result<Arc<dyn Provider>, AppError> {
+fn sms_provider(config: &Config, sms: &SmsConfig, local: std::time::Duration) -> Result<Arc<dyn Provider>, AppError> {
     Ok(match (sms.provider, &sms.url, &sms.sink) {
         (SmsProvider::Twilio, _, _) => Arc::new(twilio(config, sms)?),
         (SmsProvider::Http, Some(url), _) => Arc::new(
@@ -143,7 +139,8 @@ fn sms_chain(
 ) -> Result<Arc<dyn Provider>, AppError> {
     let mut members = Vec::new();
     for name in &sms.providers {
-        let block = sms.named.get(name).ok_or_else(|| AppError::Provider(format!("channels.sms.named.{name}: missing")))?;
+        let block =
+            sms.named.get(name).ok_or_else(|| AppError::Provider(format!("channels.sms.named.{name}: missing")))?;
         let named = Arc::new(Named { name: name.clone(), inner: sms_provider(config, block, local)? });
         let breaker = Arc::new(Breaker::new(name, sms.breaker_failures, sms.breaker_cool_down, clock.clone()));
         breakers.add(breaker.clone());

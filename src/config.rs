@@ -736,7 +736,10 @@ impl Config {
             out.push(("channels.email.timeout".into(), e.timeout));
         }
         if let Some(s) = &c.sms {
-            out.push(("channels.sms.timeout".into(), s.timeout));
+            // With failover each named provider has its own.
+            if s.providers.is_empty() {
+                out.push(("channels.sms.timeout".into(), s.timeout));
+            }
             for (name, named) in &s.named {
                 out.push((format!("channels.sms.named.{name}.timeout"), named.timeout));
             }

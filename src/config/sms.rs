@@ -30,7 +30,8 @@ impl SmsConfig {
     }
 
     fn validate_failover(&self, public_url: Option<&str>) -> Result<(), ConfigError> {
-        let own = [("url", self.url.is_some()), ("sink", self.sink.is_some()), ("account_sid", self.account_sid.is_some())];
+        let own =
+            [("url", self.url.is_some()), ("sink", self.sink.is_some()), ("account_sid", self.account_sid.is_some())];
         if let Some((key, _)) = own.iter().find(|(_, set)| *set) {
             return Err(invalid(format!(
                 "channels.sms.{key}: with channels.sms.providers each provider is a [channels.sms.named.NAME] block \
