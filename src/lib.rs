@@ -1,7 +1,7 @@
 //! Herald: domain events in, each person told once, every decision recorded.
 //!
 //! The modules follow an event's path: [`event`] (validation, canonical time,
-//! keys) → [`plan`] (routes, recipients, decisions) → [`render`] (templates,
+//! keys) → [`ingest`] (the pipeline every front door calls) → [`plan`] (routes, recipients, decisions) → [`render`] (templates,
 //! SMS encoding) → [`store`] (one transaction: request, intents, payloads,
 //! jobs) → [`deliver`] (worker, retry policy) → [`channel`] (providers), with
 //! [`api`] as the HTTP edge and [`app`] wiring it together.
@@ -13,6 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod deliver;
 pub mod event;
+pub mod ingest;
 pub mod intent;
 pub mod ops;
 pub mod plan;

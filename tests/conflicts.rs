@@ -341,3 +341,47 @@ async fn an_event_accepted_before_content_records_is_protected_after_the_upgrade
         }
     }
 }
+
+/// Raw bytes posted as an event, with an optional Idempotency-Key.
+async fn post_raw(app: &Spawned, body: &str, key: Option<&str>) -> (u16, Value) {
+    let mut req = app
+        .client
+        .post(format!("{}/v1/events", app.base))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    let resp = req.send().await.unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The same event from two JSON writers — one writes `5.0` and `3.0`, the
+/// other `5` and `3e0` (JavaScript writes every whole double as an integer) —
+/// is one event: a retry through the other writer replays under its
+/// Idempotency-Key and is an exact repeat without one, never a 422 or a 409.
+/// (Found by the re-serialisation property test in tests/properties.rs.)
+#[tokio::test]
+async fn the_same_numbers_written_another_way_are_the_same_event() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).without_workers().spawn().await;
+        let python = r#"{"type": "purchase_order.approved", "entity": {"type": "purchase_order", "id": "PO-NUM", "version": 3.0},
+            "occurred_at": "2026-11-29T10:15:00+05:45", "data": {"po": {"number": "PO-NUM", "total": 1200.0, "lines": [1.0, 2.5, -0.0]}},
+            "recipients": [{"id": "u-num", "phone": "+15550000800"}], "channels": ["sms"]}"#;
+        let javascript = r#"{"channels":["sms"],"data":{"po":{"lines":[1,2.5,0],"number":"PO-NUM","total":1.2e3}},
+            "entity":{"id":"PO-NUM","type":"purchase_order","version":3e0},"occurred_at":"2026-11-29T04:30:00Z",
+            "recipients":[{"id":"u-num","phone":"+15550000800"}],"type":"purchase_order.approved"}"#;
+        let key = format!("num-{}", run_id());
+        let (s, first) = post_raw(&app, python, Some(&key)).await;
+        assert_eq!(s, 202, "{backend:?}: {first}");
+        let (s, again) = post_raw(&app, javascript, Some(&key)).await;
+        assert_eq!((s, &again["replayed"]), (200, &json!(true)), "{backend:?}: {again}");
+        let (s, bare) = post_raw(&app, javascript, None).await;
+        assert_eq!(s, 200, "{backend:?}: {bare}");
+        assert_eq!(bare["intents"][0]["created"], false);
+        // A number that differs is still other data.
+        let (s, other) = post_raw(&app, &javascript.replace("1.2e3", "1.2e4"), None).await;
+        assert_eq!((s, &other["error"]["code"]), (409, &json!("event_conflict")), "{backend:?}: {other}");
+    }
+}

@@ -327,6 +327,8 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         assert_eq!(s, 202, "{accepted}");
         let (s, _, headers) = c.call("post", events, events, t, Some(&ev)).await;
         assert_eq!((s, headers["idempotent-replayed"].to_str().unwrap()), (200, "true"));
+        let (s, dry, _) = c.call("post", events, "/v1/events?dry_run=true", t, Some(&ev)).await;
+        assert_eq!((s, &dry["dry_run"]), (200, &json!(true)), "{dry}");
         let mut changed = ev.clone();
         changed["data"]["po"]["number"] = json!("PO-OTHER");
         assert_eq!(c.call("post", events, events, t, Some(&changed)).await.0, 409);
@@ -423,4 +425,41 @@ fn a_body_that_contradicts_the_document_is_caught() {
 #[ignore]
 fn print_the_document() {
     println!("{}", serde_json::to_string_pretty(doc()).unwrap());
+}
+
+/// Rejections axum makes by itself (found probing what the fuzzer reaches): a path
+/// segment that is not UTF-8, a body over the limit on endpoints that read
+/// plain bytes, a method a route does not take. Each is Herald's error body,
+/// as documented, never axum's plain text.
+#[tokio::test]
+async fn what_axum_refuses_by_itself_still_answers_with_the_error_body() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let app = TestApp::new(&db).without_workers().with_toml(&auth_toml()).spawn().await;
+    let mut c = Checker { app: &app, checked: BTreeSet::new() };
+    let t = Some(TOKEN);
+    for (method, template, path) in [
+        ("get", "/v1/intents/{id}", "/v1/intents/%FF"),
+        ("get", "/v1/recipients/{id}", "/v1/recipients/%FF"),
+        ("put", "/v1/recipients/{id}", "/v1/recipients/%C3"),
+        ("get", "/v1/recipients/{id}/preferences/{version}", "/v1/recipients/a/preferences/%FF"),
+        ("get", "/v1/recipients/{id}/inbox", "/v1/recipients/%FF/inbox"),
+        ("post", "/v1/recipients/{id}/inbox/{card}/read", "/v1/recipients/a/inbox/%FF/read"),
+    ] {
+        let (status, body, _) = c.call(method, template, path, t, Some(&json!({}))).await;
+        assert_eq!(status, 400, "{method} {path}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{method} {path}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("UTF-8"), "{body}");
+    }
+    let big = json!({"email": "a".repeat(300 * 1024)});
+    for (method, path) in [("put", "/v1/recipients/u-big"), ("post", "/v1/dead-letters/replay")] {
+        let (status, body, _) = c.call(method, path.replace("u-big", "{id}").as_str(), path, t, Some(&big)).await;
+        assert_eq!(status, 413, "{method} {path}");
+        assert_eq!(body["error"]["code"], "payload_too_large");
+        assert_eq!(body["error"]["message"], "request body is larger than 262144 bytes");
+    }
+    let resp = app.client.delete(format!("{}/v1/events", app.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers()["allow"], "POST");
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "method_not_allowed");
 }

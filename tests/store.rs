@@ -267,6 +267,73 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
     .await;
 }
 
+/// An event of entity PO-1 at `version`, with these intents.
+fn versioned(version: i64, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        identity: format!("v{version}"),
+        fingerprint: format!("fp-v{version}"),
+        event_key: format!("default|e|x|1|v{version}"),
+        entity_version: Some(version),
+        occurred_at: format!("2026-11-29T04:3{version}:00.000000000Z"),
+        ..ingest("", "", intents)
+    }
+}
+
+#[tokio::test]
+async fn a_claim_supersedes_older_versions_in_one_batch_linking_the_newest_that_counts() {
+    each_backend(|store| async move {
+        let to = |k: u32, channel: &str, recipient: &str| NewIntent {
+            recipient_id: recipient.into(),
+            ..new_intent(&key(k), channel, Some(T0))
+        };
+        store
+            .events_ingest(versioned(1, vec![to(1, "sms", "u-1"), to(5, "sms", "u-2"), to(6, "email", "u-1")]))
+            .await
+            .unwrap();
+        store.events_ingest(versioned(2, vec![to(2, "sms", "u-1")])).await.unwrap();
+        store.events_ingest(versioned(3, vec![to(3, "sms", "u-1")])).await.unwrap();
+        // the newest version was opted out of: it does not count
+        let opted_out = NewIntent {
+            decision: "suppress".into(),
+            state: "suppressed".into(),
+            reason: Some("opted_out".into()),
+            run_at: None,
+            ..to(4, "sms", "u-1")
+        };
+        store.events_ingest(versioned(4, vec![opted_out])).await.unwrap();
+
+        let supersede = Claim { supersede_types: vec!["purchase_order.approved".into()], ..claim(T0, 10) };
+        let jobs = store.jobs_claim(supersede).await.unwrap();
+        let started: HashSet<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        assert_eq!(
+            started,
+            HashSet::from([key(3), key(5), key(6)]),
+            "other recipients and channels are not older versions"
+        );
+        for old in [key(1), key(2)] {
+            let d = store.intent_get("default", &old).await.unwrap().unwrap();
+            let i = &d.intent;
+            assert_eq!(
+                (i.decision.as_str(), i.state.as_str(), i.reason.as_deref(), i.link_key.as_deref()),
+                ("suppress", "suppressed", Some("superseded"), Some(key(3).as_str())),
+                "{old}"
+            );
+            assert!(d.attempts.is_empty(), "never tried");
+        }
+        // their jobs are gone: nothing is left to claim once the leases lapse
+        assert!(
+            store
+                .jobs_claim(claim(T0 + 7_200_000_000, 10))
+                .await
+                .unwrap()
+                .iter()
+                .all(|j| started.contains(&j.intent.key))
+        );
+        assert_eq!(store.queue_stats(i64::MAX).await.unwrap().total, 3);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn concurrent_claims_never_hand_out_one_job_twice() {
     each_backend(|store| async move {
@@ -776,6 +843,193 @@ async fn leases_follow_the_database_clock_so_skewed_processes_never_share_a_job(
     }
 }
 
+#[tokio::test]
+async fn a_request_record_is_found_before_planning_as_a_replay_or_a_mismatch() {
+    each_backend(|store| async move {
+        assert_eq!(store.request_find("default", "r1", "fp1").await.unwrap(), None, "an unseen identity");
+        let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let IngestOutcome::Accepted { response, .. } = first else { panic!("{first:?}") };
+        let Some(RequestSeen::Replay(seen)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert!(seen.replayed);
+        assert_eq!(seen.intents, response.intents);
+        assert_eq!(store.request_find("default", "r1", "fp2").await.unwrap(), Some(RequestSeen::Mismatch));
+        assert_eq!(store.request_find("other", "r1", "fp1").await.unwrap(), None, "identities are per tenant");
+        // The replay shows the intent as it is now.
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 1);
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let Some(RequestSeen::Replay(now)) = store.request_find("default", "r1", "fp1").await.unwrap() else {
+            panic!("want a replay")
+        };
+        assert_eq!((now.intents[0].state.as_str(), now.intents[0].created), ("sent", true));
+    })
+    .await;
+}
+
+/// A request for its own event: `event` names the event key, `content` its
+/// frozen content.
+fn request(identity: &str, fingerprint: &str, event: &str, content: &str, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        event_key: format!("default|e|x|{event}|t"),
+        content_digest: content.into(),
+        entity_id: event.into(),
+        ..ingest(identity, fingerprint, intents)
+    }
+}
+
+#[tokio::test]
+async fn a_batch_decides_each_request_as_transactions_in_a_row_would() {
+    each_backend(|store| async move {
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // The same event with other content: refused, nothing kept.
+                request("b", "fb", "E1", "c1-changed", vec![new_intent(&key(1), "sms", Some(T0))]),
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                // The same identity twice more: an exact repeat, and another body.
+                request("x", "fx", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0))]),
+                request("x", "fx2", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+                // E2 under another identity, with one more recipient.
+                request(
+                    "y",
+                    "fy",
+                    "E2",
+                    "c2",
+                    vec![new_intent(&key(2), "sms", Some(T0)), new_intent(&key(4), "sms", Some(T0))],
+                ),
+            ])
+            .await;
+        let outcomes: Vec<IngestOutcome> = outcomes.into_iter().map(Result::unwrap).collect();
+        let created = |o: &IngestOutcome| match o {
+            IngestOutcome::Accepted { response, .. } | IngestOutcome::Replayed { response } => {
+                response.intents.iter().map(|i| i.created).collect::<Vec<_>>()
+            }
+            _ => vec![],
+        };
+        assert!(matches!(outcomes[0], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[0]);
+        assert_eq!(outcomes[1], IngestOutcome::Conflict);
+        assert!(matches!(outcomes[2], IngestOutcome::Accepted { any_created: true, .. }), "{:?}", outcomes[2]);
+        let IngestOutcome::Replayed { response } = &outcomes[3] else { panic!("{:?}", outcomes[3]) };
+        assert!(response.replayed && response.intents[0].created, "the replay of x is x's answer: {response:?}");
+        assert_eq!(outcomes[4], IngestOutcome::Mismatch);
+        assert!(matches!(outcomes[5], IngestOutcome::Accepted { any_created: true, .. }));
+        assert_eq!(created(&outcomes[5]), vec![false, true], "E2's intent existed, the new recipient's did not");
+        // Nothing of the refused requests stayed; every intent has one job.
+        assert_eq!(
+            store.request_find("default", "b", "fb").await.unwrap(),
+            None,
+            "the conflict left its identity free"
+        );
+        assert_eq!(store.request_find("default", "x", "fx2").await.unwrap(), Some(RequestSeen::Mismatch));
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(4)]).await.unwrap();
+        assert_eq!(status.len(), 3, "the mismatching request created nothing: {status:?}");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(4)]);
+        // A later batch replays what the first one accepted.
+        let again = store.events_ingest_batch(vec![request("a", "fa", "E1", "c1", vec![])]).await;
+        assert!(matches!(again[0], Ok(IngestOutcome::Replayed { .. })), "{:?}", again[0]);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_the_database_refuses_fails_alone_and_leaves_nothing() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        // The database refuses any intent for the recipient "poison".
+        match backend {
+            common::Backend::Sqlite => {
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents WHEN NEW.recipient_id = 'poison'
+                     BEGIN SELECT RAISE(ABORT, 'poisoned row'); END",
+                )
+                .await
+            }
+            common::Backend::Postgres => {
+                common::execute(
+                    &db,
+                    "CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+                     BEGIN IF NEW.recipient_id = 'poison' THEN RAISE EXCEPTION 'poisoned row'; END IF; RETURN NEW; END $$",
+                )
+                .await;
+                common::execute(
+                    &db,
+                    "CREATE TRIGGER poison BEFORE INSERT ON intents FOR EACH ROW EXECUTE FUNCTION poison()",
+                )
+                .await
+            }
+        }
+        let poisoned = NewIntent { recipient_id: "poison".into(), ..new_intent(&key(2), "sms", Some(T0)) };
+        let outcomes = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![new_intent(&key(1), "sms", Some(T0))]),
+                // Its first intent is fine, its second refused: neither stays.
+                request("p", "fp", "E2", "c2", vec![new_intent(&key(5), "sms", Some(T0)), poisoned]),
+                request("c", "fc", "E3", "c3", vec![new_intent(&key(3), "sms", Some(T0))]),
+            ])
+            .await;
+        assert!(matches!(outcomes[0], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[0]);
+        assert!(matches!(outcomes[1], Err(StoreError::Database(_))), "{backend:?}: {:?}", outcomes[1]);
+        assert!(matches!(outcomes[2], Ok(IngestOutcome::Accepted { .. })), "{backend:?}: {:?}", outcomes[2]);
+        assert_eq!(store.request_find("default", "p", "fp").await.unwrap(), None, "{backend:?}");
+        assert_eq!(common::count(&db, "SELECT COUNT(*) FROM events WHERE entity_id = 'E2'").await, 0, "{backend:?}");
+        let status = store.intents_status("default", &[key(1), key(2), key(3), key(5)]).await.unwrap();
+        let mut stored: Vec<String> = status.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(1), key(3)], "{backend:?}");
+        assert_eq!(store.jobs_claim(claim(T0, 100)).await.unwrap().len(), 2, "{backend:?}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_batches_reusing_one_identity_for_other_events_keep_only_the_first() {
+    each_backend(|store| async move {
+        let mut tasks = Vec::new();
+        for n in 0..8u32 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                // Each batch also carries a request of its own, which must be
+                // accepted whatever becomes of the shared identity.
+                let shared = request(
+                    "k",
+                    &format!("f{n}"),
+                    &format!("E{n}"),
+                    "c",
+                    vec![new_intent(&key(100 + n), "sms", Some(T0))],
+                );
+                let own = request(
+                    &format!("own{n}"),
+                    "fo",
+                    &format!("O{n}"),
+                    "c",
+                    vec![new_intent(&key(200 + n), "sms", Some(T0))],
+                );
+                let mut out = store.events_ingest_batch(vec![shared, own]).await;
+                let own = out.pop().unwrap().unwrap();
+                assert!(matches!(own, IngestOutcome::Accepted { any_created: true, .. }), "{own:?}");
+                out.pop().unwrap().unwrap()
+            }));
+        }
+        let mut accepted = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                IngestOutcome::Accepted { any_created: true, .. } => accepted += 1,
+                IngestOutcome::Mismatch => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(accepted, 1);
+        let keys: Vec<String> = (0..8).map(|n| key(100 + n)).collect();
+        assert_eq!(store.intents_status("default", &keys).await.unwrap().len(), 1, "a refused request created nothing");
+    })
+    .await;
+}
+
 /// The daily digest's claim is leased like a job: on Postgres by the database's
 /// clock, so a process an hour ahead cannot take a digest another process is
 /// posting and post it twice. SQLite is one process; its clock judges.
@@ -823,6 +1077,57 @@ async fn an_attempt_keeps_its_provider_and_whether_it_may_be_a_duplicate() {
         store.attempts_finish(&[attempt]).await.unwrap();
         let rows = store.attempts_of(&[key(1)]).await.unwrap();
         assert_eq!((rows[0].provider.as_deref(), rows[0].possible_duplicate), (Some("twilio"), true));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audiences_each_on_its_own() {
+    each_backend(|store| async move {
+        let sms = |n: u32| new_intent(&key(n), "sms", Some(T0));
+        let first = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx", "E2", "c2", vec![sms(2)]),
+                request("z", "fz", "E6", "c6", vec![sms(6)]),
+            ])
+            .await;
+        assert!(first.iter().all(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))), "{first:?}");
+        let second = store
+            .events_ingest_batch(vec![
+                request("a", "fa", "E1", "c1", vec![sms(1)]),
+                request("x", "fx2", "E4", "c4", vec![sms(4)]),
+                request("b", "fb", "E2", "c2-changed", vec![sms(2), sms(22)]),
+                request("c", "fc", "E6", "c6", vec![sms(6), sms(66)]),
+                request("d", "fd", "E3", "c3", vec![sms(3)]),
+            ])
+            .await;
+        let second: Vec<IngestOutcome> = second.into_iter().map(Result::unwrap).collect();
+        let IngestOutcome::Replayed { response } = &second[0] else { panic!("{:?}", second[0]) };
+        assert!(response.replayed && response.intents[0].created);
+        assert_eq!(second[1], IngestOutcome::Mismatch);
+        assert_eq!(second[2], IngestOutcome::Conflict);
+        let IngestOutcome::Accepted { response, any_created: true } = &second[3] else { panic!("{:?}", second[3]) };
+        let created: Vec<bool> = response.intents.iter().map(|i| i.created).collect();
+        assert_eq!(created, vec![false, true], "E6's intent existed; the new recipient's is new");
+        assert_eq!(response.intents[0].state, "queued", "the existing intent as it stands");
+        assert!(matches!(second[4], IngestOutcome::Accepted { any_created: true, .. }));
+        // The refused requests left nothing; the accepted ones replay.
+        assert_eq!(store.request_find("default", "b", "fb").await.unwrap(), None);
+        let stored = store.intents_status("default", &[key(4), key(22), key(66), key(3)]).await.unwrap();
+        let mut stored: Vec<String> = stored.into_iter().map(|s| s.key).collect();
+        stored.sort();
+        assert_eq!(stored, vec![key(3), key(66)]);
+        for (identity, fingerprint) in [("c", "fc"), ("d", "fd")] {
+            let seen = store.request_find("default", identity, fingerprint).await.unwrap();
+            assert!(matches!(seen, Some(RequestSeen::Replay(_))), "{identity}: {seen:?}");
+        }
+        let Some(RequestSeen::Replay(c)) = store.request_find("default", "c", "fc").await.unwrap() else { panic!() };
+        assert_eq!(c.intents.iter().map(|i| i.created).collect::<Vec<_>>(), vec![false, true], "stored as answered");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
     })
     .await;
 }
@@ -878,6 +1183,379 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
         assert!(!store.suppression_remove("other", &hash).await.unwrap());
         assert!(store.suppression_remove("default", &hash).await.unwrap());
         assert!(store.suppressions_list("default", None, 10).await.unwrap().items.is_empty());
+    })
+    .await;
+}
+
+/// A batch that fails because the database cannot be reached fails every
+/// request at once, as unreachable: running each alone would keep the last
+/// caller waiting out one connection timeout per request in the batch.
+#[tokio::test]
+async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
+    if !backends().contains(&common::Backend::Postgres) {
+        return; // the pool to close is Postgres's; SQLite's writer is in-process
+    }
+    let db = TestDb::new(common::Backend::Postgres).await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    store.pool().close().await;
+    let batch = vec![ingest("r1", "fp1", vec![]), ingest("r2", "fp2", vec![]), ingest("r3", "fp3", vec![])];
+    let out = store.events_ingest_batch(batch).await;
+    assert_eq!(out.len(), 3);
+    for outcome in out {
+        assert!(matches!(outcome, Err(StoreError::Unreachable(_))), "{outcome:?}");
+    }
+}
+
+// Every `Store` method is exercised above or below, on every backend:
+// schema_state, ping and migrate; the digest windows from due to closed; the
+// inbox's read mark; the dead letters' summary, examples and replay; the
+// daily digest's bookkeeping; each retention step; and the wake-up.
+
+#[tokio::test]
+async fn a_store_knows_whether_it_is_migrated_and_answers_pings() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = herald::store::connect(&db.url).await.unwrap();
+        store.ping().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Missing, "{backend:?}");
+        store.migrate().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Current, "{backend:?}");
+        store.migrate().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Current, "migrating again changes nothing");
+    }
+}
+
+const WINDOW: u32 = 101;
+
+/// Two members waiting in one digest window, ingested as two requests.
+async fn two_members_in_a_window(store: &Arc<dyn Store>) -> DigestRow {
+    for n in [1, 2] {
+        let mut member = new_intent(&key(n), "email", None);
+        member.digest = Some(NewDigest {
+            key: key(WINDOW),
+            event_type: "comment.created".into(),
+            channel: "email".into(),
+            recipient_id: "u-1".into(),
+            group_key: "PO-1".into(),
+            destination: Some("a@example.com".into()),
+            locale: Some("en".into()),
+            window_start: T0,
+            closes_at: T0 + DAY,
+        });
+        (member.decision, member.state) = ("digest".into(), "held".into());
+        let mut ingest = ingest(&format!("r{n}"), &format!("fp{n}"), vec![member]);
+        ingest.now_us = T0 + i64::from(n);
+        store.events_ingest(ingest).await.unwrap();
+    }
+    assert!(store.digests_due(T0 + DAY - 1, 10).await.unwrap().is_empty(), "not due before it closes");
+    let due = store.digests_due(T0 + DAY, 10).await.unwrap();
+    assert_eq!(
+        due.iter().map(|d| (d.key.clone(), d.state.clone())).collect::<Vec<_>>(),
+        vec![(key(WINDOW), "open".into())]
+    );
+    due[0].clone()
+}
+
+fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> DigestClose {
+    DigestClose {
+        digest: window,
+        member_keys,
+        intent,
+        event_digest: "digest-event".into(),
+        event_body: r#"{"digest":"w"}"#.into(),
+        occurred_at: "2026-11-30T04:30:00.000000000Z".into(),
+        now_us: T0 + DAY,
+    }
+}
+
+#[tokio::test]
+async fn a_digest_window_closes_once_into_its_digest_intent() {
+    each_backend(|store| async move {
+        let window = two_members_in_a_window(&store).await;
+        let members = store.digest_members(&key(WINDOW)).await.unwrap();
+        assert_eq!(members.iter().map(|m| m.intent.key.clone()).collect::<Vec<_>>(), vec![key(1), key(2)]);
+        assert!(members.iter().all(|m| m.intent.link_key.as_deref() == Some(key(WINDOW).as_str())));
+        assert_eq!(members[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        assert_eq!(members[0].event_body.as_deref(), Some("{}"));
+
+        let digest = new_intent(&key(WINDOW), "email", Some(T0 + DAY));
+        // rendered from one member while a second joined: nothing is written
+        let stale = closing(window.clone(), vec![key(1)], digest.clone());
+        assert_eq!(store.digest_close(stale).await.unwrap(), DigestCloseOutcome::MembersChanged);
+        assert!(store.intent_get("default", &key(WINDOW)).await.unwrap().is_none());
+        assert_eq!(store.digests_due(T0 + DAY, 10).await.unwrap().len(), 1, "still open");
+
+        let close = closing(window.clone(), vec![key(1), key(2)], digest.clone());
+        assert_eq!(store.digest_close(close.clone()).await.unwrap(), DigestCloseOutcome::Closed);
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::AlreadyClosed);
+        assert!(store.digests_due(T0 + DAY, 10).await.unwrap().is_empty());
+        for member in [key(1), key(2)] {
+            let d = store.intent_get("default", &member).await.unwrap().unwrap();
+            assert_eq!((d.intent.state.as_str(), d.intent.decision.as_str()), ("digested", "digest"));
+        }
+        let jobs = store.jobs_claim(claim(T0 + DAY, 10)).await.unwrap();
+        assert_eq!(
+            jobs.iter().map(|j| j.intent.key.clone()).collect::<Vec<_>>(),
+            vec![key(WINDOW)],
+            "the digest alone"
+        );
+        assert_eq!(jobs[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        let d = store.intent_get("default", &key(WINDOW)).await.unwrap().unwrap();
+        assert_eq!(d.event_body.as_deref(), Some(r#"{"digest":"w"}"#), "the digest's event is its member list");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_digest_that_could_not_be_rendered_sends_its_members_on_their_own() {
+    each_backend(|store| async move {
+        let window = two_members_in_a_window(&store).await;
+        let mut failed = new_intent(&key(WINDOW), "email", None);
+        (failed.payload, failed.state, failed.reason) = (None, "dead".into(), Some("template_error".into()));
+        let close = closing(window, vec![key(1), key(2)], failed);
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
+        let dead = store.intent_get("default", &key(WINDOW)).await.unwrap().unwrap();
+        assert_eq!((dead.intent.state.as_str(), dead.intent.reason.as_deref()), ("dead", Some("template_error")));
+        let mut sent: Vec<String> =
+            store.jobs_claim(claim(T0 + DAY, 10)).await.unwrap().into_iter().map(|j| j.intent.key).collect();
+        sent.sort();
+        assert_eq!(sent, vec![key(1), key(2)], "each member goes out with the content it froze");
+        let member = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!(member.intent.decision, "send");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_inbox_card_is_marked_read_only_by_its_own_recipient() {
+    each_backend(|store| async move {
+        store
+            .inbox_deliver(InboxDelivery {
+                tenant: "default".into(),
+                recipient_id: "u-1".into(),
+                entity_type: "purchase_order".into(),
+                entity_id: "PO-1".into(),
+                version: Some(1),
+                occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+                intent_key: key(1),
+                payload_digest: format!("digest-{}", key(1)),
+                now_us: T0,
+            })
+            .await
+            .unwrap();
+        let card = inbox_card_id("default", "u-1", "purchase_order", "PO-1");
+        assert!(!store.inbox_mark_read("default", "u-2", &card, T0 + 1).await.unwrap(), "another recipient's card");
+        assert!(!store.inbox_mark_read("other", "u-1", &card, T0 + 1).await.unwrap(), "another tenant's card");
+        assert!(!store.inbox_mark_read("default", "u-1", &key(9), T0 + 1).await.unwrap(), "no such card");
+        assert_eq!(store.inbox_list("default", "u-1", None, 10).await.unwrap().items[0].read_at, None);
+        assert!(store.inbox_mark_read("default", "u-1", &card, T0 + 5).await.unwrap());
+        assert_eq!(store.inbox_list("default", "u-1", None, 10).await.unwrap().items[0].read_at, Some(T0 + 5));
+    })
+    .await;
+}
+
+/// A dead letter of `tenant` with `reason`, dead since `at`.
+fn dead_letter(tenant: &str, n: u32, reason: &str, at: i64) -> Ingest {
+    let mut dead = new_intent(&key(n), "sms", None);
+    (dead.state, dead.reason) = ("dead".into(), Some(reason.into()));
+    Ingest { tenant: tenant.into(), now_us: at, ..ingest(&format!("r{n}"), &format!("fp{n}"), vec![dead]) }
+}
+
+#[tokio::test]
+async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across() {
+    each_backend(|store| async move {
+        for (tenant, n, reason) in
+            [("acme", 1, "rejected"), ("acme", 2, "rejected"), ("acme", 3, "template_error"), ("globex", 4, "rejected")]
+        {
+            store.events_ingest(dead_letter(tenant, n, reason, T0 + i64::from(n))).await.unwrap();
+        }
+        let all = store.dead_letters_summary(None, T0, T0 + 10).await.unwrap();
+        assert_eq!(all, vec![("rejected".into(), 3), ("template_error".into(), 1)]);
+        let acme = store.dead_letters_summary(Some("acme"), T0, T0 + 10).await.unwrap();
+        assert_eq!(acme, vec![("rejected".into(), 2), ("template_error".into(), 1)]);
+        let later = store.dead_letters_summary(None, T0 + 2, T0 + 4).await.unwrap();
+        assert_eq!(later, vec![("rejected".into(), 1), ("template_error".into(), 1)], "[since, until)");
+
+        let examples = |tenant: Option<&'static str>, limit: u32| {
+            let store = store.clone();
+            async move {
+                let rows = store.dead_letters_examples(tenant, "rejected", T0, T0 + 10, limit).await.unwrap();
+                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(examples(None, 2).await, vec![key(4), key(2)], "the newest first");
+        assert_eq!(examples(Some("acme"), 10).await, vec![key(2), key(1)]);
+        assert_eq!(examples(Some("initech"), 10).await, Vec::<String>::new());
+    })
+    .await;
+}
+
+fn replay(selector: ReplaySelector, tenant: &str, at: i64) -> Replay {
+    Replay { tenant: tenant.into(), selector, now_us: at, requested_by: Some("ops".into()), limit: 10 }
+}
+
+#[tokio::test]
+async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_rest() {
+    each_backend(|store| async move {
+        // key 1 dies after a try; key 2 never had content; key 3 was sent;
+        // key 4's content is pruned by retention.
+        store.events_ingest(dead_letter("default", 4, "rejected", T0)).await.unwrap();
+        store.retention_batch(PruneStep::Payloads, T0 + 1, 100).await.unwrap();
+        let later = T0 + DAY;
+        let mut tried = ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(later))]);
+        tried.now_us = later;
+        store.events_ingest(tried).await.unwrap();
+        store.jobs_claim(claim(later, 10)).await.unwrap();
+        store
+            .attempts_finish(&[finished(
+                &key(1),
+                1,
+                OutcomeClass::Permanent,
+                Transition::Dead { reason: Reason::Rejected },
+            )])
+            .await
+            .unwrap();
+        let mut no_content = dead_letter("default", 2, "template_error", later);
+        no_content.intents[0].payload = None;
+        store.events_ingest(no_content).await.unwrap();
+        store.events_ingest(settled(&key(3), "sms", "sent", later)).await.unwrap();
+
+        let ids = ReplaySelector::Ids(vec![key(1), key(2), key(3), key(4), key(99)]);
+        let out = store.dead_letters_replay(replay(ids, "default", later + 100)).await.unwrap();
+        let outcomes: Vec<(String, ReplayOutcome)> = out.into_iter().map(|r| (r.key, r.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (key(1), ReplayOutcome::Queued),
+                (key(2), ReplayOutcome::NoContent("template_error".into())),
+                (key(3), ReplayOutcome::NotDead("sent".into())),
+                (key(4), ReplayOutcome::ContentPruned("rejected".into())),
+                (key(99), ReplayOutcome::NotFound),
+            ]
+        );
+        let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref(), d.intent.retry_base), ("queued", None, 1));
+        // the same key and frozen content, a fresh budget counted from the replay
+        let again = store.jobs_claim(claim(later + 100, 10)).await.unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!((again[0].intent.key.clone(), again[0].intent.attempts), (key(1), 2));
+        assert_eq!(again[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        // another tenant cannot replay it
+        let foreign =
+            store.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(2)]), "acme", later)).await.unwrap();
+        assert_eq!(foreign[0].outcome, ReplayOutcome::NotFound);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replay_by_reason_takes_the_replayable_first_up_to_its_limit() {
+    each_backend(|store| async move {
+        let mut no_content = dead_letter("default", 1, "rejected", T0);
+        no_content.intents[0].payload = None;
+        store.events_ingest(no_content).await.unwrap();
+        for n in [2, 3, 4] {
+            store.events_ingest(dead_letter("default", n, "rejected", T0 + i64::from(n))).await.unwrap();
+        }
+        store.events_ingest(dead_letter("default", 5, "hard_bounce", T0)).await.unwrap();
+        let by_reason = ReplaySelector::Reason { reason: "rejected".into(), since_us: None };
+        let out =
+            store.dead_letters_replay(Replay { limit: 2, ..replay(by_reason, "default", T0 + 10) }).await.unwrap();
+        let queued: Vec<String> =
+            out.iter().filter(|r| r.outcome == ReplayOutcome::Queued).map(|r| r.key.clone()).collect();
+        assert_eq!((out.len(), queued), (2, vec![key(2), key(3)]), "oldest replayable first");
+        let since = ReplaySelector::Reason { reason: "rejected".into(), since_us: Some(T0 + 4) };
+        let out = store.dead_letters_replay(replay(since, "default", T0 + 20)).await.unwrap();
+        assert_eq!(out.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), vec![key(4)], "only those dead since");
+        let hard = store.intent_get("default", &key(5)).await.unwrap().unwrap();
+        assert_eq!(hard.intent.state, "dead", "another reason is left alone");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_next_daily_digest_starts_where_the_last_posted_one_ended() {
+    each_backend(|store| async move {
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), None);
+        let hour = 3_600_000_000;
+        let now = jiff::Timestamp::now().as_microsecond();
+        let claim = |slot: &str, until_us: i64| OpsDigestClaim {
+            slot: slot.into(),
+            since_us: until_us - 24 * hour,
+            until_us,
+            now_us: now,
+            lease_us: 600_000_000,
+        };
+        assert!(store.ops_digest_claim(claim("2026-11-29", T0)).await.unwrap().is_some());
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), None, "claimed is not posted");
+        store.ops_digest_posted("2026-11-29", now, 3).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        // a manual post (`POST /v1/ops/dlq-digest`) does not move the schedule
+        assert!(store.ops_digest_claim(claim("manual:1", T0 + 2 * hour)).await.unwrap().is_some());
+        store.ops_digest_posted("manual:1", now, 0).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        assert!(store.ops_digest_claim(claim("2026-11-30", T0 + 24 * hour)).await.unwrap().is_some());
+        store.ops_digest_posted("2026-11-30", now, 0).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0 + 24 * hour));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_drops_old_attempt_text_and_keeps_the_outcome() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let failed = FinishedAttempt {
+            error: Some("550 no such mailbox".into()),
+            error_class: Some(Reason::Rejected),
+            ..finished(&key(1), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected })
+        };
+        store.attempts_finish(&[failed]).await.unwrap();
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 10, 100).await.unwrap(), 0, "too young");
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 11, 100).await.unwrap(), 1);
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 11, 100).await.unwrap(), 0);
+        let attempts = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!(attempts[0].error, None);
+        assert_eq!(
+            (attempts[0].outcome.as_deref(), attempts[0].error_class.as_deref()),
+            (Some("permanent"), Some("rejected"))
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_forgets_old_request_records_so_the_identity_is_new_again() {
+    each_backend(|store| async move {
+        let post = || ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))]);
+        store.events_ingest(post()).await.unwrap();
+        assert!(matches!(store.events_ingest(post()).await.unwrap(), IngestOutcome::Replayed { .. }));
+        assert_eq!(store.retention_batch(PruneStep::Requests, T0, 100).await.unwrap(), 0, "too young");
+        assert_eq!(store.retention_batch(PruneStep::Requests, T0 + 1, 100).await.unwrap(), 1);
+        // the intent is still there: a new request for it creates nothing
+        let again = store.events_ingest(post()).await.unwrap();
+        let IngestOutcome::Accepted { response, any_created } = again else { panic!("{again:?}") };
+        assert!(!any_created && !response.intents[0].created);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn new_work_wakes_a_waiting_worker() {
+    each_backend(|store| async move {
+        // nothing new: the wait ends when its time is up
+        store.wait_for_work(std::time::Duration::from_millis(10)).await;
+        let waiter = {
+            let store = store.clone();
+            tokio::spawn(async move { store.wait_for_work(std::time::Duration::from_secs(3600)).await })
+        };
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), waiter)
+            .await
+            .expect("the new job woke the waiter")
+            .unwrap();
     })
     .await;
 }

@@ -46,7 +46,10 @@ impl Herald {
         let config_path = dir.path().join("herald.toml");
         std::fs::write(&config_path, config(&listen, database_url, sms_url))?;
         let log = dir.path().join("herald.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        // Another build of Herald (an earlier commit's, for a before/after
+        // comparison in one sitting) can be named; by default it is this one.
+        let bin = std::env::var_os("HERALD_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_herald").into());
+        let mut command = Command::new(bin);
         command.arg("serve").arg("--config").arg(&config_path);
         // The file is the whole config: no HERALD_… variable of this shell overrides it.
         for (name, _) in std::env::vars_os() {

@@ -100,3 +100,44 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+/// What axum answers by itself — a path segment that is not UTF-8, a body
+/// over the limit read by a plain `Bytes` extractor, a method a route does not
+/// take — comes as plain text or nothing; it becomes Herald's error body here,
+/// so every error a client sees has one shape. Headers (`Allow`) are kept; a
+/// 5xx keeps none of its text.
+pub async fn json_errors(
+    axum::extract::State(limit): axum::extract::State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let resp = next.run(request).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 1024).await.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let text = text.unwrap_or_default();
+    let (code, message) = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            ("method_not_allowed", "this endpoint does not take this method (see the Allow header)".to_string())
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => ("payload_too_large", format!("request body is larger than {limit} bytes")),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", text),
+        s if s.is_server_error() => {
+            tracing::error!(status = s.as_u16(), "request failed before reaching a handler");
+            ("internal", "internal error".to_string())
+        }
+        _ => ("invalid_request", text),
+    };
+    let body = Json(json!({"error": {"code": code, "message": message}})).into_response();
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    Response::from_parts(parts, body.into_body())
+}

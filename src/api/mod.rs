@@ -33,6 +33,7 @@ pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
 use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};
+use crate::ingest::Ingestor;
 use crate::ops::dlq_digest::OpsDigest;
 use crate::ops::fastpath::FastPath;
 use crate::render::TemplateSet;
@@ -57,7 +58,8 @@ pub struct AppState {
     pub routes: Arc<HashMap<String, Route>>,
     pub tokens: Arc<TokenTable>,
     pub clock: Arc<dyn Clock>,
-    pub fastpath: Option<Arc<FastPath>>,
+    /// The ingest pipeline `POST /v1/events` hands its requests to.
+    pub ingest: Arc<Ingestor>,
     pub ops_digest: Arc<OpsDigest>,
     /// Which webhook destinations input may name.
     pub destinations: Arc<DestinationPolicy>,
@@ -77,6 +79,15 @@ impl AppState {
     ) -> AppState {
         let tokens = TokenTable::from_config(&config.auth.tokens);
         let destinations = Arc::new(DestinationPolicy::from_config(&config));
+        let ingest = Arc::new(Ingestor::new(
+            store.clone(),
+            config.clone(),
+            templates.clone(),
+            routes.clone(),
+            clock.clone(),
+            fastpath,
+            destinations.clone(),
+        ));
         AppState {
             store,
             config,
@@ -84,7 +95,7 @@ impl AppState {
             routes,
             tokens: Arc::new(tokens),
             clock,
-            fastpath,
+            ingest,
             ops_digest,
             destinations,
             breakers: Arc::default(),
@@ -116,6 +127,7 @@ pub fn router(state: AppState) -> Router {
     routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
         .with_state(state)
 }
 
@@ -130,7 +142,6 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::scrape))
         .routes(routes!(ops::dlq_digest))
         .routes(routes!(dead_letters::replay))
-        .routes(routes!(events::post_event))
         .routes(routes!(intents::get_one))
         .routes(routes!(recipients::put_one, recipients::get_one))
         .routes(routes!(recipients::preferences_version))
@@ -140,6 +151,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
+        .routes(routes!(events::post_event))
         .routes(routes!(dead_letters::list))
         .routes(routes!(dead_letters::summary))
         .routes(routes!(intents::list))

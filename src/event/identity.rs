@@ -93,8 +93,26 @@ fn write_canonical(value: &Value, out: &mut String) {
             }
             out.push(']');
         }
+        Value::Number(n) => out.push_str(&canonical_number(n)),
         scalar => out.push_str(&scalar.to_string()),
     }
+}
+
+/// One spelling per value: a double that holds a whole number within 64 bits
+/// is written as that integer, so `5`, `5.0`, `50e-1` and `-0.0` (as `0`)
+/// are one fingerprint whichever JSON writer the sender's retry went through.
+/// Any other double is written in its shortest round-trip form.
+pub fn canonical_number(n: &serde_json::Number) -> String {
+    if let Some(f) = n.as_f64().filter(|f| n.is_f64() && f.fract() == 0.0) {
+        // 2^63 and 2^64 are exact doubles; within them the cast is exact.
+        if (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&f) {
+            return (f as i64).to_string();
+        }
+        if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+            return (f as u64).to_string();
+        }
+    }
+    n.to_string()
 }
 
 #[cfg(test)]
@@ -125,6 +143,25 @@ mod tests {
     fn canonical_json_sorts_keys_at_every_depth() {
         let a = json!({"b": 1, "a": {"z": [1, {"y": 2, "x": 1}], "c": "é"}});
         assert_eq!(canonical_json(&a), r#"{"a":{"c":"é","z":[1,{"x":1,"y":2}]},"b":1}"#);
+    }
+
+    #[test]
+    fn a_number_has_one_canonical_spelling() {
+        let canon = |text: &str| canonical_json(&serde_json::from_str(text).unwrap());
+        for (forms, want) in [
+            (&["5", "5.0", "5e0", "50E-1", "0.5e+1"][..], "5"),
+            (&["0", "-0", "0.0", "-0.0", "0e5"][..], "0"),
+            (&["-12", "-12.0", "-1.2e1"][..], "-12"),
+            (&["9007199254740992", "9007199254740992.0", "9.007199254740992e15"][..], "9007199254740992"),
+            (&["18446744073709551615"][..], "18446744073709551615"),
+            (&["-9223372036854775808", "-9.223372036854775808e18"][..], "-9223372036854775808"),
+            (&["0.1", "1e-1", "0.10"][..], "0.1"),
+            (&["1e300", "1.0e300"][..], "1e+300"),
+        ] {
+            for form in forms {
+                assert_eq!(canon(form), want, "{form}");
+            }
+        }
     }
 
     #[test]

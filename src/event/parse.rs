@@ -95,8 +95,12 @@ fn parse_entity(v: Option<&Value>) -> Result<EntityRef, EventError> {
     let id = identifier(obj, "id", "entity.id")?;
     let version = match obj.get("version") {
         None | Some(Value::Null) => None,
+        // `3.0` and `3e0` are the integer 3 written another way.
         Some(v) => Some(
             v.as_u64()
+                .or_else(|| {
+                    v.as_f64().filter(|f| f.fract() == 0.0 && (0.0..i64::MAX as f64).contains(f)).map(|f| f as u64)
+                })
                 .filter(|n| i64::try_from(*n).is_ok())
                 .ok_or_else(|| err("entity.version", "must be an integer from 0 to 2^63-1"))?,
         ),

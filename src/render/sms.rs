@@ -628,6 +628,36 @@ mod tests {
                 );
             }
 
+            /// Any string at all, not only the classes above.
+            #[test]
+            fn agrees_with_reference_for_any_string(t in any::<String>()) {
+                let a = analyse(&t);
+                prop_assert_eq!(Reference { encoding: a.encoding, units: a.units, segments: a.segments }, reference(&t));
+            }
+
+            /// Text right at the limits: 160/153 GSM-7 units (an extension
+            /// character straddling the boundary), 70/67 UCS-2 units (a
+            /// surrogate pair straddling it).
+            #[test]
+            fn agrees_with_reference_at_the_limits(
+                gsm_len in prop_oneof![150..=162_usize, 300..=310_usize, 455..=462_usize],
+                ucs_len in prop_oneof![64..=72_usize, 130..=136_usize, 198..=203_usize],
+                at in 0..1000_usize,
+                ext in ext_char(),
+                astral in astral_char(),
+            ) {
+                let mut gsm: Vec<char> = vec!['a'; gsm_len];
+                gsm.insert(at % (gsm_len + 1), ext);
+                let gsm: String = gsm.into_iter().collect();
+                let mut ucs: Vec<char> = vec!['\u{2019}'; ucs_len];
+                ucs.insert(at % (ucs_len + 1), astral);
+                let ucs: String = ucs.into_iter().collect();
+                for t in [gsm, ucs] {
+                    let a = analyse(&t);
+                    prop_assert_eq!(Reference { encoding: a.encoding, units: a.units, segments: a.segments }, reference(&t));
+                }
+            }
+
             #[test]
             fn segments_never_decrease_on_append(t in text(), c in any_char()) {
                 let before = analyse(&t).segments;

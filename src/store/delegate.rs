@@ -22,6 +22,43 @@ macro_rules! store_impl {
                 q::recipient_preferences_get(&self.$reader, tenant, id, version).await
             }
 
+            async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
+                let mut out = match self.ingest_tx(&batch).await {
+                    Ok(out) => out.into_iter().map(Some).collect(),
+                    // A database that cannot be reached fails the whole batch
+                    // at once: running each request alone would make the last
+                    // caller wait out one connection timeout per request.
+                    Err(e) if e.is_unreachable() => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed: the database could not be reached");
+                        let reason = e.to_string();
+                        return batch.iter().map(|_| Err(StoreError::Unreachable(reason.clone()))).collect();
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed; running its requests one by one");
+                        batch.iter().map(|_| None).collect::<Vec<_>>()
+                    }
+                };
+                // A request that failed inside the batch, or a batch that failed
+                // as a whole, is run again on its own: one request's failure is
+                // never another's.
+                for (slot, ingest) in out.iter_mut().zip(&batch) {
+                    if !matches!(slot, Some(Ok(_))) {
+                        *slot = Some(super::ingest_alone(ingest, |one| self.ingest_tx(one)).await);
+                    }
+                }
+                out.into_iter().flatten().collect()
+            }
+
+            async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::request_seen(&mut conn, tenant, identity, fingerprint).await
+            }
+
+            async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::event_digest(&mut conn, event_key).await
+            }
+
             async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
                 let mut conn = self.$reader.acquire().await?;
                 q::intents_status(&mut conn, tenant, keys).await

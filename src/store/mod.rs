@@ -6,6 +6,7 @@
 mod backfill;
 mod delegate;
 mod postgres;
+mod postgres_batch;
 mod queries;
 mod rows;
 mod rows_receipts;
@@ -39,6 +40,24 @@ pub enum StoreError {
     /// The database is there, but not with this binary's schema.
     #[error("{0}")]
     Schema(String),
+    /// The database could not be reached (no connection within the pool's
+    /// time, a closed pool, a broken socket).
+    #[error("the database could not be reached: {0}")]
+    Unreachable(String),
+}
+
+impl StoreError {
+    /// Whether the error is about reaching the database rather than about
+    /// what was asked of it: asking again at once would only wait again.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable(_)
+                | StoreError::Database(
+                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+                )
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -81,9 +100,29 @@ pub trait Store: Send + Sync + 'static {
         version: i64,
     ) -> StoreResult<Option<PreferencesVersion>>;
 
-    /// ONE transaction: request record + payloads + intents + jobs. The unique
-    /// constraints on the request identity and the intent key decide.
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome>;
+    /// The answer stored for a request identity, read before anything is
+    /// planned (from the read pool on SQLite). None when the identity is new —
+    /// which the ingest transaction, not this read, then decides.
+    async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>>;
+
+    /// One request: a batch of one.
+    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
+        let mut out = self.events_ingest_batch(vec![ingest]).await;
+        out.pop().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch of one answered nothing".into())))
+    }
+
+    /// Group commit: a batch of requests in ONE transaction (request record
+    /// with its response + payloads + intents + jobs for each), answered in
+    /// order, each only once its rows are durable. Each request is written
+    /// entirely or not at all; two requests for the same identity or event
+    /// behave as two transactions in a row; a request that fails is run again
+    /// on its own and never fails the others. The unique constraints on the
+    /// request identity and the intent key decide.
+    async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>>;
+
+    /// The content digest an event key was accepted with (None when the
+    /// event is new): a dry run's read of what the ingest transaction checks.
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>>;
 
     /// The decision, reason and state of these intents as they are now (a
     /// replay answered from the Redis fast path reads them here).
@@ -198,7 +237,37 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<(String, i64)>>;
 }
 
-fn is_postgres(database_url: &str) -> bool {
+/// One request in its own transaction, run again (up to three more times) when
+/// Postgres aborted it in a deadlock or a serialization failure: rows shared
+/// between events (content, digest windows) can, rarely, meet retention or
+/// another ingest that way, and the whole transaction is safe to run again.
+async fn ingest_alone<'a, F, Fut>(ingest: &'a Ingest, run: F) -> StoreResult<IngestOutcome>
+where
+    F: Fn(&'a [Ingest]) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<Vec<StoreResult<IngestOutcome>>>>,
+{
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let outcome = match run(std::slice::from_ref(ingest)).await {
+            Ok(mut out) => {
+                out.pop().unwrap_or_else(|| Err(StoreError::Corrupt("an ingest of one answered nothing".into())))
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Err(StoreError::Database(sqlx::Error::Database(e)))
+                if tries < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
+            {
+                tracing::warn!(error = %e, tries, "ingest transaction aborted by Postgres; running it again");
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a database URL names Postgres (else it is a SQLite file).
+pub fn is_postgres(database_url: &str) -> bool {
     database_url.starts_with("postgres://") || database_url.starts_with("postgresql://")
 }
 

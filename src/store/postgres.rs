@@ -2,7 +2,8 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
-use super::queries::{report, transition_columns};
+use super::postgres_batch::Pass;
+use super::queries::{applied_set, report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
@@ -17,7 +18,13 @@ fn keys_arg(keys: &[String]) -> Vec<String> {
 }
 
 mod q {
-    super::super::queries::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg, " FOR UPDATE");
+    super::super::queries::shared_queries!(
+        sqlx::Postgres,
+        "= ANY($1)",
+        super::keys_arg,
+        " FOR UPDATE",
+        "jsonb_array_elements($1::jsonb)"
+    );
 }
 
 pub struct PostgresStore {
@@ -26,15 +33,36 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
-    async fn ingest_once(&self, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+    /// One transaction for a batch of requests: set-wise when the batch fits
+    /// (see [`super::postgres_batch`]), else — and for what the set-wise pass
+    /// leaves undecided — request by request in savepoints. Listeners learn
+    /// of new jobs when it commits.
+    async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcome = q::ingest(&mut tx, ingest).await?;
-        if !matches!(&outcome, IngestOutcome::Accepted { .. }) {
-            // A conflict wrote a request record that must not stay.
-            tx.rollback().await?;
-            return Ok(outcome);
-        }
-        let queued = matches!(&outcome, IngestOutcome::Accepted { any_created: true, .. });
+        let outcomes = match super::postgres_batch::fits(batch) {
+            true => match super::postgres_batch::write(&mut tx, batch).await? {
+                Pass::Decided(decided) => {
+                    let left: Vec<&Ingest> =
+                        (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
+                    let mut rest = q::ingest_batch(&mut tx, left).await?.into_iter();
+                    decided
+                        .into_iter()
+                        .map(|o| {
+                            o.map(Ok)
+                                .or_else(|| rest.next())
+                                .unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch lost a request".into())))
+                        })
+                        .collect()
+                }
+                Pass::Raced => {
+                    tx.rollback().await?;
+                    tx = self.pool.begin().await?;
+                    q::ingest_batch(&mut tx, batch).await?
+                }
+            },
+            false => q::ingest_batch(&mut tx, batch).await?,
+        };
+        let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
         if queued {
             // Delivered to listeners when the transaction commits.
             sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
@@ -43,7 +71,7 @@ impl PostgresStore {
         if queued {
             self.wake.notify_one();
         }
-        Ok(outcome)
+        Ok(outcomes)
     }
 
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
@@ -99,24 +127,6 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
-    }
-
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        // Rows shared between events (content, digest windows) can, rarely,
-        // meet retention or another ingest in a deadlock; Postgres aborts one
-        // side, and the whole transaction is safe to run again.
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.ingest_once(&ingest).await {
-                Err(StoreError::Database(sqlx::Error::Database(e)))
-                    if tries < 4 && matches!(e.code().as_deref(), Some("40P01" | "40001")) =>
-                {
-                    tracing::warn!(error = %e, tries, "ingest transaction aborted by Postgres; running it again");
-                }
-                other => return other,
-            }
-        }
     }
 
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
@@ -195,7 +205,8 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
         // By (key, n): a stale outcome for an attempt that was rescued must not
         // ride along with the new attempt's outcome for the same intent.
-        for f in finished.iter().filter(|f| applied.contains(&(f.key.clone(), f.n))) {
+        let applied_now = applied_set(&applied);
+        for f in finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))) {
             let (state, reason, run_at) = transition_columns(&f.transition);
             keys.push(f.key.clone());
             states.push(state.as_str());

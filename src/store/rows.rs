@@ -145,6 +145,16 @@ pub struct IntentStatus {
     pub state: String,
 }
 
+/// What the database holds for a request identity that was seen before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestSeen {
+    /// The same fingerprint: the stored answer (marked replayed), its intents
+    /// as they are now.
+    Replay(IngestResponse),
+    /// Another request used this identity.
+    Mismatch,
+}
+
 /// How one request fared. The request identity is decided first (a reused
 /// `Idempotency-Key` with another body is a mismatch), then the event's
 /// content (another content under an accepted event key is a conflict), then
@@ -354,6 +364,29 @@ pub enum DigestCloseOutcome {
     Closed,
     AlreadyClosed,
     MembersChanged,
+}
+
+/// A leased job as the claim finds it, before the rules in
+/// [`crate::deliver::rules`] say what becomes of it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClaimCandidate {
+    #[sqlx(flatten)]
+    pub intent: IntentRow,
+    /// The frozen content (JSON).
+    pub content: Option<String>,
+    /// An attempt was left unfinished: the worker that made it lost its lease.
+    pub lease_lapsed: bool,
+}
+
+/// A newer version of a claimed intent's entity, for the same recipient on
+/// the same channel.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct NewerVersion {
+    /// The claimed intent's key.
+    pub of: String,
+    pub key: String,
+    pub entity_version: i64,
+    pub state: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

@@ -47,6 +47,12 @@ impl Store for SlowRecording {
     async fn ping(&self) -> StoreResult<()> {
         self.inner.ping().await
     }
+    async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
+        self.inner.request_find(tenant, identity, fingerprint).await
+    }
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+        self.inner.event_digest(event_key).await
+    }
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
         self.inner.intents_status(tenant, keys).await
     }
@@ -64,8 +70,8 @@ impl Store for SlowRecording {
     ) -> StoreResult<Option<PreferencesVersion>> {
         self.inner.recipient_preferences_get(tenant, id, version).await
     }
-    async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        self.inner.events_ingest(ingest).await
+    async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
+        self.inner.events_ingest_batch(batch).await
     }
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
         self.inner.intent_get(tenant, key).await

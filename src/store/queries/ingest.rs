@@ -1,45 +1,83 @@
-//! Ingest: the one transaction of `POST /v1/events` (request record, event
-//! content record, payloads, intents, jobs, digest windows). Instantiated per
-//! backend by [`super::shared_queries`]. The backend commits it only when the
-//! outcome is `Accepted`: a conflict must leave no request record behind.
+//! Ingest: what `POST /v1/events` writes (request record with its response,
+//! event content record, payloads, intents, jobs, digest windows), for a batch
+//! of requests in one transaction. Instantiated per backend by
+//! [`super::shared_queries`].
+
+/// How one request's statements ended, before its savepoint is released.
+pub enum Step {
+    Done(crate::store::IngestOutcome),
+    /// Another transaction recorded this request identity first.
+    Raced,
+}
 
 macro_rules! ingest_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
-        /// The body of `events_ingest`, inside the caller's transaction.
-        pub async fn ingest(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
-            let claimed = sqlx::query(
-                "INSERT INTO requests (tenant, identity, fingerprint, created_at) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (tenant, identity) DO NOTHING",
-            )
-            .bind(&ingest.tenant)
-            .bind(&ingest.identity)
-            .bind(&ingest.fingerprint)
-            .bind(ingest.now_us)
-            .execute(&mut **tx)
-            .await?
-            .rows_affected();
-            if claimed == 0 {
-                // Another request with this identity committed first (on Postgres
-                // the INSERT above waited for it): replay it or refuse.
-                let (fingerprint, response): (String, Option<String>) =
-                    sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
-                        .bind(&ingest.tenant)
-                        .bind(&ingest.identity)
-                        .fetch_one(&mut **tx)
-                        .await?;
-                if fingerprint != ingest.fingerprint {
-                    return Ok(IngestOutcome::Mismatch);
+        use crate::store::queries::ingest::Step;
+        use sqlx::Connection as _;
+
+        /// A batch of requests in the caller's transaction, each in its own
+        /// savepoint: a request is written entirely or not at all, one that
+        /// fails (a conflict, a refused row, a deadlock) is rolled back alone,
+        /// and a later request sees an earlier one's rows, as two transactions
+        /// in a row would. A request whose statements failed is reported as
+        /// the error, for the caller to run again on its own.
+        pub async fn ingest_batch<'b>(
+            tx: &mut Tx<'_>,
+            batch: impl IntoIterator<Item = &'b Ingest>,
+        ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+            let mut out = Vec::new();
+            for ingest in batch {
+                let mut one = tx.begin().await?;
+                match ingest_one(&mut one, ingest).await {
+                    Ok(Step::Done(outcome @ IngestOutcome::Accepted { .. })) => {
+                        one.commit().await?;
+                        out.push(Ok(outcome));
+                    }
+                    Ok(Step::Done(outcome)) => {
+                        // A conflict or a replay wrote nothing that must stay.
+                        one.rollback().await?;
+                        out.push(Ok(outcome));
+                    }
+                    Ok(Step::Raced) => {
+                        one.rollback().await?;
+                        // Read on the batch's own transaction, outside any
+                        // savepoint: if the read fails, the transaction may be
+                        // aborted (Postgres), so the whole batch fails and its
+                        // requests run again alone. Answering the others would
+                        // answer rows a silent rollback had taken back.
+                        out.push(Ok(decided_elsewhere(tx, ingest).await?));
+                    }
+                    Err(e) => {
+                        one.rollback().await?;
+                        out.push(Err(e));
+                    }
                 }
-                let text = response.ok_or_else(|| StoreError::Corrupt("request record without a response".into()))?;
-                let mut response: IngestResponse =
-                    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
-                response.replayed = true;
-                let now = intents_status(&mut **tx, &ingest.tenant, &response.intent_keys()).await?;
-                response.refresh(&now);
-                return Ok(IngestOutcome::Replayed { response });
+            }
+            Ok(out)
+        }
+
+        /// A request whose identity another transaction recorded while this one
+        /// was writing (on Postgres the request INSERT waited for it): now a
+        /// replay of it or a mismatch.
+        async fn decided_elsewhere(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+            match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
+                Some(RequestSeen::Replay(response)) => Ok(IngestOutcome::Replayed { response }),
+                Some(RequestSeen::Mismatch) => Ok(IngestOutcome::Mismatch),
+                None => Err(StoreError::Corrupt("request record without a response".into())),
+            }
+        }
+
+        /// One request: the request record is read first, and written last with
+        /// its response, so a new request costs one statement for it and a
+        /// replay writes nothing.
+        async fn ingest_one(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Step> {
+            match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
+                Some(RequestSeen::Replay(response)) => return Ok(Step::Done(IngestOutcome::Replayed { response })),
+                Some(RequestSeen::Mismatch) => return Ok(Step::Done(IngestOutcome::Mismatch)),
+                None => {}
             }
             if !event_claim(tx, ingest).await? {
-                return Ok(IngestOutcome::Conflict);
+                return Ok(Step::Done(IngestOutcome::Conflict));
             }
 
             // Payloads first, each once, in digest order: content is shared
@@ -70,14 +108,52 @@ macro_rules! ingest_queries {
             let intents = ingest.intents.iter().filter_map(|it| summaries.remove(it.key.as_str())).collect();
             let response = IngestResponse { event_key: ingest.event_key.clone(), replayed: false, intents };
             let text = serde_json::to_string(&response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            sqlx::query("UPDATE requests SET status = $3, response = $4 WHERE tenant = $1 AND identity = $2")
-                .bind(&ingest.tenant)
-                .bind(&ingest.identity)
-                .bind(if any_created { 202_i64 } else { 200_i64 })
-                .bind(text)
-                .execute(&mut **tx)
-                .await?;
-            Ok(IngestOutcome::Accepted { response, any_created })
+            let recorded = sqlx::query(
+                "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (tenant, identity) DO NOTHING",
+            )
+            .bind(&ingest.tenant)
+            .bind(&ingest.identity)
+            .bind(&ingest.fingerprint)
+            .bind(ingest.now_us)
+            .bind(if any_created { 202_i64 } else { 200_i64 })
+            .bind(text)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+            if recorded == 0 {
+                return Ok(Step::Raced);
+            }
+            Ok(Step::Done(IngestOutcome::Accepted { response, any_created }))
+        }
+
+        /// The stored answer for a request identity: a replay when the
+        /// fingerprint matches (its intents as they are now), else a mismatch.
+        /// A record without a response (not yet answered) counts as unseen.
+        pub async fn request_seen(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            tenant: &str,
+            identity: &str,
+            fingerprint: &str,
+        ) -> StoreResult<Option<RequestSeen>> {
+            let row: Option<(String, Option<String>)> =
+                sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
+                    .bind(tenant)
+                    .bind(identity)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            let Some((stored, response)) = row else { return Ok(None) };
+            if stored != fingerprint {
+                return Ok(Some(RequestSeen::Mismatch));
+            }
+            let Some(text) = response else { return Ok(None) };
+            let mut response: IngestResponse =
+                serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
+            response.replayed = true;
+            let now = intents_status(conn, tenant, &response.intent_keys()).await?;
+            response.refresh(&now);
+            Ok(Some(RequestSeen::Replay(response)))
         }
 
         /// Records the content this event key is accepted with, or checks it
@@ -107,16 +183,33 @@ macro_rules! ingest_queries {
                 if inserted == 1 {
                     return Ok(true);
                 }
-                let accepted: Option<String> =
-                    sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
-                        .bind(&ingest.event_key)
-                        .fetch_optional(&mut **tx)
-                        .await?;
+                // Read by touching: the record counts as used now, so retention
+                // (which goes by age, and re-checks it on a row that changed
+                // under it) cannot prune it before these intents commit.
+                let accepted: Option<String> = sqlx::query_scalar(
+                    "UPDATE events SET created_at = CASE WHEN created_at < $2 THEN $2 ELSE created_at END
+                     WHERE event_key = $1 RETURNING content_digest",
+                )
+                .bind(&ingest.event_key)
+                .bind(ingest.now_us)
+                .fetch_optional(&mut **tx)
+                .await?;
                 if let Some(accepted) = accepted {
                     return Ok(accepted == ingest.content_digest);
                 }
             }
             Err(StoreError::Corrupt(format!("the content record of {} vanished twice", ingest.event_key)))
+        }
+
+        /// The content digest an event key was accepted with, if it was.
+        pub async fn event_digest(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            event_key: &str,
+        ) -> StoreResult<Option<String>> {
+            Ok(sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+                .bind(event_key)
+                .fetch_optional(conn)
+                .await?)
         }
 
         /// The decision, reason and state of these intents as they are now.

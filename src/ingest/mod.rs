@@ -1,0 +1,374 @@
+//! The ingest pipeline, whatever the front door (the HTTP API today, an event
+//! bus next): parse → identity → replay check → route → destinations →
+//! directory → plan → render → store.
+//!
+//! A request already seen is answered before anything is planned: the Redis
+//! fast path, else one indexed read of the request record. Only a new request
+//! reads the directory, resolves webhook hosts, plans and renders, and only
+//! the store's transaction decides — the read before it is an optimisation
+//! that a concurrent request can outrun, never the authority.
+
+use crate::channel::destination::DestinationPolicy;
+use crate::clock::{Clock, micros};
+use crate::config::{Config, Route};
+use crate::event::identity::{Tenant, sha256_hex};
+use crate::event::json::{JsonError, read_strict};
+use crate::event::{Event, canonical_json, parse_event};
+use crate::ops::fastpath::FastPath;
+use crate::ops::log::{self, Duplicate, TemplateRef};
+use crate::ops::metrics;
+use crate::plan::{PlanInput, plan};
+use crate::render::TemplateSet;
+use crate::store::{Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestSeen, Store, StoreError};
+use group::GroupCommit;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub mod group;
+
+/// Transactions in flight at once on Postgres.
+const POSTGRES_WRITERS: usize = 2;
+
+/// One request to ingest, as a front door hands it over: the caller's tenant,
+/// its idempotency key (already checked for shape) and the raw body.
+pub struct Request<'a> {
+    pub tenant: &'a Tenant,
+    pub idempotency_key: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+/// The answer to a request that was not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// The request created at least one intent (HTTP 202).
+    Created(IngestResponse),
+    /// A new request whose intents all existed already (HTTP 200).
+    Existing(IngestResponse),
+    /// The stored answer to an earlier request with this identity, its
+    /// intents as they are now (HTTP 200, `Idempotent-Replayed: true`).
+    Replayed(IngestResponse),
+}
+
+impl Answer {
+    pub fn response(&self) -> &IngestResponse {
+        match self {
+            Answer::Created(r) | Answer::Existing(r) | Answer::Replayed(r) => r,
+        }
+    }
+}
+
+/// Why a request was refused. Each names what the sender has to change.
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    #[error("{field}: {message}")]
+    InvalidField { field: String, message: String },
+    #[error("type: no route is configured for event type {0:?}")]
+    UnknownEventType(String),
+    /// The identity was used before with another request.
+    #[error("this Idempotency-Key was used before with a different request body")]
+    IdempotencyMismatch,
+    /// The event key was accepted before with other content.
+    #[error("this event was accepted before with other data or entity.version")]
+    EventConflict,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What ingest needs of the deployment, and the group commit in front of
+/// the store.
+pub struct Ingestor {
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    templates: Arc<TemplateSet>,
+    routes: Arc<HashMap<String, Route>>,
+    clock: Arc<dyn Clock>,
+    fastpath: Option<Arc<FastPath>>,
+    destinations: Arc<DestinationPolicy>,
+    commits: GroupCommit,
+}
+
+/// A parsed request and who it is.
+struct Identified {
+    event: Event,
+    identity: String,
+    fingerprint: String,
+    event_key: String,
+}
+
+impl Ingestor {
+    /// Starts the group commit's writers: on Postgres a few, so one batch is
+    /// gathered while another commits; on SQLite one, as there is one writer
+    /// connection.
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: Arc<Config>,
+        templates: Arc<TemplateSet>,
+        routes: Arc<HashMap<String, Route>>,
+        clock: Arc<dyn Clock>,
+        fastpath: Option<Arc<FastPath>>,
+        destinations: Arc<DestinationPolicy>,
+    ) -> Ingestor {
+        let writers = if crate::store::is_postgres(&config.database_url) { POSTGRES_WRITERS } else { 1 };
+        let commits = GroupCommit::start(store.clone(), writers);
+        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits }
+    }
+
+    pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
+        let (route, new) = self.identify(&request)?;
+        let tenant = request.tenant.as_str();
+        let trace_id = trace_id(tenant, &new.identity);
+        if let Some(seen) = self.seen(tenant, &new.identity, &new.fingerprint).await? {
+            return match seen {
+                RequestSeen::Replay(response) => {
+                    metrics::idempotency_conflict("duplicate");
+                    let template = self.template_of(route);
+                    for i in &response.intents {
+                        log::intent(&trace_id, i, template, Some(Duplicate::Replay));
+                    }
+                    Ok(Answer::Replayed(response))
+                }
+                RequestSeen::Mismatch => {
+                    metrics::idempotency_conflict("mismatch");
+                    refused(&trace_id, &new.event_key, "mismatch");
+                    Err(IngestError::IdempotencyMismatch)
+                }
+            };
+        }
+        self.check_destinations(&new.event).await?;
+        let duplicate = if request.idempotency_key.is_some() { Duplicate::AnotherKey } else { Duplicate::Reemitted };
+        let ingest = self.prepare(request.tenant, route, new).await?;
+        self.store(ingest, &trace_id, duplicate).await
+    }
+
+    /// Parse, route and identity: what every request goes through first.
+    fn identify(&self, request: &Request<'_>) -> Result<(&Route, Identified), IngestError> {
+        let json = read_strict(request.body)?;
+        let event = parse_event(&json).map_err(|e| IngestError::InvalidField { field: e.field, message: e.message })?;
+        // A map lookup: an unknown type answers as such before any I/O.
+        let route = self
+            .routes
+            .get(&event.event_type)
+            .ok_or_else(|| IngestError::UnknownEventType(event.event_type.clone()))?;
+        let event_key = event.event_key(request.tenant);
+        let fingerprint = event.fingerprint();
+        let identity = match request.idempotency_key {
+            Some(k) => format!("key:{k}"),
+            // Without a key the request is the event with its audience: an exact
+            // repeat replays, another audience is a new request, and other content
+            // is refused by the event's own record (409).
+            None => format!("event:{event_key}#{fingerprint}"),
+        };
+        Ok((route, Identified { event, identity, fingerprint, event_key }))
+    }
+
+    /// A dry run: the same checks, plan and render as [`Ingestor::ingest`],
+    /// answered with what a real post would record — and nothing written, not
+    /// a request record, an intent, a job, a payload or a Redis key. It reads
+    /// the database (the request record, the event's record, the intents that
+    /// exist) so that it refuses what a real post would refuse.
+    pub async fn dry_run(&self, request: Request<'_>) -> Result<DryRun, IngestError> {
+        let (route, new) = self.identify(&request)?;
+        let tenant = request.tenant.as_str();
+        let replay = match self.store.request_find(tenant, &new.identity, &new.fingerprint).await? {
+            Some(RequestSeen::Mismatch) => return Err(IngestError::IdempotencyMismatch),
+            Some(RequestSeen::Replay(_)) => true,
+            None => false,
+        };
+        let content_digest = new.event.content_digest();
+        if !replay && self.store.event_digest(&new.event_key).await?.is_some_and(|d| d != content_digest) {
+            return Err(IngestError::EventConflict);
+        }
+        self.check_destinations(&new.event).await?;
+        let ingest = self.prepare(request.tenant, route, new).await?;
+        let keys: Vec<String> = ingest.intents.iter().map(|i| i.key.clone()).collect();
+        let existing = self.store.intents_status(tenant, &keys).await?;
+        Ok(DryRun { event_key: ingest.event_key, replay, intents: ingest.intents, existing })
+    }
+
+    fn template_of<'r>(&'r self, route: &'r Route) -> TemplateRef<'r> {
+        TemplateRef { id: &route.template, revision: self.templates.meta(&route.template).map(|m| m.revision.as_str()) }
+    }
+
+    /// The answer already given to this identity, if any: from Redis when it
+    /// holds an exact repeat, else from the request record (one indexed read).
+    async fn seen(&self, tenant: &str, identity: &str, fingerprint: &str) -> Result<Option<RequestSeen>, IngestError> {
+        if let Some(response) = self.fast_replay(tenant, identity, fingerprint).await? {
+            return Ok(Some(RequestSeen::Replay(response)));
+        }
+        let seen = self.store.request_find(tenant, identity, fingerprint).await?;
+        if let Some(RequestSeen::Replay(response)) = &seen {
+            self.remember(tenant, identity, fingerprint, response).await;
+        }
+        Ok(seen)
+    }
+
+    /// A replay answered from Redis: the stored answer for this identity and
+    /// fingerprint, its intents read as they are now. Only an exact repeat of
+    /// an accepted request can match; anything missing or unreadable falls
+    /// through to the database, which stays the authority.
+    async fn fast_replay(
+        &self,
+        tenant: &str,
+        identity: &str,
+        fingerprint: &str,
+    ) -> Result<Option<IngestResponse>, IngestError> {
+        let Some(fast) = &self.fastpath else { return Ok(None) };
+        let Some(seen) = fast.lookup(tenant, identity).await else { return Ok(None) };
+        if seen.fingerprint != fingerprint {
+            return Ok(None);
+        }
+        let Ok(mut response) = serde_json::from_str::<IngestResponse>(&seen.response) else { return Ok(None) };
+        let now = self.store.intents_status(tenant, &response.intent_keys()).await?;
+        if now.len() != response.intents.len() {
+            return Ok(None);
+        }
+        response.refresh(&now);
+        response.replayed = true;
+        Ok(Some(response))
+    }
+
+    /// Webhook URLs given inline must not point inside the deployment (a name
+    /// is resolved for that, so only a new request pays for it).
+    async fn check_destinations(&self, event: &Event) -> Result<(), IngestError> {
+        let urls: Vec<(String, String)> = (event.recipients.iter().enumerate())
+            .filter_map(|(i, r)| Some((format!("recipients[{i}].webhook_url"), r.webhook_url.clone()?)))
+            .collect();
+        if urls.is_empty() {
+            return Ok(());
+        }
+        self.destinations
+            .check_input(&urls)
+            .await
+            .map_err(|(field, message)| IngestError::InvalidField { field, message })
+    }
+
+    /// Directory, plan and render: everything the transaction will write.
+    async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
+        let Identified { event, identity, fingerprint, event_key } = new;
+        let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
+        let directory: HashMap<_, _> =
+            self.store.recipients_get(tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
+        let now = self.clock.now();
+        let configured = |c| self.config.channel_configured(c);
+        let suppressions = crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory).await?;
+        let intents = plan(&PlanInput {
+            tenant,
+            event: &event,
+            route,
+            templates: &self.templates,
+            directory: &directory,
+            configured: &configured,
+            suppressions: &suppressions,
+            now,
+        });
+        Ok(Ingest {
+            tenant: tenant.as_str().to_string(),
+            identity,
+            content_digest: event.content_digest(),
+            event_body: canonical_json(&event.canonical()),
+            fingerprint,
+            event_key,
+            event_type: event.event_type,
+            entity_type: event.entity.kind,
+            entity_id: event.entity.id,
+            entity_version: event.entity.version.map(|v| v as i64),
+            occurred_at: event.occurred_at.canonical(),
+            intents,
+            now_us: micros(now),
+        })
+    }
+
+    /// The transaction decides; its outcome becomes the answer, is logged and
+    /// counted, and an accepted answer is remembered in Redis.
+    async fn store(&self, ingest: Ingest, trace_id: &str, duplicate: Duplicate) -> Result<Answer, IngestError> {
+        let (tenant, identity, fingerprint) =
+            (ingest.tenant.clone(), ingest.identity.clone(), ingest.fingerprint.clone());
+        let templates: HashMap<String, (String, Option<String>)> = (ingest.intents.iter())
+            .map(|i| (i.key.clone(), (i.template_id.clone(), i.template_revision.clone())))
+            .collect();
+        let event_key = ingest.event_key.clone();
+        let outcome = self.commits.ingest(ingest).await?;
+        match outcome {
+            IngestOutcome::Accepted { response, any_created } => {
+                record(trace_id, &response, &templates, duplicate);
+                if !any_created {
+                    metrics::idempotency_conflict("duplicate");
+                }
+                self.remember(&tenant, &identity, &fingerprint, &response).await;
+                Ok(if any_created { Answer::Created(response) } else { Answer::Existing(response) })
+            }
+            IngestOutcome::Replayed { response } => {
+                metrics::idempotency_conflict("duplicate");
+                record(trace_id, &response, &templates, Duplicate::Replay);
+                self.remember(&tenant, &identity, &fingerprint, &response).await;
+                Ok(Answer::Replayed(response))
+            }
+            IngestOutcome::Mismatch => {
+                metrics::idempotency_conflict("mismatch");
+                refused(trace_id, &event_key, "mismatch");
+                Err(IngestError::IdempotencyMismatch)
+            }
+            IngestOutcome::Conflict => {
+                metrics::idempotency_conflict("conflict");
+                refused(trace_id, &event_key, "conflict");
+                Err(IngestError::EventConflict)
+            }
+        }
+    }
+
+    async fn remember(&self, tenant: &str, identity: &str, fingerprint: &str, response: &IngestResponse) {
+        if let Some(fast) = &self.fastpath {
+            let text =
+                serde_json::to_string(&IngestResponse { replayed: true, ..response.clone() }).unwrap_or_default();
+            fast.remember(tenant, identity, fingerprint, &text).await;
+        }
+    }
+}
+
+/// What a dry run found: the intents a real post would record, and those of
+/// them that exist already (a real post would report them as they stand).
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    pub event_key: String,
+    /// This request was seen before: a real post would replay its answer.
+    pub replay: bool,
+    pub intents: Vec<NewIntent>,
+    pub existing: Vec<IntentStatus>,
+}
+
+/// Derived from the request identity, so a retried request logs under the
+/// same trace as the original.
+fn trace_id(tenant: &str, identity: &str) -> String {
+    sha256_hex(format!("{tenant}|{identity}").as_bytes())[..16].to_string()
+}
+
+/// A request refused for its identity: always logged, whatever the sampling.
+fn refused(trace_id: &str, event_key: &str, kind: &'static str) {
+    tracing::warn!(trace_id, event_key, outcome = kind, "request refused: idempotency {kind}");
+}
+
+/// One log line per intent a request named, and the counters per intent it created.
+fn record(
+    trace_id: &str,
+    response: &IngestResponse,
+    templates: &HashMap<String, (String, Option<String>)>,
+    duplicate: Duplicate,
+) {
+    for i in &response.intents {
+        let (id, revision) = templates.get(&i.key).map_or(("", None), |(id, r)| (id.as_str(), r.as_deref()));
+        let template = TemplateRef { id, revision };
+        let duplicate = match duplicate {
+            Duplicate::Replay => Some(Duplicate::Replay),
+            other => (!i.created).then_some(other),
+        };
+        log::intent(trace_id, i, template, duplicate);
+        if duplicate.is_none() && i.created {
+            metrics::intent_created(&i.channel, &i.decision, i.reason.as_deref(), template);
+            if i.state == "dead" {
+                metrics::dead_letter(i.reason.as_deref().unwrap_or("unknown"));
+            }
+        }
+    }
+}
