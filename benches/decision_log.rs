@@ -32,6 +32,7 @@ fn route(event: &str, digest: bool) -> Route {
         channels: vec!["sms".into()],
         critical: false,
         skip_superseded: false,
+        failover_on_unknown: false,
         digest: digest.then(|| DigestRoute {
             window: Duration::from_secs(3600),
             key: "{{ entity.type }}".into(),

@@ -4,6 +4,7 @@
 use crate::api::{AppState, router};
 use crate::channel::Provider;
 use crate::channel::destination::DestinationPolicy;
+use crate::channel::failover::{Breaker, Breakers, Chain, Named};
 use crate::channel::in_app::InApp;
 use crate::channel::sink::DirectorySink;
 use crate::channel::sms_http::SmsHttp;
@@ -76,7 +77,12 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
     Ok(set)
 }
 
-pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Providers, AppError> {
+pub fn build_providers(
+    config: &Config,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    breakers: &Breakers,
+) -> Result<Providers, AppError> {
     let mut providers: Providers = Providers::new();
     // The in-app and directory "providers" are local writes, with no key of
     // their own: bounded like a provider call, well inside the lease.
@@ -96,16 +102,9 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Email, p);
     }
     if let Some(sms) = &config.channels.sms {
-        let p: Arc<dyn Provider> = match (sms.provider, &sms.url, &sms.sink) {
-            (SmsProvider::Twilio, _, _) => Arc::new(twilio(config, sms)?),
-            (SmsProvider::Http, Some(url), _) => Arc::new(
-                SmsHttp::new(url.clone(), sms.auth_token.clone(), sms.timeout)
-                    .map_err(|e| AppError::Provider(format!("channels.sms: {e}")))?,
-            ),
-            (SmsProvider::Http, None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms, local)),
-            (SmsProvider::Http, None, None) => {
-                return Err(AppError::Provider("channels.sms: set url or sink".into()));
-            }
+        let p = match sms.providers.is_empty() {
+            true => sms_provider(config, sms, local)?,
+            false => sms_chain(config, sms, local, clock, breakers)?,
         };
         providers.insert(Channel::Sms, p);
     }
@@ -115,6 +114,40 @@ pub fn build_providers(config: &Config, store: Arc<dyn Store>) -> Result<Provide
         providers.insert(Channel::Webhook, Arc::new(p));
     }
     Ok(providers)
+}
+
+/// One SMS provider: the channel's own, or a named block.
+fn sms_provider(config: &Config, sms: &SmsConfig, local: std::time::Duration) -> Result<Arc<dyn Provider>, AppError> {
+    Ok(match (sms.provider, &sms.url, &sms.sink) {
+        (SmsProvider::Twilio, _, _) => Arc::new(twilio(config, sms)?),
+        (SmsProvider::Http, Some(url), _) => Arc::new(
+            SmsHttp::new(url.clone(), sms.auth_token.clone(), sms.timeout)
+                .map_err(|e| AppError::Provider(format!("channels.sms: {e}")))?,
+        ),
+        (SmsProvider::Http, None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Sms, local)),
+        (SmsProvider::Http, None, None) => return Err(AppError::Provider("channels.sms: set url or sink".into())),
+    })
+}
+
+/// `providers = [...]`: the named blocks in order, each behind its breaker.
+fn sms_chain(
+    config: &Config,
+    sms: &SmsConfig,
+    local: std::time::Duration,
+    clock: Arc<dyn Clock>,
+    breakers: &Breakers,
+) -> Result<Arc<dyn Provider>, AppError> {
+    let mut members = Vec::new();
+    for name in &sms.providers {
+        let block =
+            sms.named.get(name).ok_or_else(|| AppError::Provider(format!("channels.sms.named.{name}: missing")))?;
+        let named = Arc::new(Named { name: name.clone(), inner: sms_provider(config, block, local)? });
+        let breaker = Arc::new(Breaker::new(name, sms.breaker_failures, sms.breaker_cool_down, clock.clone()));
+        breakers.add(breaker.clone());
+        members.push((named, breaker));
+    }
+    let on_unknown = config.routes.iter().filter(|r| r.failover_on_unknown).map(|r| r.event.clone()).collect();
+    Ok(Arc::new(Chain::new(members, on_unknown)))
 }
 
 /// The Twilio provider of a validated `[channels.sms]`.
@@ -210,7 +243,8 @@ pub async fn start_with(
     let templates = Arc::new(load_templates(&config)?);
     let store = store::connect(&config.database_url).await?;
     store.migrate().await?;
-    let providers = Arc::new(build_providers(&config, store.clone())?);
+    let breakers = Arc::new(Breakers::default());
+    let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);
     let listener = match listener {
         Some(l) => l,
         None => {
@@ -268,7 +302,8 @@ pub async fn start_with(
         )),
         None => None,
     };
-    let state = AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest, routes);
+    let state =
+        AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest, routes).with_breakers(breakers);
     let app = router(state);
     let mut server_rx = rx;
     let server = tokio::spawn(async move {

@@ -275,6 +275,10 @@ pub struct Route {
     /// queued) to the same recipient on the same channel.
     #[serde(default)]
     pub skip_superseded: bool,
+    /// With failover providers: after an `unknown` outcome, retry on the next
+    /// provider instead of the same one (a possible duplicate beats silence).
+    #[serde(default)]
+    pub failover_on_unknown: bool,
     pub digest: Option<DigestRoute>,
 }
 
@@ -366,6 +370,26 @@ pub struct SmsConfig {
     /// `twilio`: the API's base (a compatible gateway, a test's fake).
     #[serde(default = "default_twilio_base_url")]
     pub base_url: String,
+    /// Failover: the names of `named` provider blocks, in order of preference.
+    /// Set, the channel's own url, sink and Twilio keys are unused.
+    #[serde(default)]
+    pub providers: Vec<String>,
+    /// `[channels.sms.named.NAME]`: one provider each, with the keys above.
+    #[serde(default)]
+    pub named: std::collections::BTreeMap<String, SmsConfig>,
+    /// A provider that fails this many times in a row is skipped…
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// …for this long, then tried again.
+    #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
+    pub breaker_cool_down: Duration,
+}
+
+fn default_breaker_failures() -> u32 {
+    5
+}
+fn default_breaker_cool_down() -> Duration {
+    Duration::from_secs(30)
 }
 
 /// The SMS provider's protocol.
@@ -732,17 +756,23 @@ impl Config {
         Ok(())
     }
 
-    fn provider_timeouts(&self) -> Vec<(&'static str, Duration)> {
+    fn provider_timeouts(&self) -> Vec<(String, Duration)> {
         let c = &self.channels;
         let mut out = Vec::new();
         if let Some(e) = &c.email {
-            out.push(("channels.email.timeout", e.timeout));
+            out.push(("channels.email.timeout".into(), e.timeout));
         }
         if let Some(s) = &c.sms {
-            out.push(("channels.sms.timeout", s.timeout));
+            // With failover each named provider has its own.
+            if s.providers.is_empty() {
+                out.push(("channels.sms.timeout".into(), s.timeout));
+            }
+            for (name, named) in &s.named {
+                out.push((format!("channels.sms.named.{name}.timeout"), named.timeout));
+            }
         }
         if let Some(w) = &c.webhook {
-            out.push(("channels.webhook.timeout", w.timeout));
+            out.push(("channels.webhook.timeout".into(), w.timeout));
         }
         out
     }

@@ -63,6 +63,8 @@ pub struct AppState {
     pub ops_digest: Arc<OpsDigest>,
     /// Which webhook destinations input may name.
     pub destinations: Arc<DestinationPolicy>,
+    /// The failover providers' circuit breakers (`/readyz` shows them).
+    pub breakers: Arc<crate::channel::failover::Breakers>,
 }
 
 impl AppState {
@@ -86,7 +88,23 @@ impl AppState {
             fastpath,
             destinations.clone(),
         ));
-        AppState { store, config, templates, routes, tokens: Arc::new(tokens), clock, ingest, ops_digest, destinations }
+        AppState {
+            store,
+            config,
+            templates,
+            routes,
+            tokens: Arc::new(tokens),
+            clock,
+            ingest,
+            ops_digest,
+            destinations,
+            breakers: Arc::default(),
+        }
+    }
+
+    pub fn with_breakers(mut self, breakers: Arc<crate::channel::failover::Breakers>) -> AppState {
+        self.breakers = breakers;
+        self
     }
 }
 
@@ -158,7 +176,18 @@ async fn healthz() -> impl IntoResponse {
         (status = 400, response = openapi::doc::BadRequest)))]
 async fn readyz(State(app): State<AppState>) -> impl IntoResponse {
     match app.store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        Ok(()) => {
+            // A provider whose circuit is open does not make this process
+            // unready (it still takes events, and failover has another one):
+            // it is shown, for whoever looks.
+            let states = app.breakers.states();
+            if states.is_empty() {
+                return (StatusCode::OK, Json(json!({"status": "ready"})));
+            }
+            let providers: serde_json::Map<String, serde_json::Value> =
+                states.into_iter().map(|(name, state)| (name, json!(state.as_str()))).collect();
+            (StatusCode::OK, Json(json!({"status": "ready", "providers": providers})))
+        }
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: database unreachable");
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "database unreachable"})))

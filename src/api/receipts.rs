@@ -6,7 +6,6 @@
 
 use super::{ApiError, AppState};
 use crate::clock::micros;
-use crate::config::SmsProvider;
 use crate::receipt::generic::{self, Names};
 use crate::receipt::{DeliveryStatus, twilio};
 use crate::store::{NewReceipt, ReceiptOutcome, ReceiptTarget};
@@ -38,8 +37,8 @@ pub async fn twilio(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let sms = app.config.channels.sms.as_ref().filter(|s| s.provider == SmsProvider::Twilio);
-    let (Some(sms), Some(public)) = (sms, app.config.public_base()) else {
+    let accounts = app.config.channels.sms.as_ref().map(|s| s.twilio_accounts()).unwrap_or_default();
+    let (false, Some(public)) = (accounts.is_empty(), app.config.public_base()) else {
         return Err(ApiError::NotFound("no Twilio provider is configured".into()));
     };
     let form = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -49,20 +48,22 @@ pub async fn twilio(
         ));
     }
     let params: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    // The account it names chooses the token it must be signed with (with
+    // failover there may be more than one).
+    let Some(account) = accounts.iter().find(|a| a.account_sid.as_deref() == param("AccountSid")) else {
+        return Err(ApiError::Forbidden("AccountSid is not one of this deployment's accounts".into()));
+    };
     // The URL Twilio requested, as it knows it: behind a proxy the request's
     // own scheme and host are not what Twilio signed.
     let url = format!("{public}{}", uri.path_and_query().map_or(uri.path(), |p| p.as_str()));
     let signature = headers.get("x-twilio-signature").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let token = sms.auth_token.as_deref().unwrap_or_default();
+    let token = account.auth_token.as_deref().unwrap_or_default();
     if !twilio::verify(token, &url, &params, signature) {
         tracing::warn!("a Twilio status callback did not verify; refused");
         return Err(ApiError::Forbidden(
             "X-Twilio-Signature does not verify against public_url and this account's auth token".into(),
         ));
-    }
-    let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-    if param("AccountSid") != sms.account_sid.as_deref() {
-        return Err(ApiError::Forbidden("AccountSid is not this deployment's account".into()));
     }
     let sid = param("MessageSid").ok_or_else(|| ApiError::invalid_field("MessageSid", "is required"))?;
     let message_status =

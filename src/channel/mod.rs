@@ -9,6 +9,7 @@
 //! lost connection once the request may have left is `unknown` (DESIGN rule 8).
 
 pub mod destination;
+pub mod failover;
 mod http;
 pub mod in_app;
 pub mod sink;
@@ -121,6 +122,20 @@ pub trait Provider: Send + Sync {
 
     /// One call, over by `delivery.deadline`.
     async fn send(&self, delivery: &Delivery) -> Outcome;
+
+    /// Whether [`Provider::pick`] needs the intent's earlier attempts.
+    fn needs_history(&self) -> bool {
+        false
+    }
+
+    /// The provider that makes this attempt when it is not this one: for a
+    /// failover chain, the member its rules choose from the earlier attempts.
+    fn pick(&self, _delivery: &Delivery, _earlier: &[crate::store::AttemptRow]) -> Option<&dyn Provider> {
+        None
+    }
+
+    /// What the chosen member's call came to (a chain's breakers count it).
+    fn observe(&self, _member: &str, _outcome: &Outcome) {}
 }
 
 /// How long opening a connection may take: at most half the call, so a

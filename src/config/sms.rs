@@ -10,63 +10,127 @@ const TWILIO_ONLY: [&str; 3] = ["account_sid", "from", "messaging_service_sid"];
 
 impl SmsConfig {
     pub(super) fn validate(&self, public_url: Option<&str>) -> Result<(), ConfigError> {
+        if self.providers.is_empty() {
+            if let Some(name) = self.named.keys().next() {
+                return Err(invalid(format!(
+                    "channels.sms.named.{name}: named providers are used only when channels.sms.providers lists them"
+                )));
+            }
+            return self.validate_one("channels.sms", public_url);
+        }
+        self.validate_failover(public_url)
+    }
+
+    /// One provider, at `key` (`channels.sms`, or a named block).
+    fn validate_one(&self, key: &str, public_url: Option<&str>) -> Result<(), ConfigError> {
         match self.provider {
-            SmsProvider::Http => self.validate_http(),
-            SmsProvider::Twilio => self.validate_twilio(public_url),
+            SmsProvider::Http => self.validate_http(key),
+            SmsProvider::Twilio => self.validate_twilio(key, public_url),
         }
     }
 
-    fn validate_http(&self) -> Result<(), ConfigError> {
+    fn validate_failover(&self, public_url: Option<&str>) -> Result<(), ConfigError> {
+        let own =
+            [("url", self.url.is_some()), ("sink", self.sink.is_some()), ("account_sid", self.account_sid.is_some())];
+        if let Some((key, _)) = own.iter().find(|(_, set)| *set) {
+            return Err(invalid(format!(
+                "channels.sms.{key}: with channels.sms.providers each provider is a [channels.sms.named.NAME] block \
+                 of its own; move it there"
+            )));
+        }
+        if self.breaker_failures == 0 {
+            return Err(invalid("channels.sms.breaker_failures: must be at least 1"));
+        }
+        if self.breaker_cool_down.is_zero() {
+            return Err(invalid("channels.sms.breaker_cool_down: must be longer than zero"));
+        }
+        for (i, name) in self.providers.iter().enumerate() {
+            let ok = (1..=32).contains(&name.len())
+                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(invalid(format!(
+                    "channels.sms.providers[{i}]: {name:?} must be 1 to 32 of a-z, 0-9, _ and - (it labels metrics)"
+                )));
+            }
+            if self.providers[..i].contains(name) {
+                return Err(invalid(format!("channels.sms.providers[{i}]: {name:?} is listed twice")));
+            }
+            let Some(block) = self.named.get(name) else {
+                return Err(invalid(format!(
+                    "channels.sms.providers[{i}]: no [channels.sms.named.{name}] block configures {name:?}"
+                )));
+            };
+            let key = format!("channels.sms.named.{name}");
+            if !block.providers.is_empty() || !block.named.is_empty() {
+                return Err(invalid(format!("{key}: a named provider is one provider; it cannot list providers")));
+            }
+            block.validate_one(&key, public_url)?;
+        }
+        if let Some(name) = self.named.keys().find(|n| !self.providers.contains(n)) {
+            return Err(invalid(format!("channels.sms.named.{name}: not listed in channels.sms.providers")));
+        }
+        Ok(())
+    }
+
+    fn validate_http(&self, key: &str) -> Result<(), ConfigError> {
         match (&self.url, &self.sink) {
-            (None, None) | (Some(_), Some(_)) => return Err(invalid("channels.sms: set exactly one of url or sink")),
+            (None, None) | (Some(_), Some(_)) => return Err(invalid(format!("{key}: set exactly one of url or sink"))),
             (Some(url), None) if reqwest::Url::parse(url).is_err() => {
-                return Err(invalid(format!("channels.sms.url: {url:?} is not a URL")));
+                return Err(invalid(format!("{key}.url: {url:?} is not a URL")));
             }
             _ => {}
         }
         let set = [&self.account_sid, &self.from, &self.messaging_service_sid];
-        if let Some((key, _)) = TWILIO_ONLY.iter().zip(set).find(|(_, v)| v.is_some()) {
+        if let Some((field, _)) = TWILIO_ONLY.iter().zip(set).find(|(_, v)| v.is_some()) {
             return Err(invalid(format!(
-                "channels.sms.{key}: only the twilio provider reads it; set channels.sms.provider = \"twilio\" or remove it"
+                "{key}.{field}: only the twilio provider reads it; set {key}.provider = \"twilio\" or remove it"
             )));
         }
         Ok(())
     }
 
-    fn validate_twilio(&self, public_url: Option<&str>) -> Result<(), ConfigError> {
+    fn validate_twilio(&self, key: &str, public_url: Option<&str>) -> Result<(), ConfigError> {
         if self.url.is_some() || self.sink.is_some() {
-            let key = if self.url.is_some() { "url" } else { "sink" };
+            let field = if self.url.is_some() { "url" } else { "sink" };
             return Err(invalid(format!(
-                "channels.sms.{key}: not used by provider = \"twilio\" (it posts to base_url); remove it"
+                "{key}.{field}: not used by provider = \"twilio\" (it posts to base_url); remove it"
             )));
         }
         let sid = self.account_sid.as_deref().ok_or_else(|| {
-            invalid("channels.sms.account_sid: required by provider = \"twilio\" (the account's SID, AC…)")
+            invalid(format!("{key}.account_sid: required by provider = \"twilio\" (the account's SID, AC…)"))
         })?;
-        check_sid("channels.sms.account_sid", sid)?;
+        check_sid(&format!("{key}.account_sid"), sid)?;
         if self.auth_token.as_deref().is_none_or(|t| t.trim().is_empty()) {
-            return Err(invalid(
-                "channels.sms.auth_token: required by provider = \"twilio\" (the account's auth token)",
-            ));
+            return Err(invalid(format!(
+                "{key}.auth_token: required by provider = \"twilio\" (the account's auth token)"
+            )));
         }
         match (&self.from, &self.messaging_service_sid) {
             (None, None) | (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "channels.sms: provider = \"twilio\" takes exactly one of from or messaging_service_sid",
-                ));
+                return Err(invalid(format!(
+                    "{key}: provider = \"twilio\" takes exactly one of from or messaging_service_sid"
+                )));
             }
-            (Some(from), None) => check_sender(from)?,
-            (None, Some(sid)) => check_sid("channels.sms.messaging_service_sid", sid)?,
+            (Some(from), None) => check_sender(&format!("{key}.from"), from)?,
+            (None, Some(sid)) => check_sid(&format!("{key}.messaging_service_sid"), sid)?,
         }
-        check_base("channels.sms.base_url", &self.base_url)?;
+        check_base(&format!("{key}.base_url"), &self.base_url)?;
         if public_url.is_none() {
-            return Err(invalid(
-                "public_url: required by channels.sms.provider = \"twilio\": Twilio posts each message's delivery \
-                 status to {public_url}/v1/receipts/twilio, so set it to where Twilio reaches this Herald, \
-                 like https://herald.example.com",
-            ));
+            return Err(invalid(format!(
+                "public_url: required by {key}.provider = \"twilio\": Twilio posts each message's delivery \
+                 status to {{public_url}}/v1/receipts/twilio, so set it to where Twilio reaches this Herald, \
+                 like https://herald.example.com"
+            )));
         }
         Ok(())
+    }
+
+    /// Every Twilio account configured (the channel's own, or named blocks').
+    pub fn twilio_accounts(&self) -> Vec<&SmsConfig> {
+        std::iter::once(self)
+            .chain(self.named.values())
+            .filter(|s| s.provider == SmsProvider::Twilio && s.account_sid.is_some())
+            .collect()
     }
 }
 
@@ -82,11 +146,9 @@ fn check_sid(key: &str, sid: &str) -> Result<(), ConfigError> {
 /// What Twilio takes as `From`: a number in E.164, a short code (digits), or
 /// an alphanumeric sender id (at most 11 letters, digits and spaces, with at
 /// least one letter).
-fn check_sender(from: &str) -> Result<(), ConfigError> {
+fn check_sender(key: &str, from: &str) -> Result<(), ConfigError> {
     if from.starts_with('+') {
-        return crate::recipient::validate_phone(from)
-            .map(|_| ())
-            .map_err(|e| invalid(format!("channels.sms.from: {e}")));
+        return crate::recipient::validate_phone(from).map(|_| ()).map_err(|e| invalid(format!("{key}: {e}")));
     }
     let short_code = (3..=8).contains(&from.len()) && from.bytes().all(|b| b.is_ascii_digit());
     let alphanumeric = (1..=11).contains(&from.len())
@@ -94,7 +156,7 @@ fn check_sender(from: &str) -> Result<(), ConfigError> {
         && from.bytes().any(|b| b.is_ascii_alphabetic());
     if !short_code && !alphanumeric {
         return Err(invalid(format!(
-            "channels.sms.from: {from:?} is not a sender: a number in E.164 (+15005550006), \
+            "{key}: {from:?} is not a sender: a number in E.164 (+15005550006), \
              a short code, or an alphanumeric sender id of at most 11 characters"
         )));
     }
@@ -170,5 +232,33 @@ mod tests {
         assert!(e.contains("channels.sms.from") && e.contains("twilio"), "{e}");
         let e = load("[channels.sms]\nprovider = \"twillio\"\nurl = \"http://x/sms\"\n").unwrap_err().to_string();
         assert!(e.contains("channels.sms.provider") && e.contains("twilio"), "{e}");
+    }
+
+    const FAILOVER: &str = "[channels.sms]\nproviders = [\"primary\", \"backup\"]\n\
+                            [channels.sms.named.primary]\nurl = \"http://127.0.0.1:9/sms\"\n\
+                            [channels.sms.named.backup]\nurl = \"http://127.0.0.1:10/sms\"\n";
+
+    #[test]
+    fn failover_providers_are_named_blocks_each_checked_as_one_provider() {
+        let c = load(FAILOVER).unwrap();
+        let sms = c.channels.sms.unwrap();
+        assert_eq!(sms.providers, ["primary", "backup"]);
+        assert_eq!((sms.breaker_failures, sms.breaker_cool_down), (5, std::time::Duration::from_secs(30)));
+        for (toml, key) in [
+            (FAILOVER.replace("\"backup\"]", "\"backup\", \"spare\"]"), "providers[2]"),
+            (FAILOVER.replace("\"primary\", \"backup\"]", "\"primary\"]"), "channels.sms.named.backup"),
+            (FAILOVER.replace("\"backup\"]", "\"Backup\"]"), "providers[1]"),
+            (FAILOVER.replace("url = \"http://127.0.0.1:10/sms\"", "url = \"nope\""), "channels.sms.named.backup.url"),
+            (FAILOVER.replace("[channels.sms.named.primary]\n", "url = \"http://x/sms\"\n[channels.sms.named.primary]\n"), "channels.sms.url"),
+            (FAILOVER.replace("providers = ", "breaker_failures = 0\nproviders = "), "breaker_failures"),
+            (FAILOVER.replace("[channels.sms.named.backup]\nurl = \"http://127.0.0.1:10/sms\"", "[channels.sms.named.backup]\nprovider = \"twilio\"\naccount_sid = \"AC1\"\nauth_token = \"t\"\nfrom = \"Herald\""), "public_url"),
+        ] {
+            let e = load(&toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let e = load("[channels.sms]\nurl = \"http://x/sms\"\n[channels.sms.named.a]\nurl = \"http://y/sms\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("channels.sms.named.a"), "{e}");
     }
 }

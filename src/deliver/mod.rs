@@ -177,19 +177,35 @@ impl Worker {
     async fn attempt(&self, job: ClaimedJob, rng: &Mutex<SmallRng>) -> FinishedAttempt {
         let n = job.intent.attempts;
         let channel = Channel::parse(&job.intent.channel);
-        let provider = channel.and_then(|c| self.providers.get(&c));
-        let provider_name = provider.map_or("none", |p| p.name());
+        let configured: Option<&dyn Provider> = channel.and_then(|c| self.providers.get(&c)).map(|p| p.as_ref());
+        let delivery = delivery(&job);
+        // A retry may need the earlier attempts: to choose a failover member,
+        // and to know whether it may repeat a call that went through.
+        let earlier = match configured {
+            Some(p) if n > 1 && delivery.is_ok() && (p.needs_history() || !p.dedupes_retries()) => {
+                self.earlier_attempts(&job.intent.key).await
+            }
+            _ => Some(Vec::new()),
+        };
+        let chosen: Option<&dyn Provider> = configured.map(|p| match &delivery {
+            Ok(d) => p.pick(d, earlier.as_deref().unwrap_or_default()).unwrap_or(p),
+            Err(_) => p,
+        });
+        let provider_name = chosen.map_or("none", |p| p.name());
         crate::ops::metrics::attempt_started(&job.intent.channel, provider_name);
         let started = std::time::Instant::now();
-        let outcome = match (provider, delivery(&job)) {
+        let outcome = match (chosen, delivery) {
             (None, _) => Outcome::Permanent {
                 reason: Reason::ChannelDisabled,
                 status: None,
                 error: format!("no provider is configured for channel {}", job.intent.channel),
             },
             (_, Err(e)) => Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e },
-            (Some(provider), Ok(d)) => call(provider.as_ref(), d).await,
+            (Some(provider), Ok(d)) => call(provider, d).await,
         };
+        if let (Some(all), Some(_)) = (configured, chosen) {
+            all.observe(provider_name, &outcome);
+        }
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
         let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
@@ -201,10 +217,15 @@ impl Worker {
             template,
             started.elapsed(),
         );
-        let possible_duplicate = match provider {
-            Some(p) if n > 1 => self.possible_duplicate(p.as_ref(), &job.intent.key, n, &outcome).await,
+        let possible_duplicate = match chosen {
+            Some(p) if n > 1 => {
+                duplicate::possible_duplicate(p.name(), p.dedupes_retries(), earlier.as_deref(), n, &outcome)
+            }
             _ => false,
         };
+        if possible_duplicate {
+            crate::ops::metrics::possible_duplicate(provider_name);
+        }
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
         }
@@ -227,30 +248,22 @@ impl Worker {
         });
         let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
         done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        done.provider = provider.map(|p| p.name().to_string());
+        done.provider = chosen.map(|p| p.name().to_string());
         done.possible_duplicate = possible_duplicate;
         done
     }
 
-    /// See [`duplicate`]. Read only for a retry on a provider that cannot
-    /// recognise one; when the earlier attempts cannot be read, a duplicate
-    /// cannot be ruled out.
-    async fn possible_duplicate(&self, provider: &dyn Provider, key: &str, n: i64, outcome: &Outcome) -> bool {
-        if provider.dedupes_retries() {
-            return false;
-        }
-        let earlier = match self.store.attempts_of(&[key.to_string()]).await {
-            Ok(rows) => rows,
+    /// The intent's attempts so far; None when they cannot be read (a
+    /// failover chain then starts from its first member, and a duplicate
+    /// cannot be ruled out).
+    async fn earlier_attempts(&self, key: &str) -> Option<Vec<crate::store::AttemptRow>> {
+        match self.store.attempts_of(&[key.to_string()]).await {
+            Ok(rows) => Some(rows),
             Err(e) => {
-                tracing::warn!(intent = %key, error = %e, "earlier attempts unreadable; recording a possible duplicate");
-                return duplicate::may_have_reached(outcome);
+                tracing::warn!(intent = %key, error = %e, "earlier attempts unreadable");
+                None
             }
-        };
-        let yes = duplicate::possible_duplicate(false, &earlier, n, outcome);
-        if yes {
-            crate::ops::metrics::possible_duplicate(provider.name());
         }
-        yes
     }
 
     /// What the outcome leads to, and the provider's `Retry-After` as

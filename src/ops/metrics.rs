@@ -102,6 +102,16 @@ pub fn receipt(source: &str, status: &str, result: &'static str) {
     .increment(1);
 }
 
+/// A provider's circuit opened: it is skipped for its cool-down.
+pub fn circuit_opened(provider: &str) {
+    counter!("herald_provider_circuit_opened_total", "provider" => provider.to_string()).increment(1);
+}
+
+/// 1 while a provider's circuit is open.
+pub fn circuit_state(provider: &str, open: bool) {
+    gauge!("herald_provider_circuit_open", "provider" => provider.to_string()).set(if open { 1.0 } else { 0.0 });
+}
+
 pub fn dead_letter(reason: &str) {
     counter!("herald_dead_letters_total", "reason" => reason.to_string()).increment(1);
 }

@@ -11,6 +11,7 @@ fn route(channels: &[&str]) -> Route {
         channels: channels.iter().map(|s| s.to_string()).collect(),
         critical: false,
         skip_superseded: false,
+        failover_on_unknown: false,
         digest: None,
     }
 }
