@@ -55,7 +55,6 @@ impl NatsIngest {
         let at = |msg: String| format!("ingest.nats[{index}]: {msg}");
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(CONNECT_TIMEOUT)
-            .retry_on_initial_connect()
             .name("herald")
             .connect(&config.url);
         let client = tokio::time::timeout(CONNECT_TIMEOUT, client)
