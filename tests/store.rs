@@ -1153,3 +1153,23 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
     })
     .await;
 }
+
+/// A batch that fails because the database cannot be reached fails every
+/// request at once, as unreachable: running each alone would keep the last
+/// caller waiting out one connection timeout per request in the batch.
+#[tokio::test]
+async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
+    if !backends().contains(&common::Backend::Postgres) {
+        return; // the pool to close is Postgres's; SQLite's writer is in-process
+    }
+    let db = TestDb::new(common::Backend::Postgres).await;
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    store.pool().close().await;
+    let batch = vec![ingest("r1", "fp1", vec![]), ingest("r2", "fp2", vec![]), ingest("r3", "fp3", vec![])];
+    let out = store.events_ingest_batch(batch).await;
+    assert_eq!(out.len(), 3);
+    for outcome in out {
+        assert!(matches!(outcome, Err(StoreError::Unreachable(_))), "{outcome:?}");
+    }
+}

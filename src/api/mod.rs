@@ -19,8 +19,8 @@ mod views;
 pub use auth::{Caller, Scope, TokenTable};
 pub use error::ApiError;
 pub use events::checked_idempotency_key;
-pub use rejected::view as rejected_json;
 pub use openapi::document as openapi_document;
+pub use rejected::view as rejected_json;
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {

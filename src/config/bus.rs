@@ -60,10 +60,7 @@ impl IngestConfig {
             }
             for (k, v) in [("stream", &n.stream), ("consumer", &n.consumer)] {
                 if !is_name(v) {
-                    return Err(invalid(format!(
-                        "{}: {v:?} must be 1-64 letters, digits, '-' or '_'",
-                        key(k)
-                    )));
+                    return Err(invalid(format!("{}: {v:?} must be 1-64 letters, digits, '-' or '_'", key(k))));
                 }
             }
             if n.subjects.is_empty() || n.subjects.iter().any(|s| s.is_empty() || s.contains(char::is_whitespace)) {

@@ -53,10 +53,8 @@ impl NatsIngest {
     /// The error names the entry and says what is wrong.
     pub async fn connect(index: usize, config: &NatsIngestConfig, wiring: Wiring) -> Result<NatsIngest, String> {
         let at = |msg: String| format!("ingest.nats[{index}]: {msg}");
-        let client = async_nats::ConnectOptions::new()
-            .connection_timeout(CONNECT_TIMEOUT)
-            .name("herald")
-            .connect(&config.url);
+        let client =
+            async_nats::ConnectOptions::new().connection_timeout(CONNECT_TIMEOUT).name("herald").connect(&config.url);
         let client = tokio::time::timeout(CONNECT_TIMEOUT, client)
             .await
             .map_err(|_| at(format!("cannot reach NATS at {} (no answer in {CONNECT_TIMEOUT:?})", config.url)))?

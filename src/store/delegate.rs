@@ -25,6 +25,14 @@ macro_rules! store_impl {
             async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
                 let mut out = match self.ingest_tx(&batch).await {
                     Ok(out) => out.into_iter().map(Some).collect(),
+                    // A database that cannot be reached fails the whole batch
+                    // at once: running each request alone would make the last
+                    // caller wait out one connection timeout per request.
+                    Err(e) if e.is_unreachable() => {
+                        tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed: the database could not be reached");
+                        let reason = e.to_string();
+                        return batch.iter().map(|_| Err(StoreError::Unreachable(reason.clone()))).collect();
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed; running its requests one by one");
                         batch.iter().map(|_| None).collect::<Vec<_>>()

@@ -40,6 +40,24 @@ pub enum StoreError {
     /// The database is there, but not with this binary's schema.
     #[error("{0}")]
     Schema(String),
+    /// The database could not be reached (no connection within the pool's
+    /// time, a closed pool, a broken socket).
+    #[error("the database could not be reached: {0}")]
+    Unreachable(String),
+}
+
+impl StoreError {
+    /// Whether the error is about reaching the database rather than about
+    /// what was asked of it: asking again at once would only wait again.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unreachable(_)
+                | StoreError::Database(
+                    sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
+                )
+        )
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -113,13 +113,19 @@ async fn claim_events(
     if others.is_empty() {
         return Ok(Default::default());
     }
-    let accepted: HashMap<String, String> =
-        sqlx::query_as("SELECT event_key, content_digest FROM events WHERE event_key = ANY($1)")
-            .bind(&others)
-            .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .collect();
+    // Read by touching (see `event_claim`): retention cannot prune a record
+    // this batch is about to hang intents on.
+    let now_us = order.iter().map(|r| r.now_us).max().unwrap_or_default();
+    let accepted: HashMap<String, String> = sqlx::query_as(
+        "UPDATE events SET created_at = GREATEST(created_at, $2) WHERE event_key = ANY($1)
+         RETURNING event_key, content_digest",
+    )
+    .bind(&others)
+    .bind(now_us)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
     let (mut conflicts, mut vanished) = (HashSet::new(), HashSet::new());
     for &i in fresh.iter().filter(|&&i| !inserted.contains(&batch[i].event_key)) {
         match accepted.get(&batch[i].event_key) {

@@ -40,7 +40,12 @@ macro_rules! ingest_queries {
                     }
                     Ok(Step::Raced) => {
                         one.rollback().await?;
-                        out.push(decided_elsewhere(tx, ingest).await);
+                        // Read on the batch's own transaction, outside any
+                        // savepoint: if the read fails, the transaction may be
+                        // aborted (Postgres), so the whole batch fails and its
+                        // requests run again alone. Answering the others would
+                        // answer rows a silent rollback had taken back.
+                        out.push(Ok(decided_elsewhere(tx, ingest).await?));
                     }
                     Err(e) => {
                         one.rollback().await?;
@@ -178,11 +183,17 @@ macro_rules! ingest_queries {
                 if inserted == 1 {
                     return Ok(true);
                 }
-                let accepted: Option<String> =
-                    sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
-                        .bind(&ingest.event_key)
-                        .fetch_optional(&mut **tx)
-                        .await?;
+                // Read by touching: the record counts as used now, so retention
+                // (which goes by age, and re-checks it on a row that changed
+                // under it) cannot prune it before these intents commit.
+                let accepted: Option<String> = sqlx::query_scalar(
+                    "UPDATE events SET created_at = CASE WHEN created_at < $2 THEN $2 ELSE created_at END
+                     WHERE event_key = $1 RETURNING content_digest",
+                )
+                .bind(&ingest.event_key)
+                .bind(ingest.now_us)
+                .fetch_optional(&mut **tx)
+                .await?;
                 if let Some(accepted) = accepted {
                     return Ok(accepted == ingest.content_digest);
                 }

@@ -274,7 +274,10 @@ macro_rules! ops_queries {
                 // An event's content record stays while any of its intents
                 // does: a later post with other data is still a conflict.
                 PruneStep::Events => sqlx::query(
-                    "DELETE FROM events WHERE event_key IN (
+                    // The outer age test is re-checked on a row an ingest
+                    // touched meanwhile (Postgres), so a record that has just
+                    // been reused is kept.
+                    "DELETE FROM events WHERE created_at < $1 AND event_key IN (
                          SELECT e.event_key FROM events e
                          WHERE e.created_at < $1
                            AND NOT EXISTS (
