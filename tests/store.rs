@@ -1150,6 +1150,13 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         let id = RejectedMessage::id_of("orders", 3);
         assert!(store.rejected_get("acme", &id).await.unwrap().is_none(), "another tenant's is not found");
         assert_eq!(store.rejected_get("globex", &id).await.unwrap().map(|r| r.stream_seq), Some(3));
+        // Retention: the bodies go first, then the records.
+        assert_eq!(store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(), 2);
+        let kept = store.rejected_list("acme", None, 10).await.unwrap().items;
+        assert!(kept.iter().all(|r| r.body.is_none() && r.code == "malformed_json"), "{kept:?}");
+        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 2);
+        assert!(store.rejected_list("acme", None, 10).await.unwrap().items.is_empty());
+        assert_eq!(store.rejected_list("globex", None, 10).await.unwrap().items.len(), 1);
     })
     .await;
 }
