@@ -556,7 +556,10 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
                 errln!("no rejected message {id:?} for tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             };
-            outln!("{}", serde_json::to_string_pretty(&herald::api::rejected_json(&r, true))?)?;
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&herald::api::rejected_json(&r, herald::api::RejectedBody::Raw))?
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -20,7 +20,7 @@ pub use auth::{Caller, Scope, TokenTable};
 pub use error::ApiError;
 pub use events::checked_idempotency_key;
 pub use openapi::document as openapi_document;
-pub use rejected::view as rejected_json;
+pub use rejected::{Body as RejectedBody, view as rejected_json};
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {

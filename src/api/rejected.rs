@@ -21,9 +21,21 @@ impl QueryParams for ListQuery {
     const NAMES: &'static [&'static str] = &["cursor", "limit"];
 }
 
-/// A rejected message as the API and the CLI show it; the body only when
-/// `with_body` (the list leaves it out).
-pub fn view(r: &RejectedMessage, with_body: bool) -> Value {
+/// How a rejected message's body is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// Left out (lists).
+    Omitted,
+    /// Over the API: a JSON body with its inline recipients' addresses
+    /// masked, as a dead letter's event is shown; a body that is not JSON
+    /// cannot be masked and is withheld (null).
+    Masked,
+    /// As it came (`herald rejected show`, run by an operator with the database).
+    Raw,
+}
+
+/// A rejected message as the API and the CLI show it.
+pub fn view(r: &RejectedMessage, body: Body) -> Value {
     let mut v = json!({
         "id": r.id,
         "stream": r.stream,
@@ -34,8 +46,19 @@ pub fn view(r: &RejectedMessage, with_body: bool) -> Value {
         "error": {"status": r.status, "code": r.code, "message": r.message},
         "rejected_at": rfc3339(r.created_at),
     });
-    if with_body {
-        v["body"] = json!(r.body);
+    match (body, r.body.as_deref()) {
+        (Body::Omitted, _) => {}
+        (_, None) => v["body"] = Value::Null,
+        (Body::Raw, Some(b)) => v["body"] = json!(b),
+        (Body::Masked, Some(b)) => {
+            v["body"] = match serde_json::from_str::<Value>(b) {
+                Ok(mut event) => {
+                    crate::recipient::mask_inline_recipients(&mut event);
+                    json!(event.to_string())
+                }
+                Err(_) => Value::Null,
+            }
+        }
     }
     v
 }
@@ -61,7 +84,7 @@ pub async fn list(
     let limit = page_limit(q.limit)?;
     let cursor = page_cursor(q.cursor.as_deref())?;
     let page = app.store.rejected_list(caller.tenant.as_str(), cursor.as_ref(), limit).await?;
-    let items: Vec<Value> = page.items.iter().map(|r| view(r, false)).collect();
+    let items: Vec<Value> = page.items.iter().map(|r| view(r, Body::Omitted)).collect();
     Ok(Json(json!({"rejected": items, "next": page.next})))
 }
 
@@ -82,7 +105,7 @@ pub async fn get_one(
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
     match app.store.rejected_get(caller.tenant.as_str(), &id).await? {
-        Some(r) => Ok(Json(view(&r, true))),
+        Some(r) => Ok(Json(view(&r, Body::Masked))),
         None => Err(ApiError::NotFound("no such rejected message".into())),
     }
 }
@@ -116,7 +139,9 @@ pub mod doc {
         pub error: RejectedError,
         #[schema(format = DateTime)]
         pub rejected_at: Option<String>,
-        /// The message body (only on `GET /v1/rejected/{id}`); null after retention.
+        /// The message body (only on `GET /v1/rejected/{id}`): JSON with inline
+        /// recipients' addresses masked; null when it is not JSON (see
+        /// `herald rejected show`) or after retention.
         pub body: Option<String>,
     }
 
