@@ -3,11 +3,15 @@
 //! write its attempt rows in one transaction, record a batch of outcomes in
 //! another.
 //!
-//!     cargo bench --bench worker_throughput -- [--jobs 100000] [--concurrency 256] [--database-url postgres://…]
+//!     cargo bench --bench worker_throughput -- [--jobs 100000] [--concurrency 256]
+//!         [--backend postgres|sqlite] [--database-url postgres://…] [--supersede]
 //!
-//! Creates a fresh Postgres database, queues the jobs through the real ingest,
-//! runs the real worker until the queue is empty, prints jobs per second, and
-//! drops the database.
+//! Creates a fresh database (Postgres, or a SQLite file in a temporary
+//! directory), queues the jobs through the real ingest, runs the real worker
+//! until the queue is empty, prints jobs per second, and drops the database.
+//! `--supersede` gives every intent an entity version and opts its route into
+//! skipping superseded versions, so each claim also looks for newer versions
+//! (finding none: every job is still sent).
 
 mod common;
 
@@ -18,7 +22,7 @@ use herald::clock::SystemClock;
 use herald::deliver::retry::RetryPolicy;
 use herald::deliver::{Providers, Worker};
 use herald::event::Channel;
-use herald::store::{Ingest, NewIntent, PostgresStore, Store};
+use herald::store::{Ingest, NewIntent, PostgresStore, SqliteStore, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,18 +48,41 @@ impl Provider for Accepts {
     }
 }
 
+const EVENT_TYPE: &str = "purchase_order.approved";
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let jobs: usize = arg("--jobs").map(|s| s.parse()).transpose()?.unwrap_or(100_000);
     let concurrency: usize = arg("--concurrency").map(|s| s.parse()).transpose()?.unwrap_or(256);
-    let db = Scratch::create("herald_bench_worker").await?;
-    let result = run(&db.url, jobs, concurrency).await;
-    db.drop().await;
-    result
+    let supersede = std::env::args().any(|a| a == "--supersede");
+    match arg("--backend").as_deref().unwrap_or("postgres") {
+        "postgres" => {
+            let db = Scratch::create("herald_bench_worker").await?;
+            let result = async {
+                let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url).await?);
+                run(store, "Postgres", jobs, concurrency, supersede).await
+            }
+            .await;
+            db.drop().await;
+            result
+        }
+        "sqlite" => {
+            let dir = tempfile::tempdir()?;
+            let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+            let store: Arc<dyn Store> = Arc::new(SqliteStore::connect(&url).await?);
+            run(store, "SQLite", jobs, concurrency, supersede).await
+        }
+        other => anyhow::bail!("--backend is postgres or sqlite, not {other}"),
+    }
 }
 
-async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
-    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(url).await?);
+async fn run(
+    store: Arc<dyn Store>,
+    backend: &str,
+    jobs: usize,
+    concurrency: usize,
+    supersede: bool,
+) -> anyhow::Result<()> {
     store.migrate().await?;
     let per_event = 500;
     let now = jiff::Timestamp::now().as_microsecond();
@@ -86,10 +113,10 @@ async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
                 fingerprint: format!("event-{e}"),
                 event_key: format!("bench|{e}"),
                 content_digest: format!("content-{e}"),
-                event_type: "purchase_order.approved".into(),
+                event_type: EVENT_TYPE.into(),
                 entity_type: "purchase_order".into(),
                 entity_id: format!("PO-{e}"),
-                entity_version: None,
+                entity_version: supersede.then_some(1),
                 occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
                 event_body: "{}".into(),
                 intents,
@@ -98,8 +125,9 @@ async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
             .await?;
     }
     let queued = store.queue_stats(i64::MAX).await?.total;
+    let checks = if supersede { ", each claim looking for newer versions" } else { "" };
     println!(
-        "worker throughput: {queued} queued jobs, concurrency {concurrency}, a provider that accepts at once, Postgres"
+        "worker throughput: {queued} queued jobs, concurrency {concurrency}, a provider that accepts at once{checks}, {backend}"
     );
     let mut providers = Providers::new();
     providers.insert(Channel::Sms, Arc::new(Accepts) as Arc<dyn Provider>);
@@ -111,7 +139,7 @@ async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
         poll_interval: Duration::from_millis(50),
         lease: Duration::from_secs(30),
         clock: Arc::new(SystemClock),
-        supersede_types: Vec::new(),
+        supersede_types: if supersede { vec![EVENT_TYPE.to_string()] } else { Vec::new() },
     };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let started = Instant::now();
@@ -125,13 +153,22 @@ async fn run(url: &str, jobs: usize, concurrency: usize) -> anyhow::Result<()> {
     let took = started.elapsed();
     let _ = stop.send(true);
     let _ = handle.await;
-    let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents WHERE state = 'sent'")
-        .fetch_one(&sqlx::PgPool::connect(url).await?)
-        .await?;
+    let sent = sent(store.as_ref(), jobs).await?;
     println!(
         "{sent} sent in {:.2}s: {:.0} jobs/s (each: a claimed lease, an attempt row, an outcome, the intent's state, the job removed)",
         took.as_secs_f64(),
         sent as f64 / took.as_secs_f64()
     );
     Ok(())
+}
+
+/// How many intents were sent, counted through the store.
+async fn sent(store: &dyn Store, jobs: usize) -> anyhow::Result<usize> {
+    let filter = herald::store::IntentFilter {
+        tenant: "default".into(),
+        state: Some("sent".into()),
+        limit: u32::try_from(jobs + 1).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    Ok(store.intents_list(filter).await?.items.len())
 }

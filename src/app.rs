@@ -211,6 +211,7 @@ pub async fn start_with(
 ) -> Result<Running, AppError> {
     config.validate_dedupe_window()?;
     crate::ops::metrics::install();
+    crate::ops::metrics::build_info(&config.deployment);
     let templates = Arc::new(load_templates(&config)?);
     let store = store::connect(&config.database_url).await?;
     store.migrate().await?;

@@ -90,6 +90,10 @@ pub struct Config {
     pub log: LogConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    /// The name this deployment goes by on its metrics (`herald_build_info`),
+    /// so dashboards tell a shadow deployment from the live one.
+    #[serde(default = "default_deployment")]
+    pub deployment: String,
     #[serde(default)]
     pub receipts: ReceiptsConfig,
     /// Front doors besides HTTP: `[[ingest.nats]]`.
@@ -186,6 +190,9 @@ impl Default for RetentionConfig {
     }
 }
 
+fn default_deployment() -> String {
+    "default".into()
+}
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
 }
@@ -438,6 +445,14 @@ pub struct LogConfig {
     /// `HERALD_LOG`, which replaces `level` when set (not a key of the file).
     #[serde(skip)]
     pub from_env: Option<String>,
+    /// The share (0 to 1) of routine lines kept: intents created to be sent
+    /// and attempts accepted, chosen by intent key. The rare paths are
+    /// always logged (see [`crate::ops::log`]).
+    #[serde(default = "default_sample_accepted")]
+    pub sample_accepted: f64,
+}
+fn default_sample_accepted() -> f64 {
+    1.0
 }
 fn default_log_format() -> String {
     "text".into()
@@ -447,7 +462,12 @@ fn default_log_level() -> String {
 }
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { format: default_log_format(), level: default_log_level(), from_env: None }
+        LogConfig {
+            format: default_log_format(),
+            level: default_log_level(),
+            from_env: None,
+            sample_accepted: default_sample_accepted(),
+        }
     }
 }
 
@@ -634,6 +654,13 @@ impl Config {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }
         check_log_filter(&self.log.level).map_err(|m| invalid(format!("log.level: {m}")))?;
+        let ratio = self.log.sample_accepted;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(invalid(format!("log.sample_accepted: {ratio} must be between 0 and 1 (1 keeps every line)")));
+        }
+        if self.deployment.trim().is_empty() || self.deployment.len() > 64 {
+            return Err(invalid("deployment: must be 1 to 64 characters (it labels every build_info metric)"));
+        }
         Ok(())
     }
 

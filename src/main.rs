@@ -244,14 +244,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn init_logging(config: &Config) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     // Checked when the config was loaded (HERALD_LOG included), so nothing
     // falls back here without a word.
     let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let sample = herald::ops::log::SampleRoutine::new(config.log.sample_accepted);
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let registry = tracing_subscriber::registry().with(filter).with(sample);
     if config.log.format == "json" {
-        builder.json().init();
+        registry.with(lines.json()).init();
     } else {
-        builder.init();
+        registry.with(lines).init();
     }
 }
 

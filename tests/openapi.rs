@@ -329,6 +329,8 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         assert_eq!(s, 202, "{accepted}");
         let (s, _, headers) = c.call("post", events, events, t, Some(&ev)).await;
         assert_eq!((s, headers["idempotent-replayed"].to_str().unwrap()), (200, "true"));
+        let (s, dry, _) = c.call("post", events, "/v1/events?dry_run=true", t, Some(&ev)).await;
+        assert_eq!((s, &dry["dry_run"]), (200, &json!(true)), "{dry}");
         let mut changed = ev.clone();
         changed["data"]["po"]["number"] = json!("PO-OTHER");
         assert_eq!(c.call("post", events, events, t, Some(&changed)).await.0, 409);

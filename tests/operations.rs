@@ -191,6 +191,22 @@ async fn metrics_count_what_happened_with_bounded_labels_only() {
         assert!(text.contains(name), "missing {name} in\n{text}");
     }
     assert!(!text.contains("PO-MET") && !text.contains("+1555") && !text.contains("u-PO"), "an id leaked:\n{text}");
+    // Which template and revision each intent and attempt came from.
+    let labelled = |name: &str| {
+        text.lines().any(|l| {
+            l.starts_with(name) && l.contains(r#"template="po_approved""#) && l.contains("template_revision=\"")
+        })
+    };
+    assert!(labelled("herald_intents_created_total{"), "{text}");
+    assert!(labelled("herald_attempts_total{"), "{text}");
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        text.lines().any(|l| l.starts_with("herald_build_info{")
+            && l.contains(&format!("version=\"{version}\""))
+            && l.contains("deployment=\"")
+            && l.ends_with(" 1")),
+        "{text}"
+    );
     app.running.stop().await;
 }
 

@@ -267,6 +267,73 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
     .await;
 }
 
+/// An event of entity PO-1 at `version`, with these intents.
+fn versioned(version: i64, intents: Vec<NewIntent>) -> Ingest {
+    Ingest {
+        identity: format!("v{version}"),
+        fingerprint: format!("fp-v{version}"),
+        event_key: format!("default|e|x|1|v{version}"),
+        entity_version: Some(version),
+        occurred_at: format!("2026-11-29T04:3{version}:00.000000000Z"),
+        ..ingest("", "", intents)
+    }
+}
+
+#[tokio::test]
+async fn a_claim_supersedes_older_versions_in_one_batch_linking_the_newest_that_counts() {
+    each_backend(|store| async move {
+        let to = |k: u32, channel: &str, recipient: &str| NewIntent {
+            recipient_id: recipient.into(),
+            ..new_intent(&key(k), channel, Some(T0))
+        };
+        store
+            .events_ingest(versioned(1, vec![to(1, "sms", "u-1"), to(5, "sms", "u-2"), to(6, "email", "u-1")]))
+            .await
+            .unwrap();
+        store.events_ingest(versioned(2, vec![to(2, "sms", "u-1")])).await.unwrap();
+        store.events_ingest(versioned(3, vec![to(3, "sms", "u-1")])).await.unwrap();
+        // the newest version was opted out of: it does not count
+        let opted_out = NewIntent {
+            decision: "suppress".into(),
+            state: "suppressed".into(),
+            reason: Some("opted_out".into()),
+            run_at: None,
+            ..to(4, "sms", "u-1")
+        };
+        store.events_ingest(versioned(4, vec![opted_out])).await.unwrap();
+
+        let supersede = Claim { supersede_types: vec!["purchase_order.approved".into()], ..claim(T0, 10) };
+        let jobs = store.jobs_claim(supersede).await.unwrap();
+        let started: HashSet<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        assert_eq!(
+            started,
+            HashSet::from([key(3), key(5), key(6)]),
+            "other recipients and channels are not older versions"
+        );
+        for old in [key(1), key(2)] {
+            let d = store.intent_get("default", &old).await.unwrap().unwrap();
+            let i = &d.intent;
+            assert_eq!(
+                (i.decision.as_str(), i.state.as_str(), i.reason.as_deref(), i.link_key.as_deref()),
+                ("suppress", "suppressed", Some("superseded"), Some(key(3).as_str())),
+                "{old}"
+            );
+            assert!(d.attempts.is_empty(), "never tried");
+        }
+        // their jobs are gone: nothing is left to claim once the leases lapse
+        assert!(
+            store
+                .jobs_claim(claim(T0 + 7_200_000_000, 10))
+                .await
+                .unwrap()
+                .iter()
+                .all(|j| started.contains(&j.intent.key))
+        );
+        assert_eq!(store.queue_stats(i64::MAX).await.unwrap().total, 3);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn concurrent_claims_never_hand_out_one_job_twice() {
     each_backend(|store| async move {
@@ -1179,4 +1246,357 @@ async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
     for outcome in out {
         assert!(matches!(outcome, Err(StoreError::Unreachable(_))), "{outcome:?}");
     }
+}
+
+// Every `Store` method is exercised above or below, on every backend:
+// schema_state, ping and migrate; the digest windows from due to closed; the
+// inbox's read mark; the dead letters' summary, examples and replay; the
+// daily digest's bookkeeping; each retention step; and the wake-up.
+
+#[tokio::test]
+async fn a_store_knows_whether_it_is_migrated_and_answers_pings() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = herald::store::connect(&db.url).await.unwrap();
+        store.ping().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Missing, "{backend:?}");
+        store.migrate().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Current, "{backend:?}");
+        store.migrate().await.unwrap();
+        assert_eq!(store.schema_state().await.unwrap(), SchemaState::Current, "migrating again changes nothing");
+    }
+}
+
+const WINDOW: u32 = 101;
+
+/// Two members waiting in one digest window, ingested as two requests.
+async fn two_members_in_a_window(store: &Arc<dyn Store>) -> DigestRow {
+    for n in [1, 2] {
+        let mut member = new_intent(&key(n), "email", None);
+        member.digest = Some(NewDigest {
+            key: key(WINDOW),
+            event_type: "comment.created".into(),
+            channel: "email".into(),
+            recipient_id: "u-1".into(),
+            group_key: "PO-1".into(),
+            destination: Some("a@example.com".into()),
+            locale: Some("en".into()),
+            window_start: T0,
+            closes_at: T0 + DAY,
+        });
+        (member.decision, member.state) = ("digest".into(), "held".into());
+        let mut ingest = ingest(&format!("r{n}"), &format!("fp{n}"), vec![member]);
+        ingest.now_us = T0 + i64::from(n);
+        store.events_ingest(ingest).await.unwrap();
+    }
+    assert!(store.digests_due(T0 + DAY - 1, 10).await.unwrap().is_empty(), "not due before it closes");
+    let due = store.digests_due(T0 + DAY, 10).await.unwrap();
+    assert_eq!(
+        due.iter().map(|d| (d.key.clone(), d.state.clone())).collect::<Vec<_>>(),
+        vec![(key(WINDOW), "open".into())]
+    );
+    due[0].clone()
+}
+
+fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> DigestClose {
+    DigestClose {
+        digest: window,
+        member_keys,
+        intent,
+        event_digest: "digest-event".into(),
+        event_body: r#"{"digest":"w"}"#.into(),
+        occurred_at: "2026-11-30T04:30:00.000000000Z".into(),
+        now_us: T0 + DAY,
+    }
+}
+
+#[tokio::test]
+async fn a_digest_window_closes_once_into_its_digest_intent() {
+    each_backend(|store| async move {
+        let window = two_members_in_a_window(&store).await;
+        let members = store.digest_members(&key(WINDOW)).await.unwrap();
+        assert_eq!(members.iter().map(|m| m.intent.key.clone()).collect::<Vec<_>>(), vec![key(1), key(2)]);
+        assert!(members.iter().all(|m| m.intent.link_key.as_deref() == Some(key(WINDOW).as_str())));
+        assert_eq!(members[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        assert_eq!(members[0].event_body.as_deref(), Some("{}"));
+
+        let digest = new_intent(&key(WINDOW), "email", Some(T0 + DAY));
+        // rendered from one member while a second joined: nothing is written
+        let stale = closing(window.clone(), vec![key(1)], digest.clone());
+        assert_eq!(store.digest_close(stale).await.unwrap(), DigestCloseOutcome::MembersChanged);
+        assert!(store.intent_get("default", &key(WINDOW)).await.unwrap().is_none());
+        assert_eq!(store.digests_due(T0 + DAY, 10).await.unwrap().len(), 1, "still open");
+
+        let close = closing(window.clone(), vec![key(1), key(2)], digest.clone());
+        assert_eq!(store.digest_close(close.clone()).await.unwrap(), DigestCloseOutcome::Closed);
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::AlreadyClosed);
+        assert!(store.digests_due(T0 + DAY, 10).await.unwrap().is_empty());
+        for member in [key(1), key(2)] {
+            let d = store.intent_get("default", &member).await.unwrap().unwrap();
+            assert_eq!((d.intent.state.as_str(), d.intent.decision.as_str()), ("digested", "digest"));
+        }
+        let jobs = store.jobs_claim(claim(T0 + DAY, 10)).await.unwrap();
+        assert_eq!(
+            jobs.iter().map(|j| j.intent.key.clone()).collect::<Vec<_>>(),
+            vec![key(WINDOW)],
+            "the digest alone"
+        );
+        assert_eq!(jobs[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        let d = store.intent_get("default", &key(WINDOW)).await.unwrap().unwrap();
+        assert_eq!(d.event_body.as_deref(), Some(r#"{"digest":"w"}"#), "the digest's event is its member list");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_digest_that_could_not_be_rendered_sends_its_members_on_their_own() {
+    each_backend(|store| async move {
+        let window = two_members_in_a_window(&store).await;
+        let mut failed = new_intent(&key(WINDOW), "email", None);
+        (failed.payload, failed.state, failed.reason) = (None, "dead".into(), Some("template_error".into()));
+        let close = closing(window, vec![key(1), key(2)], failed);
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
+        let dead = store.intent_get("default", &key(WINDOW)).await.unwrap().unwrap();
+        assert_eq!((dead.intent.state.as_str(), dead.intent.reason.as_deref()), ("dead", Some("template_error")));
+        let mut sent: Vec<String> =
+            store.jobs_claim(claim(T0 + DAY, 10)).await.unwrap().into_iter().map(|j| j.intent.key).collect();
+        sent.sort();
+        assert_eq!(sent, vec![key(1), key(2)], "each member goes out with the content it froze");
+        let member = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!(member.intent.decision, "send");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_inbox_card_is_marked_read_only_by_its_own_recipient() {
+    each_backend(|store| async move {
+        store
+            .inbox_deliver(InboxDelivery {
+                tenant: "default".into(),
+                recipient_id: "u-1".into(),
+                entity_type: "purchase_order".into(),
+                entity_id: "PO-1".into(),
+                version: Some(1),
+                occurred_at: "2026-11-29T04:30:00.000000000Z".into(),
+                intent_key: key(1),
+                payload_digest: format!("digest-{}", key(1)),
+                now_us: T0,
+            })
+            .await
+            .unwrap();
+        let card = inbox_card_id("default", "u-1", "purchase_order", "PO-1");
+        assert!(!store.inbox_mark_read("default", "u-2", &card, T0 + 1).await.unwrap(), "another recipient's card");
+        assert!(!store.inbox_mark_read("other", "u-1", &card, T0 + 1).await.unwrap(), "another tenant's card");
+        assert!(!store.inbox_mark_read("default", "u-1", &key(9), T0 + 1).await.unwrap(), "no such card");
+        assert_eq!(store.inbox_list("default", "u-1", None, 10).await.unwrap().items[0].read_at, None);
+        assert!(store.inbox_mark_read("default", "u-1", &card, T0 + 5).await.unwrap());
+        assert_eq!(store.inbox_list("default", "u-1", None, 10).await.unwrap().items[0].read_at, Some(T0 + 5));
+    })
+    .await;
+}
+
+/// A dead letter of `tenant` with `reason`, dead since `at`.
+fn dead_letter(tenant: &str, n: u32, reason: &str, at: i64) -> Ingest {
+    let mut dead = new_intent(&key(n), "sms", None);
+    (dead.state, dead.reason) = ("dead".into(), Some(reason.into()));
+    Ingest { tenant: tenant.into(), now_us: at, ..ingest(&format!("r{n}"), &format!("fp{n}"), vec![dead]) }
+}
+
+#[tokio::test]
+async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across() {
+    each_backend(|store| async move {
+        for (tenant, n, reason) in
+            [("acme", 1, "rejected"), ("acme", 2, "rejected"), ("acme", 3, "template_error"), ("globex", 4, "rejected")]
+        {
+            store.events_ingest(dead_letter(tenant, n, reason, T0 + i64::from(n))).await.unwrap();
+        }
+        let all = store.dead_letters_summary(None, T0, T0 + 10).await.unwrap();
+        assert_eq!(all, vec![("rejected".into(), 3), ("template_error".into(), 1)]);
+        let acme = store.dead_letters_summary(Some("acme"), T0, T0 + 10).await.unwrap();
+        assert_eq!(acme, vec![("rejected".into(), 2), ("template_error".into(), 1)]);
+        let later = store.dead_letters_summary(None, T0 + 2, T0 + 4).await.unwrap();
+        assert_eq!(later, vec![("rejected".into(), 1), ("template_error".into(), 1)], "[since, until)");
+
+        let examples = |tenant: Option<&'static str>, limit: u32| {
+            let store = store.clone();
+            async move {
+                let rows = store.dead_letters_examples(tenant, "rejected", T0, T0 + 10, limit).await.unwrap();
+                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(examples(None, 2).await, vec![key(4), key(2)], "the newest first");
+        assert_eq!(examples(Some("acme"), 10).await, vec![key(2), key(1)]);
+        assert_eq!(examples(Some("initech"), 10).await, Vec::<String>::new());
+    })
+    .await;
+}
+
+fn replay(selector: ReplaySelector, tenant: &str, at: i64) -> Replay {
+    Replay { tenant: tenant.into(), selector, now_us: at, requested_by: Some("ops".into()), limit: 10 }
+}
+
+#[tokio::test]
+async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_rest() {
+    each_backend(|store| async move {
+        // key 1 dies after a try; key 2 never had content; key 3 was sent;
+        // key 4's content is pruned by retention.
+        store.events_ingest(dead_letter("default", 4, "rejected", T0)).await.unwrap();
+        store.retention_batch(PruneStep::Payloads, T0 + 1, 100).await.unwrap();
+        let later = T0 + DAY;
+        let mut tried = ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(later))]);
+        tried.now_us = later;
+        store.events_ingest(tried).await.unwrap();
+        store.jobs_claim(claim(later, 10)).await.unwrap();
+        store
+            .attempts_finish(&[finished(
+                &key(1),
+                1,
+                OutcomeClass::Permanent,
+                Transition::Dead { reason: Reason::Rejected },
+            )])
+            .await
+            .unwrap();
+        let mut no_content = dead_letter("default", 2, "template_error", later);
+        no_content.intents[0].payload = None;
+        store.events_ingest(no_content).await.unwrap();
+        store.events_ingest(settled(&key(3), "sms", "sent", later)).await.unwrap();
+
+        let ids = ReplaySelector::Ids(vec![key(1), key(2), key(3), key(4), key(99)]);
+        let out = store.dead_letters_replay(replay(ids, "default", later + 100)).await.unwrap();
+        let outcomes: Vec<(String, ReplayOutcome)> = out.into_iter().map(|r| (r.key, r.outcome)).collect();
+        assert_eq!(
+            outcomes,
+            vec![
+                (key(1), ReplayOutcome::Queued),
+                (key(2), ReplayOutcome::NoContent("template_error".into())),
+                (key(3), ReplayOutcome::NotDead("sent".into())),
+                (key(4), ReplayOutcome::ContentPruned("rejected".into())),
+                (key(99), ReplayOutcome::NotFound),
+            ]
+        );
+        let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref(), d.intent.retry_base), ("queued", None, 1));
+        // the same key and frozen content, a fresh budget counted from the replay
+        let again = store.jobs_claim(claim(later + 100, 10)).await.unwrap();
+        assert_eq!(again.len(), 1);
+        assert_eq!((again[0].intent.key.clone(), again[0].intent.attempts), (key(1), 2));
+        assert_eq!(again[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+        // another tenant cannot replay it
+        let foreign =
+            store.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(2)]), "acme", later)).await.unwrap();
+        assert_eq!(foreign[0].outcome, ReplayOutcome::NotFound);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replay_by_reason_takes_the_replayable_first_up_to_its_limit() {
+    each_backend(|store| async move {
+        let mut no_content = dead_letter("default", 1, "rejected", T0);
+        no_content.intents[0].payload = None;
+        store.events_ingest(no_content).await.unwrap();
+        for n in [2, 3, 4] {
+            store.events_ingest(dead_letter("default", n, "rejected", T0 + i64::from(n))).await.unwrap();
+        }
+        store.events_ingest(dead_letter("default", 5, "hard_bounce", T0)).await.unwrap();
+        let by_reason = ReplaySelector::Reason { reason: "rejected".into(), since_us: None };
+        let out =
+            store.dead_letters_replay(Replay { limit: 2, ..replay(by_reason, "default", T0 + 10) }).await.unwrap();
+        let queued: Vec<String> =
+            out.iter().filter(|r| r.outcome == ReplayOutcome::Queued).map(|r| r.key.clone()).collect();
+        assert_eq!((out.len(), queued), (2, vec![key(2), key(3)]), "oldest replayable first");
+        let since = ReplaySelector::Reason { reason: "rejected".into(), since_us: Some(T0 + 4) };
+        let out = store.dead_letters_replay(replay(since, "default", T0 + 20)).await.unwrap();
+        assert_eq!(out.iter().map(|r| r.key.clone()).collect::<Vec<_>>(), vec![key(4)], "only those dead since");
+        let hard = store.intent_get("default", &key(5)).await.unwrap().unwrap();
+        assert_eq!(hard.intent.state, "dead", "another reason is left alone");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_next_daily_digest_starts_where_the_last_posted_one_ended() {
+    each_backend(|store| async move {
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), None);
+        let hour = 3_600_000_000;
+        let now = jiff::Timestamp::now().as_microsecond();
+        let claim = |slot: &str, until_us: i64| OpsDigestClaim {
+            slot: slot.into(),
+            since_us: until_us - 24 * hour,
+            until_us,
+            now_us: now,
+            lease_us: 600_000_000,
+        };
+        assert!(store.ops_digest_claim(claim("2026-11-29", T0)).await.unwrap().is_some());
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), None, "claimed is not posted");
+        store.ops_digest_posted("2026-11-29", now, 3).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        // a manual post (`POST /v1/ops/dlq-digest`) does not move the schedule
+        assert!(store.ops_digest_claim(claim("manual:1", T0 + 2 * hour)).await.unwrap().is_some());
+        store.ops_digest_posted("manual:1", now, 0).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        assert!(store.ops_digest_claim(claim("2026-11-30", T0 + 24 * hour)).await.unwrap().is_some());
+        store.ops_digest_posted("2026-11-30", now, 0).await.unwrap();
+        assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0 + 24 * hour));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_drops_old_attempt_text_and_keeps_the_outcome() {
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let failed = FinishedAttempt {
+            error: Some("550 no such mailbox".into()),
+            error_class: Some(Reason::Rejected),
+            ..finished(&key(1), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected })
+        };
+        store.attempts_finish(&[failed]).await.unwrap();
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 10, 100).await.unwrap(), 0, "too young");
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 11, 100).await.unwrap(), 1);
+        assert_eq!(store.retention_batch(PruneStep::AttemptDiagnostics, T0 + 11, 100).await.unwrap(), 0);
+        let attempts = store.attempts_of(&[key(1)]).await.unwrap();
+        assert_eq!(attempts[0].error, None);
+        assert_eq!(
+            (attempts[0].outcome.as_deref(), attempts[0].error_class.as_deref()),
+            (Some("permanent"), Some("rejected"))
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn retention_forgets_old_request_records_so_the_identity_is_new_again() {
+    each_backend(|store| async move {
+        let post = || ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))]);
+        store.events_ingest(post()).await.unwrap();
+        assert!(matches!(store.events_ingest(post()).await.unwrap(), IngestOutcome::Replayed { .. }));
+        assert_eq!(store.retention_batch(PruneStep::Requests, T0, 100).await.unwrap(), 0, "too young");
+        assert_eq!(store.retention_batch(PruneStep::Requests, T0 + 1, 100).await.unwrap(), 1);
+        // the intent is still there: a new request for it creates nothing
+        let again = store.events_ingest(post()).await.unwrap();
+        let IngestOutcome::Accepted { response, any_created } = again else { panic!("{again:?}") };
+        assert!(!any_created && !response.intents[0].created);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn new_work_wakes_a_waiting_worker() {
+    each_backend(|store| async move {
+        // nothing new: the wait ends when its time is up
+        store.wait_for_work(std::time::Duration::from_millis(10)).await;
+        let waiter = {
+            let store = store.clone();
+            tokio::spawn(async move { store.wait_for_work(std::time::Duration::from_secs(3600)).await })
+        };
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(60), waiter)
+            .await
+            .expect("the new job woke the waiter")
+            .unwrap();
+    })
+    .await;
 }

@@ -177,8 +177,15 @@ impl World {
             let me = self.clone();
             tasks.spawn(async move {
                 let kind = fault.kind();
-                if let Err(e) = me.apply(&fault).await {
-                    me.errors.lock().unwrap().push(format!("{kind}: {e:#}"));
+                match me.apply(&fault).await {
+                    // The saboteur's own connection is cut by a Postgres
+                    // restart or termination running at the same time: its
+                    // fault ends early, nothing of Herald's is at stake.
+                    Err(_) if matches!(fault, Fault::PostgresLocks { .. }) => {
+                        *me.injected.lock().unwrap().entry("postgres locks cut short".into()).or_default() += 1;
+                    }
+                    Err(e) => me.errors.lock().unwrap().push(format!("{kind}: {e:#}")),
+                    Ok(()) => {}
                 }
                 *me.injected.lock().unwrap().entry(kind).or_default() += 1;
             });
@@ -190,6 +197,11 @@ impl World {
         match fault {
             Fault::Kill { node, down } => {
                 let mut n = self.nodes[*node].lock().await;
+                // Mid-send: wait (a little) for a provider to be handling a call.
+                let until = tokio::time::Instant::now() + Duration::from_secs(2);
+                while !self.providers.iter().any(|(_, p)| p.busy()) && tokio::time::Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
                 if self.providers.iter().any(|(_, p)| p.busy()) {
                     self.kills_mid_send.fetch_add(1, Ordering::SeqCst);
                 }
@@ -255,9 +267,25 @@ impl World {
                     use sqlx::Connection;
                     let mut c = sqlx::PgConnection::connect(&pg.url(db)).await?;
                     let mut tx = c.begin().await?;
-                    sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE")
-                        .execute(&mut *tx)
-                        .await?;
+                    // NOWAIT, again and again: a saboteur that waited for its
+                    // locks while holding some could deadlock with Herald and
+                    // be the one Postgres aborts.
+                    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+                    loop {
+                        sqlx::query("SAVEPOINT saboteur").execute(&mut *tx).await?;
+                        let locked =
+                            sqlx::query("LOCK TABLE jobs, intents, attempts IN SHARE ROW EXCLUSIVE MODE NOWAIT")
+                                .execute(&mut *tx)
+                                .await;
+                        if locked.is_ok() {
+                            break;
+                        }
+                        sqlx::query("ROLLBACK TO SAVEPOINT saboteur").execute(&mut *tx).await?;
+                        if tokio::time::Instant::now() > until {
+                            anyhow::bail!("could not take the locks in 10s");
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
                     tokio::time::sleep(*lasts).await;
                     tx.commit().await?;
                 }

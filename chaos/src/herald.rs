@@ -19,6 +19,8 @@ pub struct Node {
     pub skew: Option<String>,
     child: Option<Child>,
     pub starts: u32,
+    /// Starts that exited before the process was ready, tried again.
+    pub failed_starts: u32,
 }
 
 impl Node {
@@ -41,6 +43,7 @@ impl Node {
             skew,
             child: None,
             starts: 0,
+            failed_starts: 0,
         })
     }
 
@@ -52,7 +55,26 @@ impl Node {
         self.child.is_some()
     }
 
+    /// Starts the process as a supervisor would (`Restart=on-failure`):
+    /// Herald refuses to start while its database is unreachable — during a
+    /// Postgres restart, say — so a start that exits is tried again, up to
+    /// five times a second apart. Each retry is counted in `failed_starts`.
     pub async fn start(&mut self) -> anyhow::Result<()> {
+        let mut tries = 0;
+        loop {
+            match self.start_once().await {
+                Ok(()) => return Ok(()),
+                Err(_) if tries < 5 && self.child.is_none() => {
+                    tries += 1;
+                    self.failed_starts += 1;
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn start_once(&mut self) -> anyhow::Result<()> {
         let mut command = Command::new(&self.bin);
         if let Some(offset) = &self.skew {
             // libfaketime preloaded into Herald itself (not the `faketime`

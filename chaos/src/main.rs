@@ -377,6 +377,11 @@ async fn run_leg(o: &Options, leg: &str) -> anyhow::Result<bool> {
         report.by_state
     );
     println!("   faults injected    {:?}", world.injected.lock().unwrap());
+    let mut failed_starts = 0;
+    for n in &world.nodes {
+        failed_starts += n.lock().await.failed_starts;
+    }
+    println!("   starts retried     {failed_starts} (Herald exited at start, its database unreachable)");
     println!(
         "   kills mid-send     {} (a provider was handling a call at the kill)",
         world.kills_mid_send.load(std::sync::atomic::Ordering::SeqCst)

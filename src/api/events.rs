@@ -1,9 +1,11 @@
 //! `POST /v1/events`: the HTTP side of ingest — scope, content type, body
-//! limit, the `Idempotency-Key` header — and the answer as a response. The
-//! pipeline itself is [`crate::ingest`].
+//! limit, the `Idempotency-Key` header, `?dry_run=true` — and the answer as a
+//! response. The pipeline itself is [`crate::ingest`].
 
+use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope};
-use crate::ingest::{Answer, IngestError, Request};
+use crate::ingest::{Answer, DryRun, IngestError, Request};
+use crate::recipient::mask_for_channel;
 use crate::store::IngestResponse;
 use axum::Json;
 use axum::body::Bytes;
@@ -11,18 +13,23 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 const MAX_IDEMPOTENCY_KEY: usize = 255;
 
 /// Post a domain event: Herald plans, renders and records its intents in one transaction.
 #[utoipa::path(post, path = "/v1/events", operation_id = "post_event", tag = "events", security(("bearer" = ["events:write"])),
     params(("Idempotency-Key" = Option<String>, Header, max_length = 255, pattern = "^[!-~]+$",
-        description = "The request's identity (1-255 visible ASCII characters); without it, the event and its audience are.")),
+        description = "The request's identity (1-255 visible ASCII characters); without it, the event and its audience are."),
+        ("dry_run" = Option<bool>, Query, description = "`true`: plan and render, answer with the intents a real post \
+            would record (200, `dry_run: true`), and write nothing. Refused as a real post would be.")),
     request_body(content = crate::api::openapi::doc::EventRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "At least one intent was created.", body = crate::api::openapi::doc::EventAccepted),
         (status = 200, description = "A stored request replayed (`replayed: true`, header `Idempotent-Replayed: true`), \
-            or a new request whose intents all exist already (`created: false` on each).", body = crate::api::openapi::doc::EventAccepted,
+            a new request whose intents all exist already (`created: false` on each), or a dry run's answer.",
+            body = crate::api::openapi::doc::EventAnswer,
             headers(("Idempotent-Replayed" = String, description = "`true` when the stored answer is replayed."))),
         (status = 400, response = crate::api::openapi::doc::BadRequest),
         (status = 401, response = crate::api::openapi::doc::Unauthorized),
@@ -36,6 +43,7 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 pub async fn post_event(
     State(app): State<AppState>,
     caller: Caller,
+    Params(query): Params<EventQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -50,6 +58,10 @@ pub async fn post_event(
     })?;
     let key = idempotency_key(&headers)?;
     let request = Request { tenant: &caller.tenant, idempotency_key: key.as_deref(), body: &body };
+    if query.dry_run == Some(true) {
+        let dry = app.ingest.dry_run(request).await?;
+        return Ok((StatusCode::OK, Json(dry_run_view(&dry))).into_response());
+    }
     Ok(match app.ingest.ingest(request).await? {
         Answer::Created(response) => (StatusCode::ACCEPTED, Json(response)).into_response(),
         Answer::Existing(response) => (StatusCode::OK, Json(response)).into_response(),
@@ -68,6 +80,50 @@ impl From<IngestError> for ApiError {
             IngestError::Store(e) => ApiError::Internal(e),
         }
     }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct EventQuery {
+    dry_run: Option<bool>,
+}
+
+impl QueryParams for EventQuery {
+    const NAMES: &'static [&'static str] = &["dry_run"];
+}
+
+/// A dry run as the API shows it: each intent with its masked destination and
+/// rendered content; one that exists already as it stands.
+fn dry_run_view(dry: &DryRun) -> Value {
+    let intents: Vec<Value> = dry
+        .intents
+        .iter()
+        .map(|i| {
+            let existing = dry.existing.iter().find(|e| e.key == i.key);
+            let (decision, reason, state) = match existing {
+                Some(e) => (&e.decision, &e.reason, &e.state),
+                None => (&i.decision, &i.reason, &i.state),
+            };
+            let (digest, content) = match &i.payload {
+                Some((digest, text)) => (Some(digest.as_str()), serde_json::from_str(text).unwrap_or(Value::Null)),
+                None => (None, Value::Null),
+            };
+            json!({
+                "key": i.key,
+                "channel": i.channel,
+                "recipient_id": i.recipient_id,
+                "exists": existing.is_some(),
+                "decision": decision,
+                "reason": reason,
+                "detail": i.detail,
+                "state": state,
+                "destination": i.destination.as_deref().map(|d| mask_for_channel(&i.channel, d)),
+                "template": {"id": i.template_id, "revision": i.template_revision, "locale": i.locale},
+                "payload_digest": digest,
+                "content": content,
+            })
+        })
+        .collect();
+    json!({"dry_run": true, "event_key": dry.event_key, "replay": dry.replay, "intents": intents})
 }
 
 fn replayed(response: IngestResponse) -> Response {

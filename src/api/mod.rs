@@ -127,7 +127,6 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::scrape))
         .routes(routes!(ops::dlq_digest))
         .routes(routes!(dead_letters::replay))
-        .routes(routes!(events::post_event))
         .routes(routes!(intents::get_one))
         .routes(routes!(recipients::put_one, recipients::get_one))
         .routes(routes!(recipients::preferences_version))
@@ -138,6 +137,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
+        .routes(routes!(events::post_event))
         .routes(routes!(dead_letters::list))
         .routes(routes!(dead_letters::summary))
         .routes(routes!(intents::list))

@@ -321,6 +321,47 @@ pub mod doc {
         pub created: bool,
     }
 
+    /// The 200 answer of `POST /v1/events`: a replay or existing intents, or a dry run's.
+    #[derive(ToSchema, Serialize)]
+    #[serde(untagged)]
+    pub enum EventAnswer {
+        Accepted(EventAccepted),
+        DryRun(EventDryRun),
+    }
+
+    /// What a real post of this event would record (`?dry_run=true`); nothing was written.
+    #[derive(ToSchema, Serialize)]
+    pub struct EventDryRun {
+        /// Always true: nothing was written.
+        pub dry_run: bool,
+        pub event_key: String,
+        /// The request was seen before: a real post would replay its stored answer.
+        pub replay: bool,
+        pub intents: Vec<DryRunIntent>,
+    }
+
+    /// An intent a real post would create, or report as it stands when it exists already.
+    #[derive(ToSchema, Serialize)]
+    pub struct DryRunIntent {
+        pub key: String,
+        pub channel: ChannelName,
+        pub recipient_id: String,
+        /// The intent exists already: decision, reason and state are as they stand.
+        pub exists: bool,
+        pub decision: DecisionName,
+        pub reason: Option<ReasonName>,
+        /// A template error's message, when rendering failed.
+        pub detail: Option<String>,
+        pub state: StateName,
+        /// Masked, e.g. a***@example.com, +97798******00.
+        pub destination: Option<String>,
+        pub template: TemplateRef,
+        /// SHA-256 of the rendered content.
+        pub payload_digest: Option<String>,
+        /// The rendered content (SMS with its encoding and segments).
+        pub content: Option<Content>,
+    }
+
     // ---- intents ----
 
     #[derive(ToSchema, Serialize)]

@@ -359,6 +359,19 @@ mod tests {
     }
 
     #[test]
+    fn log_sampling_is_a_share_between_none_and_all() {
+        assert_eq!(load("", &[]).unwrap().log.sample_accepted, 1.0);
+        assert_eq!(load("[log]\nsample_accepted = 0.1\n", &[]).unwrap().log.sample_accepted, 0.1);
+        assert_eq!(load("", &[("HERALD_LOG__SAMPLE_ACCEPTED", "0")]).unwrap().log.sample_accepted, 0.0);
+        for bad in ["1.5", "-0.1", "nan"] {
+            let e = load(&format!("[log]\nsample_accepted = {bad}\n"), &[]).unwrap_err().to_string();
+            assert!(e.contains("log.sample_accepted"), "{bad}: {e}");
+        }
+        assert_eq!(load("deployment = \"shadow-eu\"\n", &[]).unwrap().deployment, "shadow-eu");
+        assert!(load("deployment = \"\"\n", &[]).unwrap_err().to_string().contains("deployment"));
+    }
+
+    #[test]
     fn a_bad_log_filter_is_refused_naming_where_it_came_from() {
         let e = load("", &[("HERALD_LOG", "verbose")]).unwrap_err().to_string();
         assert!(e.contains("HERALD_LOG") && e.contains("verbose"), "{e}");

@@ -7,11 +7,13 @@ pub mod digest;
 mod duplicate;
 mod recorder;
 pub mod retry;
+pub mod rules;
 
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
 use crate::event::Channel;
 use crate::intent::{Reason, State};
+use crate::ops::log::{AttemptLine, TemplateRef};
 use crate::render::Content;
 use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
 use rand::SeedableRng;
@@ -191,10 +193,12 @@ impl Worker {
         let now = self.clock.now();
         // The policy counts the tries since the last replay from the dead letters.
         let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        let template = TemplateRef { id: &job.intent.template_id, revision: job.intent.template_revision.as_deref() };
         crate::ops::metrics::attempt_finished(
             &job.intent.channel,
             provider_name,
             outcome.class().as_str(),
+            template,
             started.elapsed(),
         );
         let possible_duplicate = match provider {
@@ -204,19 +208,23 @@ impl Worker {
         if let Transition::Dead { reason } = &transition {
             crate::ops::metrics::dead_letter(reason.as_str());
         }
-        // The intent key is the trace id of everything that happens to it.
-        tracing::info!(
-            trace_id = %job.intent.key,
-            intent = %job.intent.key,
-            attempt = n,
-            channel = %job.intent.channel,
-            provider = provider_name,
-            outcome = %outcome.class(),
+        let outcome_class = outcome.class();
+        crate::ops::log::attempt(AttemptLine {
+            key: &job.intent.key,
+            n,
+            channel: &job.intent.channel,
+            template,
+            provider: provider_name,
+            outcome: outcome_class.as_str(),
+            error_class: outcome_class_reason(&outcome),
+            next: match &transition {
+                Transition::Sent => "sent",
+                Transition::Retry { .. } => "retry",
+                Transition::Dead { .. } => "dead",
+            },
             possible_duplicate,
-            error_class = outcome_class_reason(&outcome),
-            next = ?transition,
-            "attempt finished"
-        );
+            trace_id: None,
+        });
         let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
         done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         done.provider = provider.map(|p| p.name().to_string());

@@ -15,10 +15,11 @@ use crate::event::identity::{Tenant, sha256_hex};
 use crate::event::json::{JsonError, read_strict};
 use crate::event::{Event, canonical_json, parse_event};
 use crate::ops::fastpath::FastPath;
+use crate::ops::log::{self, Duplicate, TemplateRef};
 use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
 use crate::render::TemplateSet;
-use crate::store::{Ingest, IngestOutcome, IngestResponse, RequestSeen, Store, StoreError};
+use crate::store::{Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestSeen, Store, StoreError};
 use group::GroupCommit;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -116,6 +117,34 @@ impl Ingestor {
     }
 
     pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
+        let (route, new) = self.identify(&request)?;
+        let tenant = request.tenant.as_str();
+        let trace_id = trace_id(tenant, &new.identity);
+        if let Some(seen) = self.seen(tenant, &new.identity, &new.fingerprint).await? {
+            return match seen {
+                RequestSeen::Replay(response) => {
+                    metrics::idempotency_conflict("duplicate");
+                    let template = self.template_of(route);
+                    for i in &response.intents {
+                        log::intent(&trace_id, i, template, Some(Duplicate::Replay));
+                    }
+                    Ok(Answer::Replayed(response))
+                }
+                RequestSeen::Mismatch => {
+                    metrics::idempotency_conflict("mismatch");
+                    refused(&trace_id, &new.event_key, "mismatch");
+                    Err(IngestError::IdempotencyMismatch)
+                }
+            };
+        }
+        self.check_destinations(&new.event).await?;
+        let duplicate = if request.idempotency_key.is_some() { Duplicate::AnotherKey } else { Duplicate::Reemitted };
+        let ingest = self.prepare(request.tenant, route, new).await?;
+        self.store(ingest, &trace_id, duplicate).await
+    }
+
+    /// Parse, route and identity: what every request goes through first.
+    fn identify(&self, request: &Request<'_>) -> Result<(&Route, Identified), IngestError> {
         let json = read_strict(request.body)?;
         let event = parse_event(&json).map_err(|e| IngestError::InvalidField { field: e.field, message: e.message })?;
         // A map lookup: an unknown type answers as such before any I/O.
@@ -132,23 +161,35 @@ impl Ingestor {
             // is refused by the event's own record (409).
             None => format!("event:{event_key}#{fingerprint}"),
         };
+        Ok((route, Identified { event, identity, fingerprint, event_key }))
+    }
+
+    /// A dry run: the same checks, plan and render as [`Ingestor::ingest`],
+    /// answered with what a real post would record — and nothing written, not
+    /// a request record, an intent, a job, a payload or a Redis key. It reads
+    /// the database (the request record, the event's record, the intents that
+    /// exist) so that it refuses what a real post would refuse.
+    pub async fn dry_run(&self, request: Request<'_>) -> Result<DryRun, IngestError> {
+        let (route, new) = self.identify(&request)?;
         let tenant = request.tenant.as_str();
-        if let Some(seen) = self.seen(tenant, &identity, &fingerprint).await? {
-            return match seen {
-                RequestSeen::Replay(response) => {
-                    metrics::idempotency_conflict("duplicate");
-                    Ok(Answer::Replayed(response))
-                }
-                RequestSeen::Mismatch => {
-                    metrics::idempotency_conflict("mismatch");
-                    Err(IngestError::IdempotencyMismatch)
-                }
-            };
+        let replay = match self.store.request_find(tenant, &new.identity, &new.fingerprint).await? {
+            Some(RequestSeen::Mismatch) => return Err(IngestError::IdempotencyMismatch),
+            Some(RequestSeen::Replay(_)) => true,
+            None => false,
+        };
+        let content_digest = new.event.content_digest();
+        if !replay && self.store.event_digest(&new.event_key).await?.is_some_and(|d| d != content_digest) {
+            return Err(IngestError::EventConflict);
         }
-        let new = Identified { event, identity, fingerprint, event_key };
         self.check_destinations(&new.event).await?;
         let ingest = self.prepare(request.tenant, route, new).await?;
-        self.store(ingest).await
+        let keys: Vec<String> = ingest.intents.iter().map(|i| i.key.clone()).collect();
+        let existing = self.store.intents_status(tenant, &keys).await?;
+        Ok(DryRun { event_key: ingest.event_key, replay, intents: ingest.intents, existing })
+    }
+
+    fn template_of<'r>(&'r self, route: &'r Route) -> TemplateRef<'r> {
+        TemplateRef { id: &route.template, revision: self.templates.meta(&route.template).map(|m| m.revision.as_str()) }
     }
 
     /// The answer already given to this identity, if any: from Redis when it
@@ -242,16 +283,17 @@ impl Ingestor {
 
     /// The transaction decides; its outcome becomes the answer, is logged and
     /// counted, and an accepted answer is remembered in Redis.
-    async fn store(&self, ingest: Ingest) -> Result<Answer, IngestError> {
+    async fn store(&self, ingest: Ingest, trace_id: &str, duplicate: Duplicate) -> Result<Answer, IngestError> {
         let (tenant, identity, fingerprint) =
             (ingest.tenant.clone(), ingest.identity.clone(), ingest.fingerprint.clone());
+        let templates: HashMap<String, (String, Option<String>)> = (ingest.intents.iter())
+            .map(|i| (i.key.clone(), (i.template_id.clone(), i.template_revision.clone())))
+            .collect();
+        let event_key = ingest.event_key.clone();
         let outcome = self.commits.ingest(ingest).await?;
         match outcome {
             IngestOutcome::Accepted { response, any_created } => {
-                // Derived from the request identity, so a retried request logs
-                // under the same trace as the original.
-                let trace_id = &sha256_hex(format!("{tenant}|{identity}").as_bytes())[..16];
-                record(trace_id, &response);
+                record(trace_id, &response, &templates, duplicate);
                 if !any_created {
                     metrics::idempotency_conflict("duplicate");
                 }
@@ -260,15 +302,18 @@ impl Ingestor {
             }
             IngestOutcome::Replayed { response } => {
                 metrics::idempotency_conflict("duplicate");
+                record(trace_id, &response, &templates, Duplicate::Replay);
                 self.remember(&tenant, &identity, &fingerprint, &response).await;
                 Ok(Answer::Replayed(response))
             }
             IngestOutcome::Mismatch => {
                 metrics::idempotency_conflict("mismatch");
+                refused(trace_id, &event_key, "mismatch");
                 Err(IngestError::IdempotencyMismatch)
             }
             IngestOutcome::Conflict => {
                 metrics::idempotency_conflict("conflict");
+                refused(trace_id, &event_key, "conflict");
                 Err(IngestError::EventConflict)
             }
         }
@@ -283,21 +328,45 @@ impl Ingestor {
     }
 }
 
-/// One log line and the counters per intent a request recorded.
-fn record(trace_id: &str, response: &IngestResponse) {
+/// What a dry run found: the intents a real post would record, and those of
+/// them that exist already (a real post would report them as they stand).
+#[derive(Debug, Clone)]
+pub struct DryRun {
+    pub event_key: String,
+    /// This request was seen before: a real post would replay its answer.
+    pub replay: bool,
+    pub intents: Vec<NewIntent>,
+    pub existing: Vec<IntentStatus>,
+}
+
+/// Derived from the request identity, so a retried request logs under the
+/// same trace as the original.
+fn trace_id(tenant: &str, identity: &str) -> String {
+    sha256_hex(format!("{tenant}|{identity}").as_bytes())[..16].to_string()
+}
+
+/// A request refused for its identity: always logged, whatever the sampling.
+fn refused(trace_id: &str, event_key: &str, kind: &'static str) {
+    tracing::warn!(trace_id, event_key, outcome = kind, "request refused: idempotency {kind}");
+}
+
+/// One log line per intent a request named, and the counters per intent it created.
+fn record(
+    trace_id: &str,
+    response: &IngestResponse,
+    templates: &HashMap<String, (String, Option<String>)>,
+    duplicate: Duplicate,
+) {
     for i in &response.intents {
-        tracing::info!(
-            trace_id = %trace_id,
-            intent = %i.key,
-            channel = %i.channel,
-            decision = %i.decision,
-            reason = i.reason.as_deref().unwrap_or(""),
-            state = %i.state,
-            created = i.created,
-            "intent recorded"
-        );
-        if i.created {
-            metrics::intent_created(&i.channel, &i.decision, i.reason.as_deref());
+        let (id, revision) = templates.get(&i.key).map_or(("", None), |(id, r)| (id.as_str(), r.as_deref()));
+        let template = TemplateRef { id, revision };
+        let duplicate = match duplicate {
+            Duplicate::Replay => Some(Duplicate::Replay),
+            other => (!i.created).then_some(other),
+        };
+        log::intent(trace_id, i, template, duplicate);
+        if duplicate.is_none() && i.created {
+            metrics::intent_created(&i.channel, &i.decision, i.reason.as_deref(), template);
             if i.state == "dead" {
                 metrics::dead_letter(i.reason.as_deref().unwrap_or("unknown"));
             }

@@ -1,7 +1,9 @@
 //! Prometheus metrics (DESIGN rule 10). Every label is from a bounded set —
-//! channel, provider (a configured name), decision, reason, outcome class —
-//! never an id, address or entity.
+//! channel, provider (a configured name), decision, reason, outcome class,
+//! template and its revision, the deployment's name — never an id, address
+//! or entity.
 
+use crate::ops::log::TemplateRef;
 use crate::store::QueueStats;
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -33,9 +35,22 @@ pub fn render() -> String {
     install().map(|h| h.render()).unwrap_or_default()
 }
 
-pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>) {
-    counter!("herald_intents_created_total", "channel" => channel.to_string(), "decision" => decision.to_string())
-        .increment(1);
+/// Which build runs as which deployment: a constant 1, its labels the answer.
+pub fn build_info(deployment: &str) {
+    gauge!("herald_build_info", "version" => env!("CARGO_PKG_VERSION"), "deployment" => deployment.to_string())
+        .set(1.0);
+}
+
+/// Template and revision are bounded by the templates a deployment has had.
+pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>, template: TemplateRef<'_>) {
+    counter!(
+        "herald_intents_created_total",
+        "channel" => channel.to_string(),
+        "decision" => decision.to_string(),
+        "template" => template.id.to_string(),
+        "template_revision" => template.revision.unwrap_or("").to_string()
+    )
+    .increment(1);
     counter!("herald_decisions_total", "decision" => decision.to_string(), "reason" => reason.unwrap_or("none").to_string())
         .increment(1);
 }
@@ -50,12 +65,14 @@ pub fn attempt_started(channel: &str, provider: &str) {
         .increment(1);
 }
 
-pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, took: Duration) {
+pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, template: TemplateRef<'_>, took: Duration) {
     counter!(
         "herald_attempts_total",
         "channel" => channel.to_string(),
         "provider" => provider.to_string(),
-        "outcome" => outcome.to_string()
+        "outcome" => outcome.to_string(),
+        "template" => template.id.to_string(),
+        "template_revision" => template.revision.unwrap_or("").to_string()
     )
     .increment(1);
     histogram!("herald_attempt_duration_seconds", "channel" => channel.to_string(), "provider" => provider.to_string())

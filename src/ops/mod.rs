@@ -3,5 +3,6 @@
 
 pub mod dlq_digest;
 pub mod fastpath;
+pub mod log;
 pub mod metrics;
 pub mod retention;

@@ -54,6 +54,11 @@ macro_rules! store_impl {
                 q::request_seen(&mut conn, tenant, identity, fingerprint).await
             }
 
+            async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+                let mut conn = self.$reader.acquire().await?;
+                q::event_digest(&mut conn, event_key).await
+            }
+
             async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
                 let mut conn = self.$reader.acquire().await?;
                 q::intents_status(&mut conn, tenant, keys).await

@@ -120,6 +120,10 @@ pub trait Store: Send + Sync + 'static {
     /// request identity and the intent key decide.
     async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>>;
 
+    /// The content digest an event key was accepted with (None when the
+    /// event is new): a dry run's read of what the ingest transaction checks.
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>>;
+
     /// The decision, reason and state of these intents as they are now (a
     /// replay answered from the Redis fast path reads them here).
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>>;

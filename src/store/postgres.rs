@@ -3,7 +3,7 @@
 //! so a batch costs a handful of statements, not a handful per job.
 
 use super::postgres_batch::Pass;
-use super::queries::{report, transition_columns};
+use super::queries::{applied_set, report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
@@ -18,7 +18,13 @@ fn keys_arg(keys: &[String]) -> Vec<String> {
 }
 
 mod q {
-    super::super::queries::shared_queries!(sqlx::Postgres, "= ANY($1)", super::keys_arg, " FOR UPDATE");
+    super::super::queries::shared_queries!(
+        sqlx::Postgres,
+        "= ANY($1)",
+        super::keys_arg,
+        " FOR UPDATE",
+        "jsonb_array_elements($1::jsonb)"
+    );
 }
 
 pub struct PostgresStore {
@@ -199,7 +205,8 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
         // By (key, n): a stale outcome for an attempt that was rescued must not
         // ride along with the new attempt's outcome for the same intent.
-        for f in finished.iter().filter(|f| applied.contains(&(f.key.clone(), f.n))) {
+        let applied_now = applied_set(&applied);
+        for f in finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))) {
             let (state, reason, run_at) = transition_columns(&f.transition);
             keys.push(f.key.clone());
             states.push(state.as_str());

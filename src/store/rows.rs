@@ -366,6 +366,29 @@ pub enum DigestCloseOutcome {
     MembersChanged,
 }
 
+/// A leased job as the claim finds it, before the rules in
+/// [`crate::deliver::rules`] say what becomes of it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ClaimCandidate {
+    #[sqlx(flatten)]
+    pub intent: IntentRow,
+    /// The frozen content (JSON).
+    pub content: Option<String>,
+    /// An attempt was left unfinished: the worker that made it lost its lease.
+    pub lease_lapsed: bool,
+}
+
+/// A newer version of a claimed intent's entity, for the same recipient on
+/// the same channel.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct NewerVersion {
+    /// The claimed intent's key.
+    pub of: String,
+    pub key: String,
+    pub entity_version: i64,
+    pub state: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ClaimedJob {
     #[sqlx(flatten)]

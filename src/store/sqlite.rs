@@ -2,8 +2,9 @@
 //! write goes through a single connection, so writers queue in Herald instead of
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
-use super::queries::{report, transition_columns};
+use super::queries::{applied_set, report, transition_columns};
 use super::*;
+use serde_json::json;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
@@ -14,8 +15,19 @@ fn keys_arg(keys: &[String]) -> String {
     serde_json::to_string(keys).unwrap_or_else(|_| "[]".into())
 }
 
+/// A batch as one JSON array, one element per row, for `json_each`.
+fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
+    serde_json::Value::Array(rows.collect()).to_string()
+}
+
 mod q {
-    super::super::queries::shared_queries!(sqlx::Sqlite, "IN (SELECT value FROM json_each($1))", super::keys_arg, "");
+    super::super::queries::shared_queries!(
+        sqlx::Sqlite,
+        "IN (SELECT value FROM json_each($1))",
+        super::keys_arg,
+        "",
+        "json_each($1)"
+    );
 }
 
 pub struct SqliteStore {
@@ -125,52 +137,72 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
-        // One transaction for the batch; statements per row are cheap in-process.
+        // One transaction and four statements for the batch, each given the
+        // batch as one JSON array of rows: a statement per outcome costs a
+        // round trip to SQLite's thread each, and the writer is shared with ingest.
+        let outcomes = json_rows(finished.iter().map(|f| {
+            json!([
+                f.key,
+                f.n,
+                f.finished_at_us,
+                f.outcome.as_str(),
+                f.error_class.map(|r| r.as_str()),
+                f.provider_status,
+                f.provider_message_id,
+                f.error,
+                f.retry_after_us,
+                transition_columns(&f.transition).2,
+                f.provider,
+                f.possible_duplicate
+            ])
+        }));
         let mut tx = self.writer.begin().await?;
-        let mut applied = Vec::new();
-        for f in finished {
-            let n = sqlx::query(
-                "UPDATE attempts SET finished_at = $3, outcome = $4, error_class = $5, provider_status = $6,
-                         provider_message_id = $7, error = $8, retry_after = $9, retry_at = $10,
-                         provider = $11, possible_duplicate = $12
-                     WHERE intent_key = $1 AND n = $2 AND finished_at IS NULL",
-            )
-            .bind(&f.key)
-            .bind(f.n)
-            .bind(f.finished_at_us)
-            .bind(f.outcome.as_str())
-            .bind(f.error_class.map(|r| r.as_str()))
-            .bind(f.provider_status)
-            .bind(&f.provider_message_id)
-            .bind(&f.error)
-            .bind(f.retry_after_us)
-            .bind(transition_columns(&f.transition).2)
-            .bind(&f.provider)
-            .bind(f.possible_duplicate)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if n == 0 {
-                continue;
-            }
-            applied.push((f.key.clone(), f.n));
-            let (state, reason, run_at) = transition_columns(&f.transition);
-            sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
-                .bind(&f.key)
-                .bind(state.as_str())
-                .bind(reason)
-                .bind(f.finished_at_us)
-                .execute(&mut *tx)
-                .await?;
-            match run_at {
-                Some(t) => sqlx::query("UPDATE jobs SET run_at = $2, locked_until = NULL WHERE intent_key = $1")
-                    .bind(&f.key)
-                    .bind(t),
-                None => sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&f.key),
-            }
+        let applied: Vec<(String, i64)> = sqlx::query_as(
+            "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+                 provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
+                 retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                 possible_duplicate = u.possible_duplicate
+             FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
+                          value->>4 AS error_class, value->>5 AS provider_status, value->>6 AS provider_message_id,
+                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at,
+                          value->>10 AS provider, value->>11 AS possible_duplicate
+                   FROM json_each($1)) AS u
+             WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
+             RETURNING intent_key, n",
+        )
+        .bind(outcomes)
+        .fetch_all(&mut *tx)
+        .await?;
+        // By (key, n): a stale outcome for an attempt that was rescued must not
+        // ride along with the new attempt's outcome for the same intent.
+        let applied_now = applied_set(&applied);
+        let applied_outcomes: Vec<&FinishedAttempt> =
+            finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
+        let intents = json_rows(applied_outcomes.iter().map(|f| {
+            let (state, reason, _) = transition_columns(&f.transition);
+            json!([f.key, state.as_str(), reason, f.finished_at_us])
+        }));
+        sqlx::query(
+            "UPDATE intents SET state = u.state, reason = u.reason, updated_at = u.at
+             FROM (SELECT value->>0 AS k, value->>1 AS state, value->>2 AS reason, value->>3 AS at FROM json_each($1)) AS u
+             WHERE intents.key = u.k",
+        )
+        .bind(intents)
+        .execute(&mut *tx)
+        .await?;
+        let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
+            applied_outcomes.iter().partition(|f| transition_columns(&f.transition).2.is_some());
+        sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
+            .bind(json_rows(done.iter().map(|f| json!(f.key))))
             .execute(&mut *tx)
             .await?;
-        }
+        sqlx::query(
+            "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
+             FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u WHERE jobs.intent_key = u.k",
+        )
+        .bind(json_rows(retries.iter().map(|f| json!([f.key, transition_columns(&f.transition).2]))))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(report(finished, &applied))
     }

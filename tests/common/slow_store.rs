@@ -50,6 +50,9 @@ impl Store for SlowRecording {
     async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
         self.inner.request_find(tenant, identity, fingerprint).await
     }
+    async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
+        self.inner.event_digest(event_key).await
+    }
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
         self.inner.intents_status(tenant, keys).await
     }

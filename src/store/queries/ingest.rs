@@ -201,6 +201,17 @@ macro_rules! ingest_queries {
             Err(StoreError::Corrupt(format!("the content record of {} vanished twice", ingest.event_key)))
         }
 
+        /// The content digest an event key was accepted with, if it was.
+        pub async fn event_digest(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            event_key: &str,
+        ) -> StoreResult<Option<String>> {
+            Ok(sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+                .bind(event_key)
+                .fetch_optional(conn)
+                .await?)
+        }
+
         /// The decision, reason and state of these intents as they are now.
         pub async fn intents_status(
             conn: &mut <$db as sqlx::Database>::Connection,

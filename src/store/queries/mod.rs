@@ -19,7 +19,8 @@ pub(crate) mod receipts;
 pub(crate) mod rejected;
 
 use super::rows::*;
-use crate::intent::State;
+use crate::intent::{Decision, Reason, State};
+use std::collections::HashSet;
 
 /// Is the delivered version newer than the card's? Versionless entities order
 /// by `occurred_at`.
@@ -68,7 +69,9 @@ macro_rules! rejected_columns {
 pub(crate) use rejected_columns;
 
 macro_rules! shared_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
+        use crate::intent::{Decision, OutcomeClass, Reason, State};
+        use crate::store::queries::Ended;
         use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
         use crate::store::rows_receipts::*;
@@ -81,7 +84,7 @@ macro_rules! shared_queries {
         crate::store::queries::directory::directory_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ingest::ingest_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::intents::intents_queries!($db, $in_keys, $keys_arg, $for_update);
-        crate::store::queries::queue::queue_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::queue::queue_queries!($db, $in_keys, $keys_arg, $for_update, $json_rows);
         crate::store::queries::digests::digests_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::inbox::inbox_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
@@ -110,7 +113,24 @@ pub fn transition_columns(t: &Transition) -> (State, Option<&'static str>, Optio
 
 /// Which outcomes were applied, and which were stale.
 pub fn report(finished: &[FinishedAttempt], applied: &[(String, i64)]) -> FinishReport {
+    let applied = applied_set(applied);
     let stale: Vec<(String, i64)> =
-        finished.iter().map(|f| (f.key.clone(), f.n)).filter(|k| !applied.contains(k)).collect();
+        finished.iter().filter(|f| !applied.contains(&(f.key.as_str(), f.n))).map(|f| (f.key.clone(), f.n)).collect();
     FinishReport { applied: finished.len() - stale.len(), stale }
+}
+
+/// The (key, n) pairs a recording applied, for lookups by outcome.
+pub fn applied_set(applied: &[(String, i64)]) -> HashSet<(&str, i64)> {
+    applied.iter().map(|(k, n)| (k.as_str(), *n)).collect()
+}
+
+/// How an intent ended without another try, as a claim writes it.
+pub struct Ended {
+    pub key: String,
+    /// None keeps the planner's decision.
+    pub decision: Option<Decision>,
+    pub state: State,
+    pub reason: Reason,
+    /// The intent that superseded it.
+    pub link_key: Option<String>,
 }

@@ -1,62 +1,83 @@
-//! The queue: claiming under a lease, rescuing, superseded versions, depth.
+//! The queue: what a claim writes once the backend has leased the jobs, and
+//! its depth. What happens to each job is decided in [`crate::deliver::rules`];
+//! the SQL here fetches the facts and writes the answers, a statement per kind
+//! of answer for the whole batch, never one per job.
 //! Instantiated per backend by [`super::shared_queries`].
 
 macro_rules! queue_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
-        /// After the backend has leased `keys`: rescue unfinished attempts as
-        /// `unknown`, retire intents that have no try left, start the next
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
+        /// After the backend has leased `keys`: record the lapsed attempts
+        /// among them as `unknown`, end the jobs the rules end, start the next
         /// attempt of the rest and return them with their content.
         pub async fn claim_keys(tx: &mut Tx<'_>, keys: &[String], claim: &Claim) -> StoreResult<Vec<ClaimedJob>> {
-            let (now_us, max_attempts) = (claim.now_us, claim.max_attempts);
-            let rescued: Vec<String> = sqlx::query_scalar(concat!(
-                "UPDATE attempts SET finished_at = $2, outcome = 'unknown', error_class = 'lease_expired',
-                     error = 'the worker''s lease expired before it reported an outcome'
-                 WHERE finished_at IS NULL AND intent_key ",
-                $in_keys,
-                " RETURNING intent_key"
-            ))
-            .bind($keys_arg(keys))
-            .bind(now_us)
-            .fetch_all(&mut **tx)
-            .await?;
-            // A rescued job whose try was its last is dead, not tried once more:
-            // the policy's `attempts` bounds provider calls (per replay).
-            let exhausted: Vec<String> = if rescued.is_empty() {
-                Vec::new()
-            } else {
-                sqlx::query_scalar(concat!(
-                    "UPDATE intents SET state = 'dead', reason = 'retries_exhausted', updated_at = $2
-                     WHERE attempts - retry_base >= $3 AND key ",
-                    $in_keys,
-                    " RETURNING key"
-                ))
-                .bind($keys_arg(&rescued))
-                .bind(now_us)
-                .bind(max_attempts)
-                .fetch_all(&mut **tx)
-                .await?
-            };
-            let keys: Vec<String> = if exhausted.is_empty() {
-                keys.to_vec()
-            } else {
-                sqlx::query(concat!("DELETE FROM jobs WHERE intent_key ", $in_keys))
-                    .bind($keys_arg(&exhausted))
-                    .execute(&mut **tx)
-                    .await?;
-                keys.iter().filter(|k| !exhausted.contains(k)).cloned().collect()
-            };
-            let keys = skip_superseded(tx, keys, claim).await?;
-            if keys.is_empty() {
-                return Ok(Vec::new());
-            }
-            sqlx::query(concat!(
-                "UPDATE intents SET attempts = attempts + 1, state = 'sending', updated_at = $2 WHERE key ",
+            use crate::deliver::rules::{self, OnClaim};
+            let now_us = claim.now_us;
+            let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                ", p.body AS content,
+                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed
+                 FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
                 $in_keys
             ))
-            .bind($keys_arg(&keys))
-            .bind(now_us)
-            .execute(&mut **tx)
+            .bind($keys_arg(keys))
+            .fetch_all(&mut **tx)
             .await?;
+
+            let lapsed: Vec<String> = candidates.iter().filter(|c| c.lease_lapsed).map(|c| c.intent.key.clone()).collect();
+            if !lapsed.is_empty() {
+                sqlx::query(concat!(
+                    "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5
+                     WHERE finished_at IS NULL AND intent_key ",
+                    $in_keys
+                ))
+                .bind($keys_arg(&lapsed))
+                .bind(now_us)
+                .bind(OutcomeClass::Unknown.as_str())
+                .bind(Reason::LeaseExpired.as_str())
+                .bind("the worker's lease expired before it reported an outcome")
+                .execute(&mut **tx)
+                .await?;
+            }
+
+            let versioned: Vec<String> = candidates
+                .iter()
+                .filter(|c| rules::may_be_superseded(c, claim))
+                .map(|c| c.intent.key.clone())
+                .collect();
+            let newer = newer_versions(tx, &versioned).await?;
+
+            let (mut ended, mut started) = (Vec::new(), Vec::new());
+            for c in candidates {
+                match rules::on_claim(&c, &newer, claim) {
+                    OnClaim::Start => started.push(c),
+                    OnClaim::Dead(reason) => ended.push(Ended {
+                        key: c.intent.key,
+                        decision: None,
+                        state: State::Dead,
+                        reason,
+                        link_key: None,
+                    }),
+                    OnClaim::Superseded { by } => ended.push(Ended {
+                        key: c.intent.key,
+                        decision: Some(Decision::Suppress),
+                        state: State::Suppressed,
+                        reason: Reason::Superseded,
+                        link_key: Some(by),
+                    }),
+                }
+            }
+            intents_end(tx, &ended, now_us).await?;
+            if started.is_empty() {
+                return Ok(Vec::new());
+            }
+            let keys: Vec<String> = started.iter().map(|c| c.intent.key.clone()).collect();
+            sqlx::query(concat!("UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key ", $in_keys))
+                .bind($keys_arg(&keys))
+                .bind(now_us)
+                .bind(State::Sending.as_str())
+                .execute(&mut **tx)
+                .await?;
             sqlx::query(concat!(
                 "INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM intents WHERE key ",
                 $in_keys
@@ -65,67 +86,74 @@ macro_rules! queue_queries {
             .bind(now_us)
             .execute(&mut **tx)
             .await?;
-            let jobs = sqlx::query_as(concat!(
-                "SELECT ",
-                intent_columns!(),
-                ", p.body AS content FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
-                $in_keys
-            ))
-            .bind($keys_arg(&keys))
-            .fetch_all(&mut **tx)
-            .await?;
-            Ok(jobs)
+            Ok(started
+                .into_iter()
+                .map(|c| {
+                    let mut intent = c.intent;
+                    intent.attempts += 1;
+                    intent.state = State::Sending.as_str().into();
+                    intent.updated_at = now_us;
+                    ClaimedJob { intent, content: c.content }
+                })
+                .collect())
         }
 
-        /// Rule 4, per route: a pending intent whose entity already has a newer
-        /// version queued, held or sent to the same recipient on the same
-        /// channel is suppressed as `superseded`, linked to that newer intent.
-        async fn skip_superseded(tx: &mut Tx<'_>, keys: Vec<String>, claim: &Claim) -> StoreResult<Vec<String>> {
-            if claim.supersede_types.is_empty() {
-                return Ok(keys);
+        /// Every newer version of these intents' entities for the same
+        /// recipient and channel, whatever its state: the rules choose.
+        async fn newer_versions(tx: &mut Tx<'_>, keys: &[String]) -> StoreResult<Vec<NewerVersion>> {
+            if keys.is_empty() {
+                return Ok(Vec::new());
             }
-            let candidates: Vec<(String, String)> = sqlx::query_as(concat!(
-                "SELECT key, event_type FROM intents WHERE entity_version IS NOT NULL AND key ",
+            let rows = sqlx::query_as(concat!(
+                "SELECT i.key AS of, n.key, n.entity_version, n.state FROM intents i JOIN intents n
+                     ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
+                    AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
+                 WHERE i.key ",
                 $in_keys
             ))
-            .bind($keys_arg(&keys))
+            .bind($keys_arg(keys))
             .fetch_all(&mut **tx)
             .await?;
-            let mut superseded = Vec::new();
-            for (key, event_type) in candidates {
-                if !claim.supersede_types.contains(&event_type) {
-                    continue;
-                }
-                let newer: Option<String> = sqlx::query_scalar(
-                    "SELECT n.key FROM intents i JOIN intents n
-                         ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
-                        AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
-                     WHERE i.key = $1 AND n.state IN ('queued', 'held', 'sending', 'sent', 'unknown')
-                     ORDER BY n.entity_version DESC LIMIT 1",
-                )
-                .bind(&key)
-                .fetch_optional(&mut **tx)
-                .await?;
-                let Some(newer) = newer else { continue };
-                sqlx::query(
-                    "UPDATE intents SET decision = 'suppress', state = 'suppressed', reason = 'superseded',
-                         link_key = $2, updated_at = $3 WHERE key = $1",
-                )
-                .bind(&key)
-                .bind(&newer)
-                .bind(claim.now_us)
-                .execute(&mut **tx)
-                .await?;
-                superseded.push(key);
+            Ok(rows)
+        }
+
+        /// Writes how these intents ended and takes their jobs off the queue:
+        /// two statements for the whole batch.
+        async fn intents_end(tx: &mut Tx<'_>, ended: &[Ended], now_us: i64) -> StoreResult<()> {
+            if ended.is_empty() {
+                return Ok(());
             }
-            if superseded.is_empty() {
-                return Ok(keys);
-            }
+            let rows: Vec<serde_json::Value> = ended
+                .iter()
+                .map(|e| {
+                    serde_json::json!([
+                        e.key,
+                        e.decision.map(|d| d.as_str()),
+                        e.state.as_str(),
+                        e.reason.as_str(),
+                        e.link_key
+                    ])
+                })
+                .collect();
+            let rows = serde_json::Value::Array(rows).to_string();
+            sqlx::query(concat!(
+                "UPDATE intents SET decision = COALESCE(u.decision, intents.decision), state = u.state,
+                     reason = u.reason, link_key = COALESCE(u.link_key, intents.link_key), updated_at = $2
+                 FROM (SELECT value->>0 AS key, value->>1 AS decision, value->>2 AS state, value->>3 AS reason,
+                              value->>4 AS link_key FROM ",
+                $json_rows,
+                ") AS u WHERE intents.key = u.key"
+            ))
+            .bind(rows)
+            .bind(now_us)
+            .execute(&mut **tx)
+            .await?;
+            let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
             sqlx::query(concat!("DELETE FROM jobs WHERE intent_key ", $in_keys))
-                .bind($keys_arg(&superseded))
+                .bind($keys_arg(&keys))
                 .execute(&mut **tx)
                 .await?;
-            Ok(keys.into_iter().filter(|k| !superseded.contains(k)).collect())
+            Ok(())
         }
 
         pub async fn queue_stats(pool: &Pool<$db>, now_us: i64) -> StoreResult<QueueStats> {

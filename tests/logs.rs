@@ -1,0 +1,167 @@
+//! Logs sampled without losing the rare paths: with `sample_accepted = 0`
+//! the routine lines (an intent created to be sent, an attempt accepted) are
+//! dropped, and every line an audit needs is still there — duplicates by
+//! kind, mismatches, conflicts, decisions not to send, retries, `unknown`
+//! and dead letters.
+//!
+//! The test runs on the current-thread runtime with a scoped subscriber, so
+//! the server's and the worker's tasks all log into this test's capture.
+
+mod common;
+
+use common::{FakeSms, Reply, TestApp, TestDb, backends, sms_event};
+use herald::ops::log::SampleRoutine;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing_subscriber::layer::SubscriberExt;
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+impl Capture {
+    /// The `intent` and `attempt` lines, their fields with the level.
+    fn lines(&self) -> Vec<Value> {
+        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .map(|v| {
+                let mut f = v["fields"].clone();
+                f["level"] = v["level"].clone();
+                f
+            })
+            .collect()
+    }
+
+    fn about(&self, intent: &str) -> Vec<Value> {
+        self.lines().into_iter().filter(|l| l["intent"] == intent).collect()
+    }
+}
+
+fn key_of(body: &Value) -> String {
+    body["intents"][0]["key"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn with_sample_accepted_zero_the_rare_paths_are_still_logged() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(SampleRoutine::new(0.0))
+        .with(tracing_subscriber::fmt::layer().json().with_writer(capture.clone()));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let p = |n: u32| format!("+1555000{n:04}");
+        sms.script(&p(2), vec![Reply::status(503, json!({})), Reply::ok("m-2")]);
+        sms.script(&p(3), vec![Reply::status(400, json!({"error": "invalid_destination"}))]);
+        sms.script(&p(4), vec![Reply::ok("late").slow(Duration::from_millis(800)), Reply::ok("m-4")]);
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_retry(3, "10ms", "20ms")
+            .with_lease("2s", "300ms")
+            .with_toml("[log]\nsample_accepted = 0.0\n")
+            .spawn()
+            .await;
+        let tag = format!("{backend:?}");
+
+        // Routine: created to be sent, accepted at once.
+        let routine = sms_event(&format!("PO-LOG-{tag}-1"), &p(1));
+        let (status, body, _) = app.post_event(&routine, Some(&format!("{tag}-k1"))).await;
+        assert_eq!(status, 202);
+        let routine_key = key_of(&body);
+        app.wait_state(&routine_key, &["sent"]).await;
+
+        // Duplicates by kind, then a mismatch and a conflict.
+        assert_eq!(app.post_event(&routine, Some(&format!("{tag}-k1"))).await.0, 200);
+        assert_eq!(app.post_event(&routine, Some(&format!("{tag}-k2"))).await.0, 200);
+        assert_eq!(app.post_event(&routine, None).await.0, 200);
+        let mut other = routine.clone();
+        other["data"]["po"]["total"] = json!("9");
+        assert_eq!(app.post_event(&other, Some(&format!("{tag}-k1"))).await.0, 422);
+        assert_eq!(app.post_event(&other, Some(&format!("{tag}-k3"))).await.0, 409);
+
+        // A decision not to send, a retry, a dead letter, an unknown.
+        let mut nowhere = sms_event(&format!("PO-LOG-{tag}-0"), &p(0));
+        nowhere["recipients"] = json!([{"id": "u-nowhere"}]);
+        let suppressed = key_of(&app.post_event(&nowhere, None).await.1);
+        let retried = key_of(&app.post_event(&sms_event(&format!("PO-LOG-{tag}-2"), &p(2)), None).await.1);
+        let dead = key_of(&app.post_event(&sms_event(&format!("PO-LOG-{tag}-3"), &p(3)), None).await.1);
+        let unknown = key_of(&app.post_event(&sms_event(&format!("PO-LOG-{tag}-4"), &p(4)), None).await.1);
+        app.wait_state(&retried, &["sent"]).await;
+        app.wait_state(&dead, &["dead"]).await;
+        app.wait_state(&unknown, &["sent"]).await;
+
+        // The routine notification's own lines were all sampled out; only
+        // its duplicates (never routine) remain.
+        let lines = capture.about(&routine_key);
+        let kinds: Vec<&str> = lines.iter().map(|l| l["duplicate"].as_str().unwrap_or("-")).collect();
+        assert_eq!(kinds, ["replay", "another_key", "reemitted"], "{tag}: {lines:#?}");
+        for l in &lines {
+            assert_eq!((l["outcome"].as_str(), l["channel"].as_str()), (Some("reused"), Some("sms")));
+            assert_eq!(l["template"], "po_approved");
+            assert!(l["template_revision"].as_str().is_some_and(|r| !r.is_empty()), "{l}");
+            assert!(l["trace_id"].as_str().is_some_and(|t| t.len() == 16), "{l}");
+        }
+        let all = capture.lines();
+        let refused: Vec<&str> = all
+            .iter()
+            .filter(|l| l["message"].as_str().is_some_and(|m| m.starts_with("request refused")))
+            .map(|l| l["outcome"].as_str().unwrap())
+            .collect();
+        assert!(refused.ends_with(&["mismatch", "conflict"]), "{tag}: {refused:?}");
+
+        let s = capture.about(&suppressed);
+        assert_eq!(s.len(), 1, "{tag}: {s:#?}");
+        assert_eq!((s[0]["decision"].as_str(), s[0]["reason"].as_str()), (Some("suppress"), Some("no_destination")));
+
+        let attempts = |key: &str| -> Vec<(i64, String, String)> {
+            (capture.about(key).iter())
+                .filter(|l| l["message"] == "attempt")
+                .map(|l| {
+                    (
+                        l["attempt"].as_i64().unwrap(),
+                        l["outcome"].as_str().unwrap().into(),
+                        l["next"].as_str().unwrap().into(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(
+            attempts(&retried),
+            [(1, "retryable".into(), "retry".into())],
+            "{tag}: the accepted retry is routine"
+        );
+        assert_eq!(attempts(&dead), [(1, "permanent".into(), "dead".into())], "{tag}");
+        assert_eq!(attempts(&unknown), [(1, "unknown".into(), "retry".into())], "{tag}");
+        let d = capture.about(&dead);
+        let line = d.iter().find(|l| l["message"] == "attempt").unwrap();
+        assert_eq!(
+            (line["error_class"].as_str(), line["channel"].as_str()),
+            (Some("invalid_destination"), Some("sms"))
+        );
+        assert_eq!(line["template"], "po_approved");
+        // Created to be sent: sampled away, like the routine one's.
+        assert!(capture.about(&dead).iter().all(|l| l["message"] != "intent"));
+    }
+}
