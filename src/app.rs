@@ -41,6 +41,9 @@ pub enum AppError {
     Store(StoreError),
     #[error("{0}")]
     Provider(String),
+    /// An `[[ingest.nats]]` entry that cannot be connected or checked.
+    #[error("{0}")]
+    Bus(String),
     #[error("cannot listen on {addr}: {cause}")]
     Listen { addr: String, cause: std::io::Error },
 }
@@ -201,16 +204,15 @@ pub struct Running {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     worker: Option<JoinHandle<()>>,
+    /// The bus consumers: each finishes the messages it holds before stopping.
+    bus: Vec<JoinHandle<()>>,
 }
 
 impl Running {
     /// Stops accepting requests and claiming jobs, waits for what is in flight.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
-        let _ = self.server.await;
-        if let Some(w) = self.worker {
-            let _ = w.await;
-        }
+        self.wait().await;
     }
 
     /// A handle that triggers shutdown (signal handlers hold one).
@@ -221,6 +223,9 @@ impl Running {
     /// Waits until the server has stopped (after a shutdown was triggered).
     pub async fn wait(self) {
         let _ = self.server.await;
+        for b in self.bus {
+            let _ = b.await;
+        }
         if let Some(w) = self.worker {
             let _ = w.await;
         }
@@ -302,8 +307,19 @@ pub async fn start_with(
         )),
         None => None,
     };
-    let state =
-        AppState::new(store, config.clone(), templates, clock, fastpath, ops_digest, routes).with_breakers(breakers);
+    let state = AppState::new(store.clone(), config.clone(), templates, clock.clone(), fastpath, ops_digest, routes)
+        .with_breakers(breakers);
+    let mut bus = Vec::new();
+    for (i, entry) in config.ingest.nats.iter().enumerate() {
+        let wiring = crate::ingest::nats::Wiring {
+            ingest: state.ingest.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+            max_body_bytes: config.max_body_bytes,
+        };
+        let consumer = crate::ingest::nats::NatsIngest::connect(i, entry, wiring).await.map_err(AppError::Bus)?;
+        bus.push(tokio::spawn(consumer.run(rx.clone())));
+    }
     let app = router(state);
     let mut server_rx = rx;
     let server = tokio::spawn(async move {
@@ -319,7 +335,7 @@ pub async fn start_with(
         }
     });
     tracing::info!(%addr, database = %redact_url(&config.database_url), "herald is listening");
-    Ok(Running { addr, shutdown, server, worker })
+    Ok(Running { addr, shutdown, server, worker, bus })
 }
 
 /// A database URL without its password, for logs.

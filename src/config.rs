@@ -30,8 +30,11 @@ message_id_domain = "herald.local"
 sink = "herald-outbox"
 "#;
 
+mod bus;
 mod load;
 mod sms;
+
+pub use bus::{IngestConfig, NatsIngestConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -93,6 +96,9 @@ pub struct Config {
     pub deployment: String,
     #[serde(default)]
     pub receipts: ReceiptsConfig,
+    /// Front doors besides HTTP: `[[ingest.nats]]`.
+    #[serde(default)]
+    pub ingest: IngestConfig,
 }
 
 /// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
@@ -610,6 +616,7 @@ impl Config {
         if !matches!(scheme, "sqlite" | "postgres" | "postgresql") {
             return Err(invalid(format!("database_url: scheme {scheme:?} is not sqlite:// or postgres://")));
         }
+        self.ingest.validate()?;
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes: must be at least 1024"));
         }

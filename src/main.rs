@@ -49,6 +49,11 @@ enum Command {
         #[command(subcommand)]
         command: SuppressionsCommand,
     },
+    /// Bus messages that could not become an event: list, show.
+    Rejected {
+        #[command(subcommand)]
+        command: RejectedCommand,
+    },
     /// Template commands.
     Templates {
         #[command(subcommand)]
@@ -94,6 +99,23 @@ enum DlqCommand {
         reason: Option<String>,
         #[arg(long, requires = "reason")]
         since: Option<String>,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+}
+
+#[derive(Subcommand)]
+enum RejectedCommand {
+    /// The tenant's rejected messages, newest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+    /// One rejected message with its error and body (JSON).
+    Show {
+        id: String,
         #[command(flatten)]
         scope: DlqScope,
     },
@@ -217,6 +239,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dlq { command } => dlq(command).await,
         Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, tenant, config).await,
         Command::Suppressions { command } => suppressions(command).await,
+        Command::Rejected { command } => rejected(command).await,
     }
 }
 
@@ -496,6 +519,51 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
                 return Ok(ExitCode::FAILURE);
             }
             outln!("removed {hash}")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
+    let (RejectedCommand::List { scope, .. } | RejectedCommand::Show { scope, .. }) = &command;
+    let config = Config::load(scope.config.as_deref())?;
+    let tenant = match tenant_for(scope.tenant.clone(), &config) {
+        Ok(t) => t,
+        Err(usage) => {
+            errln!("herald: {usage}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let store = open_existing(&config).await?;
+    match command {
+        RejectedCommand::List { limit, .. } => {
+            let page = store.rejected_list(&tenant, None, limit).await?;
+            outln!("{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  SUBJECT", "ID", "AT", "STREAM", "SEQ", "CODE")?;
+            for r in &page.items {
+                let at = herald::clock::rfc3339(r.created_at).unwrap_or_default();
+                outln!(
+                    "{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  {}",
+                    r.id,
+                    at,
+                    r.stream,
+                    r.stream_seq,
+                    r.code,
+                    r.subject
+                )?;
+            }
+            if page.next.is_some() {
+                outln!("(more: raise --limit)")?;
+            }
+        }
+        RejectedCommand::Show { id, .. } => {
+            let Some(r) = store.rejected_get(&tenant, &id).await? else {
+                errln!("no rejected message {id:?} for tenant {tenant:?}");
+                return Ok(ExitCode::FAILURE);
+            };
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&herald::api::rejected_json(&r, herald::api::RejectedBody::Raw))?
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -156,6 +156,8 @@ fn every_endpoint_of_the_contract_is_described() {
         ("post", "/v1/receipts/generic"),
         ("get", "/v1/suppressions"),
         ("delete", "/v1/suppressions/{address}"),
+        ("get", "/v1/rejected"),
+        ("get", "/v1/rejected/{id}"),
     ];
     let want: BTreeSet<(String, String)> = want.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(operations(), want);
@@ -395,6 +397,33 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         let one = "/v1/suppressions/{address}";
         c.call("delete", one, "/v1/suppressions/nobody@example.com", t, None).await;
         c.call("delete", one, "/v1/suppressions/nobody@example.com", Some(READER), None).await;
+
+        // Rejected bus messages: one recorded as the bus consumer would.
+        let store = db.store().await;
+        let row = herald::store::RejectedMessage {
+            id: herald::store::RejectedMessage::id_of("orders", 7),
+            tenant: "acme".into(),
+            stream: "orders".into(),
+            consumer: "herald".into(),
+            subject: "orders.events".into(),
+            stream_seq: 7,
+            deliveries: 1,
+            status: 400,
+            code: "malformed_json".into(),
+            message: "body is not valid JSON".into(),
+            body: Some(r#"{"type":"x","recipients":[{"id":"u1","phone":"+9779800000042"}]}"#.into()),
+            created_at: 1_700_000_000_000_000,
+        };
+        store.rejected_record(row.clone()).await.unwrap();
+        c.call("get", "/v1/rejected", "/v1/rejected?limit=10", t, None).await;
+        c.call("get", "/v1/rejected", "/v1/rejected", Some(READER), None).await;
+        let rejected = "/v1/rejected/{id}";
+        let (_, one, _) = c.call("get", rejected, &format!("/v1/rejected/{}", row.id), t, None).await;
+        assert!(
+            one["body"].as_str().is_some_and(|b| b.contains("\"id\":\"u1\"") && !b.contains("9800000042")),
+            "{one}"
+        );
+        c.call("get", rejected, "/v1/rejected/00000000000000000000000000000000", t, None).await;
 
         // The walk reached every operation.
         let reached: BTreeSet<(String, String)> = c.checked.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect();

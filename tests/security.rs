@@ -366,6 +366,25 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             app.wait_state(id, &["dead", "sent", "suppressed"]).await;
         }
 
+        // A bus message refused (its key reused with another event), as the
+        // consumer records it: the whole event, inline addresses and all.
+        let rejected_id = herald::store::RejectedMessage::id_of("walk", 1);
+        let row = herald::store::RejectedMessage {
+            id: rejected_id.clone(),
+            tenant: "default".into(),
+            stream: "walk".into(),
+            consumer: "herald".into(),
+            subject: "walk.events".into(),
+            stream_seq: 1,
+            deliveries: 1,
+            status: 422,
+            code: "idempotency_key_mismatch".into(),
+            message: "this Idempotency-Key was used before with a different request body".into(),
+            body: Some(ev.to_string()),
+            created_at: 1_700_000_000_000_000,
+        };
+        db.store().await.rejected_record(row).await.unwrap();
+
         let paths: Vec<(&str, String)> = vec![
             ("/healthz", "/healthz".into()),
             ("/readyz", "/readyz".into()),
@@ -380,6 +399,8 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             ("/v1/recipients/{id}/preferences/{version}", "/v1/recipients/u-walk-dir/preferences/1".into()),
             ("/v1/recipients/{id}/inbox", "/v1/recipients/u-walk/inbox".into()),
             ("/v1/suppressions", "/v1/suppressions".into()),
+            ("/v1/rejected", "/v1/rejected".into()),
+            ("/v1/rejected/{id}", format!("/v1/rejected/{rejected_id}")),
         ];
         let listed: std::collections::BTreeSet<String> = paths.iter().map(|(route, _)| route.to_string()).collect();
         assert_eq!(listed, get_routes_in_the_router(), "a GET route this test does not walk (or walks in vain)");

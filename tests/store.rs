@@ -1187,6 +1187,47 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
     .await;
 }
 
+#[tokio::test]
+async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
+    each_backend(|store| async move {
+        let row = |tenant: &str, seq: i64, at: i64| RejectedMessage {
+            id: RejectedMessage::id_of("orders", seq),
+            tenant: tenant.into(),
+            stream: "orders".into(),
+            consumer: "herald".into(),
+            subject: "orders.approved".into(),
+            stream_seq: seq,
+            deliveries: 1,
+            status: 400,
+            code: "malformed_json".into(),
+            message: "body is not valid JSON".into(),
+            body: Some("{".into()),
+            created_at: at,
+        };
+        assert!(store.rejected_record(row("acme", 1, 10)).await.unwrap());
+        assert!(!store.rejected_record(row("acme", 1, 11)).await.unwrap(), "the same message again is one row");
+        assert!(store.rejected_record(row("acme", 2, 20)).await.unwrap());
+        assert!(store.rejected_record(row("globex", 3, 30)).await.unwrap());
+        let first = store.rejected_list("acme", None, 1).await.unwrap();
+        assert_eq!(first.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![2]);
+        let rest = store.rejected_list("acme", first.next.as_ref(), 10).await.unwrap();
+        assert_eq!(rest.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(rest.items[0], row("acme", 1, 10));
+        assert!(rest.next.is_none());
+        let id = RejectedMessage::id_of("orders", 3);
+        assert!(store.rejected_get("acme", &id).await.unwrap().is_none(), "another tenant's is not found");
+        assert_eq!(store.rejected_get("globex", &id).await.unwrap().map(|r| r.stream_seq), Some(3));
+        // Retention: the bodies go first, then the records.
+        assert_eq!(store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(), 2);
+        let kept = store.rejected_list("acme", None, 10).await.unwrap().items;
+        assert!(kept.iter().all(|r| r.body.is_none() && r.code == "malformed_json"), "{kept:?}");
+        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 2);
+        assert!(store.rejected_list("acme", None, 10).await.unwrap().items.is_empty());
+        assert_eq!(store.rejected_list("globex", None, 10).await.unwrap().items.len(), 1);
+    })
+    .await;
+}
+
 /// A batch that fails because the database cannot be reached fails every
 /// request at once, as unreachable: running each alone would keep the last
 /// caller waiting out one connection timeout per request in the batch.

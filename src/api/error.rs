@@ -49,6 +49,13 @@ impl ApiError {
         ApiError::BadRequest { code: "invalid_field", message: format!("{field}: {message}") }
     }
 
+    /// The status, code and message a client would be answered with; an
+    /// internal error says only that (its cause stays in the log).
+    pub fn answer(&self) -> (u16, &'static str, String) {
+        let (status, code) = self.status_and_code();
+        (status.as_u16(), code, self.to_string())
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, code),

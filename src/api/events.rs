@@ -155,15 +155,17 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     if values.next().is_some() {
         return Err(ApiError::invalid_field("Idempotency-Key", "given more than once; send one"));
     }
-    let bad = || {
-        ApiError::invalid_field(
+    checked_idempotency_key(v.as_bytes()).map(Some)
+}
+
+/// An `Idempotency-Key` as any front door takes it: 1 to 255 visible ASCII
+/// characters, without spaces.
+pub fn checked_idempotency_key(raw: &[u8]) -> Result<String, ApiError> {
+    if raw.is_empty() || raw.len() > MAX_IDEMPOTENCY_KEY || !raw.iter().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::invalid_field(
             "Idempotency-Key",
             &format!("must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters, without spaces"),
-        )
-    };
-    let s = v.to_str().map_err(|_| bad())?;
-    if s.is_empty() || s.len() > MAX_IDEMPOTENCY_KEY || !s.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(bad());
+        ));
     }
-    Ok(Some(s.to_string()))
+    Ok(String::from_utf8_lossy(raw).into_owned())
 }

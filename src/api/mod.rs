@@ -12,12 +12,15 @@ mod ops;
 mod query;
 mod receipts;
 mod recipients;
+mod rejected;
 mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
 pub use error::ApiError;
+pub use events::checked_idempotency_key;
 pub use openapi::document as openapi_document;
+pub use rejected::{Body as RejectedBody, view as rejected_json};
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
@@ -148,6 +151,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(inbox::mark_read))
         .routes(routes!(receipts::generic))
         .routes(routes!(suppressions::remove))
+        .routes(routes!(rejected::get_one))
         .route_layer(axum::middleware::from_fn(query::refuse_any))
         // Endpoints with query parameters read them through `query::Params`,
         // which refuses the ones they do not know.
@@ -157,6 +161,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(intents::list))
         .routes(routes!(inbox::list))
         .routes(routes!(suppressions::list))
+        .routes(routes!(rejected::list))
         // Twilio's callback URL carries the intent's key as its query.
         .routes(routes!(receipts::twilio))
 }

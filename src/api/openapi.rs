@@ -52,6 +52,7 @@ use utoipa::{Modify, OpenApi};
         (name = "dead letters", description = "A tenant's dead letters, their summary and replay."),
         (name = "receipts", description = "Delivery receipts from providers, signed, not authorised by a token."),
         (name = "suppressions", description = "Addresses that bounced or complained: the tenant's suppression list."),
+        (name = "rejected", description = "Bus messages that could not become an event: recorded, then terminated on the bus."),
         (name = "operations", description = "Health, readiness, metrics, the daily dead-letter digest and this document."),
     )
 )]

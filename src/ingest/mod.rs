@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 pub mod group;
+pub mod nats;
 
 /// Transactions in flight at once on Postgres.
 const POSTGRES_WRITERS: usize = 2;

@@ -135,3 +135,14 @@ pub fn ops_digest_posted(ok: bool) {
 pub fn pruned(step: &'static str, rows: u64) {
     counter!("herald_retention_pruned_total", "step" => step).increment(rows);
 }
+
+/// A bus message's verdict: `accepted` (acked after commit), `rejected`
+/// (recorded and terminated), `retry` (a Nak: the store failed).
+pub fn bus_message(stream: &str, verdict: &'static str) {
+    counter!("herald_bus_messages_total", "stream" => stream.to_string(), "verdict" => verdict).increment(1);
+}
+
+/// A bus message recorded in `rejected_messages`, by the error code it got.
+pub fn rejected_message(stream: &str, code: &'static str) {
+    counter!("herald_rejected_messages_total", "stream" => stream.to_string(), "code" => code).increment(1);
+}

@@ -20,7 +20,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 9] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 11] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
@@ -32,6 +32,9 @@ impl Retention {
             (PruneStep::InboxCards, "inbox_cards", c.inbox_cards),
             (PruneStep::DeadLetterReplays, "dead_letter_replays", c.dead_letter_replays),
             (PruneStep::PreferenceVersions, "preference_versions", c.preference_versions),
+            // A rejected bus message is content like a payload, and a record like an intent.
+            (PruneStep::RejectedBodies, "rejected_bodies", c.payloads),
+            (PruneStep::RejectedMessages, "rejected_messages", c.intents),
         ]
     }
 

@@ -174,6 +174,18 @@ macro_rules! store_impl {
                 q::suppression_remove(&self.$writer, tenant, address_hash).await
             }
 
+            async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool> {
+                q::rejected_record(&self.$writer, &rejected).await
+            }
+
+            async fn rejected_list(&self, tenant: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<RejectedMessage>> {
+                q::rejected_list(&self.$reader, tenant, cursor, limit).await
+            }
+
+            async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
+                q::rejected_get(&self.$reader, tenant, id).await
+            }
+
             async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
                 q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
             }

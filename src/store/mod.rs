@@ -227,6 +227,20 @@ pub trait Store: Send + Sync + 'static {
     /// False when the tenant has no such entry.
     async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool>;
 
+    /// Records a bus message that could not become an event, once per
+    /// stream and sequence; true when this call recorded it.
+    async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool>;
+
+    /// The tenant's rejected bus messages, newest first.
+    async fn rejected_list(
+        &self,
+        tenant: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<RejectedMessage>>;
+
+    async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>>;
+
     /// New hard bounces in [since, until) by recipient domain, most first;
     /// every tenant when `tenant` is None.
     async fn bounces_by_domain(

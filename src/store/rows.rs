@@ -579,4 +579,8 @@ pub enum PruneStep {
     /// Preference versions superseded long ago that no intent names; never
     /// a recipient's current version.
     PreferenceVersions,
+    /// Rejected bus messages' bodies (the record stays).
+    RejectedBodies,
+    /// Whole rejected bus messages.
+    RejectedMessages,
 }

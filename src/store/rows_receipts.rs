@@ -79,3 +79,33 @@ pub struct SuppressionRow {
     pub detail: Option<String>,
     pub created_at: i64,
 }
+
+/// A bus message that could not become an event, as it is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct RejectedMessage {
+    /// Derived from the stream and the sequence (see [`RejectedMessage::id_of`]).
+    pub id: String,
+    pub tenant: String,
+    pub stream: String,
+    pub consumer: String,
+    pub subject: String,
+    pub stream_seq: i64,
+    /// How many times the bus had delivered it.
+    pub deliveries: i64,
+    /// The HTTP status the API would have answered with the same request.
+    pub status: i32,
+    /// The API's error code (`malformed_json`, `invalid_field`, …), or
+    /// `max_deliver_exceeded`.
+    pub code: String,
+    pub message: String,
+    /// None once retention's `payloads` age has passed.
+    pub body: Option<String>,
+    pub created_at: i64,
+}
+
+impl RejectedMessage {
+    /// One id per message of a stream: recording it again is a no-op.
+    pub fn id_of(stream: &str, stream_seq: i64) -> String {
+        crate::event::identity::sha256_hex(format!("rejected|{stream}|{stream_seq}").as_bytes())[..32].to_string()
+    }
+}

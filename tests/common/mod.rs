@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod nats;
 pub mod peer;
 pub mod slow_store;
 pub mod smtp;

@@ -171,6 +171,20 @@ impl Store for SlowRecording {
     async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
         self.inner.suppression_remove(tenant, address_hash).await
     }
+    async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool> {
+        self.inner.rejected_record(rejected).await
+    }
+    async fn rejected_list(
+        &self,
+        tenant: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<RejectedMessage>> {
+        self.inner.rejected_list(tenant, cursor, limit).await
+    }
+    async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
+        self.inner.rejected_get(tenant, id).await
+    }
     async fn bounces_by_domain(
         &self,
         tenant: Option<&str>,

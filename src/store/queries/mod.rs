@@ -16,6 +16,7 @@ pub(crate) mod intents;
 pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod receipts;
+pub(crate) mod rejected;
 
 use super::rows::*;
 use crate::intent::{Decision, Reason, State};
@@ -60,6 +61,13 @@ macro_rules! recipient_columns {
 }
 pub(crate) use recipient_columns;
 
+macro_rules! rejected_columns {
+    () => {
+        "id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body, created_at"
+    };
+}
+pub(crate) use rejected_columns;
+
 macro_rules! shared_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
         use crate::intent::{Decision, OutcomeClass, Reason, State};
@@ -81,6 +89,7 @@ macro_rules! shared_queries {
         crate::store::queries::inbox::inbox_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
         fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {

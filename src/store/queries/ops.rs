@@ -368,6 +368,24 @@ macro_rules! ops_queries {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected(),
+                PruneStep::RejectedBodies => sqlx::query(
+                    "UPDATE rejected_messages SET body = NULL WHERE id IN (
+                         SELECT id FROM rejected_messages WHERE body IS NOT NULL AND created_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                PruneStep::RejectedMessages => sqlx::query(
+                    "DELETE FROM rejected_messages WHERE id IN (
+                         SELECT id FROM rejected_messages WHERE created_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
             };
             tx.commit().await?;
             Ok(n)

@@ -1,0 +1,86 @@
+//! A JetStream stream of a test's own on the NATS of `HERALD_TEST_NATS_URL`:
+//! None when unset; a panic when set but unreachable, so a broken CI leg fails
+//! instead of skipping. Each stream has a unique name and subject, and is
+//! deleted by `cleanup`.
+
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+pub struct TestStream {
+    pub url: String,
+    pub js: jetstream::Context,
+    pub stream: String,
+    pub subject: String,
+    pub consumer: String,
+}
+
+impl TestStream {
+    pub async fn new() -> Option<TestStream> {
+        let url = std::env::var("HERALD_TEST_NATS_URL").ok().filter(|v| !v.is_empty())?;
+        let client = tokio::time::timeout(Duration::from_secs(5), async_nats::connect(&url))
+            .await
+            .unwrap_or_else(|_| panic!("HERALD_TEST_NATS_URL is set but NATS does not answer ({url})"))
+            .unwrap_or_else(|e| panic!("HERALD_TEST_NATS_URL is set but NATS is unreachable ({url}): {e}"));
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let id = format!("{}_{}_{}", std::process::id(), n, jiff::Timestamp::now().as_millisecond() % 1_000_000);
+        Some(TestStream {
+            url,
+            js: jetstream::new(client),
+            stream: format!("herald_test_{id}"),
+            subject: format!("herald-test.{id}.events"),
+            consumer: format!("herald_{id}"),
+        })
+    }
+
+    /// The `[[ingest.nats]]` entry for this stream, bound to `tenant`.
+    pub fn toml(&self, tenant: &str, max_deliver: i64) -> String {
+        format!(
+            "[[ingest.nats]]\nurl = {:?}\nstream = {:?}\nsubjects = [{:?}]\nconsumer = {:?}\ntenant = {tenant:?}\n\
+             ack_wait = \"1s\"\nmax_deliver = {max_deliver}\nmax_ack_pending = 100\n",
+            self.url, self.stream, self.subject, self.consumer
+        )
+    }
+
+    /// Publishes and waits for the stream to store it; the stream sequence.
+    pub async fn publish(&self, body: &[u8], idempotency_key: Option<&str>) -> u64 {
+        let mut headers = async_nats::HeaderMap::new();
+        if let Some(k) = idempotency_key {
+            headers.insert("Idempotency-Key", k);
+        }
+        let ack = self
+            .js
+            .publish_with_headers(self.subject.clone(), headers, body.to_vec().into())
+            .await
+            .expect("publish")
+            .await
+            .expect("stored by the stream");
+        ack.sequence
+    }
+
+    pub async fn durable(&self) -> PullConsumer {
+        let stream = self.js.get_stream(&self.stream).await.expect("stream");
+        stream.get_consumer(&self.consumer).await.expect("consumer")
+    }
+
+    /// Waits until every message up to `seq` has a verdict (acked or
+    /// terminated) and none is in hand.
+    pub async fn wait_settled(&self, seq: u64) {
+        let mut consumer = self.durable().await;
+        for _ in 0..400 {
+            let info = consumer.info().await.expect("consumer info");
+            if info.ack_floor.stream_sequence >= seq && info.num_ack_pending == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let info = consumer.info().await.expect("consumer info");
+        panic!("messages up to {seq} were not settled: {info:?}");
+    }
+
+    pub async fn cleanup(self) {
+        let _ = self.js.delete_stream(&self.stream).await;
+    }
+}
