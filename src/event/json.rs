@@ -374,7 +374,7 @@ mod tests {
     /// Rust's formatter the other; a body from either writer is as written.
     #[test]
     fn a_tie_between_two_shortest_forms_is_accepted_in_either() {
-        let v: f64 = -1939163217843407.25;
+        let v: f64 = "-1939163217843407.25".parse().unwrap();
         let ryu = serde_json::Number::from_f64(v).unwrap().to_string();
         let rust = format!("{v}");
         for text in [ryu.as_str(), rust.as_str(), "-1939163217843407.2", "-1939163217843407.3"] {
