@@ -22,6 +22,12 @@ impl EmailConfig {
                  [channels.email.named.NAME] block of its own; move it there"
             )));
         }
+        if let Some((name, _)) = self.named.iter().find(|(_, n)| n.mode.is_some()) {
+            return Err(invalid(format!(
+                "channels.email.named.{name}.mode: a mode belongs to the channel (channels.email.mode), not to one \
+                 of its providers"
+            )));
+        }
         let chain = super::failover::Chain {
             key: "channels.email",
             providers: &self.providers,
