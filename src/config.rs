@@ -31,8 +31,11 @@ sink = "herald-outbox"
 "#;
 
 mod bus;
+mod email;
+mod failover;
 mod load;
 mod mode;
+mod receipts;
 mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
@@ -108,11 +111,33 @@ pub struct Config {
     pub publish: PublishConfig,
 }
 
-/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
+/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways;
+/// `[receipts.ses]`: Amazon SES's notifications through SNS.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptsConfig {
     pub generic: Option<GenericReceiptsConfig>,
+    pub ses: Option<SesReceiptsConfig>,
+}
+
+/// `[receipts.ses]`: `POST /v1/receipts/ses`, subscribed to SNS topics that
+/// SES publishes bounces, complaints and deliveries to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SesReceiptsConfig {
+    /// The topics whose messages are accepted; any other is refused (403).
+    pub topic_arns: Vec<String>,
+    /// A PEM certificate that signatures are checked with instead of the one
+    /// at `SigningCertURL` (air-gapped deployments, tests). The URL must
+    /// still be an SNS one.
+    pub certificate_file: Option<PathBuf>,
+    /// Answer a `SubscriptionConfirmation` by requesting its `SubscribeURL`.
+    /// Off: it is logged (with the URL) for an operator to confirm.
+    #[serde(default)]
+    pub confirm_subscriptions: bool,
+    /// Replaces `https://sns.<region>.amazonaws.com` as the only origin a
+    /// `SigningCertURL` or `SubscribeURL` may name (a test's fake SNS).
+    pub sns_base_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -368,6 +393,19 @@ pub struct EmailConfig {
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
     pub mode: Option<String>,
+    /// Failover: the names of `named` provider blocks, in order of preference
+    /// (the same rules as SMS's). Set, the channel's own smtp_url and sink are unused.
+    #[serde(default)]
+    pub providers: Vec<String>,
+    /// `[channels.email.named.NAME]`: one SMTP server (or sink) each, with the keys above.
+    #[serde(default)]
+    pub named: std::collections::BTreeMap<String, EmailConfig>,
+    /// A provider that fails this many times in a row is skipped…
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// …for this long, then tried again.
+    #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
+    pub breaker_cool_down: Duration,
 }
 fn default_from() -> String {
     "Herald <noreply@herald.local>".into()
@@ -798,7 +836,12 @@ impl Config {
         let c = &self.channels;
         let mut out = Vec::new();
         if let Some(e) = &c.email {
-            out.push(("channels.email.timeout".into(), e.timeout));
+            if e.providers.is_empty() {
+                out.push(("channels.email.timeout".into(), e.timeout));
+            }
+            for (name, named) in &e.named {
+                out.push((format!("channels.email.named.{name}.timeout"), named.timeout));
+            }
         }
         if let Some(s) = &c.sms {
             // With failover each named provider has its own.
@@ -849,17 +892,13 @@ impl Config {
 
     fn validate_channels(&self) -> Result<(), ConfigError> {
         if let Some(e) = &self.channels.email {
-            match (&e.smtp_url, &e.sink) {
-                (None, None) | (Some(_), Some(_)) => {
-                    return Err(invalid("channels.email: set exactly one of smtp_url or sink"));
-                }
-                (Some(url), None) if !url.starts_with("smtp://") && !url.starts_with("smtps://") => {
-                    return Err(invalid("channels.email.smtp_url: must start with smtp:// or smtps://"));
-                }
-                _ => {}
-            }
-            if !e.from.contains('@') {
-                return Err(invalid("channels.email.from: must be an address, like Herald <noreply@example.com>"));
+            e.validate()?;
+            let sms = self.channels.sms.as_ref().map(|s| s.providers.as_slice()).unwrap_or_default();
+            if let Some(name) = e.providers.iter().find(|n| sms.contains(n)) {
+                return Err(invalid(format!(
+                    "channels.email.providers: {name:?} is an SMS provider's name too; names label metrics and \
+                     /readyz, so each channel's must be its own"
+                )));
             }
         }
         if let Some(url) = &self.public_url {
@@ -872,6 +911,9 @@ impl Config {
         }
         if let Some(s) = &self.channels.sms {
             s.validate(self.public_url.as_deref())?;
+        }
+        if let Some(ses) = &self.receipts.ses {
+            ses.validate()?;
         }
         if let Some(w) = &self.channels.webhook
             && !w.secret.starts_with("whsec_")

@@ -1208,6 +1208,45 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
     .await;
 }
 
+/// A receipt for an intent waiting for a retry ends it (sent, or dead for a
+/// bounce) and removes its job; a repeat of it changes nothing more.
+#[tokio::test]
+async fn a_receipt_ends_a_pending_retry_and_takes_its_job_off_the_queue() {
+    use herald::receipt::DeliveryStatus;
+    each_backend(|store| async move {
+        for (n, status, state) in [(1, DeliveryStatus::Delivered, "sent"), (2, DeliveryStatus::Bounced, "dead")] {
+            let mut intent = new_intent(&key(n), "email", Some(T0));
+            intent.destination = Some(format!("r{n}@example.com"));
+            store.events_ingest(ingest(&format!("r{n}"), &format!("fp{n}"), vec![intent])).await.unwrap();
+            store.jobs_claim(claim(T0, 10)).await.unwrap();
+            let retry = Transition::Retry { run_at_us: T0 + 60_000_000, state: State::Unknown };
+            store.attempts_finish(&[finished(&key(n), 1, OutcomeClass::Unknown, retry)]).await.unwrap();
+            let receipt = NewReceipt {
+                target: ReceiptTarget::Key(key(n)),
+                channel: Some("email".into()),
+                source: "ses".into(),
+                provider_message_id: Some(format!("ses-{n}")),
+                status,
+                provider_status: status.as_str().into(),
+                reason: None,
+                now_us: T0 + 100,
+            };
+            let out = store.receipt_record(receipt.clone()).await.unwrap();
+            let ReceiptOutcome::Recorded { ended_retry, dead, .. } = out else { panic!("{out:?}") };
+            assert!(ended_retry, "{status}");
+            assert_eq!(dead, (state == "dead").then_some(Reason::HardBounce));
+            let detail = store.intent_get("default", &key(n)).await.unwrap().unwrap();
+            assert_eq!(detail.intent.state.as_str(), state);
+            assert!(detail.receipts[0].ended_retry);
+            let out = store.receipt_record(receipt).await.unwrap();
+            assert!(matches!(out, ReceiptOutcome::Recorded { duplicate: true, ended_retry: false, .. }), "{out:?}");
+        }
+        // Past the retries' time, nothing is left to claim.
+        assert!(store.jobs_claim(claim(T0 + 120_000_000, 10)).await.unwrap().is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
     each_backend(|store| async move {

@@ -11,6 +11,7 @@ pub mod nats;
 pub mod peer;
 pub mod slow_store;
 pub mod smtp;
+pub mod sns;
 pub mod twilio;
 pub mod webhook;
 
