@@ -290,3 +290,23 @@ async fn rejected_bus_messages_are_counted_in_the_daily_digest() {
         bus.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_shadowed_intent_is_published_as_shadowed() {
+    for backend in backends() {
+        let Some(out) = TestPublications::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_toml(&out.toml("20ms")).spawn().await;
+        let (_, posted, _) = app.post_event(&sms_event("PO-PUB-SH", "+9779800000014"), None).await;
+        let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+        app.wait_state(&key, &["shadowed"]).await;
+        let published = out.wait_for(1).await;
+        assert_eq!(published.len(), 1, "{backend:?}: {published:?}");
+        assert_eq!(published[0].subject, format!("{}.default.intents.shadowed", out.prefix));
+        assert!(published[0].msg_id.starts_with(&format!("{key}:shadowed:")), "{:?}", published[0]);
+        assert!(sms.sent_to("+9779800000014").is_empty(), "shadow calls no provider");
+        app.running.stop().await;
+        out.cleanup().await;
+    }
+}
