@@ -290,3 +290,101 @@ async fn rejected_bus_messages_are_counted_in_the_daily_digest() {
         bus.cleanup().await;
     }
 }
+
+#[tokio::test]
+async fn a_shadowed_intent_is_published_as_shadowed() {
+    for backend in backends() {
+        let Some(out) = TestPublications::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_toml(&out.toml("20ms")).spawn().await;
+        let (_, posted, _) = app.post_event(&sms_event("PO-PUB-SH", "+9779800000014"), None).await;
+        let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+        app.wait_state(&key, &["shadowed"]).await;
+        let published = out.wait_for(1).await;
+        assert_eq!(published.len(), 1, "{backend:?}: {published:?}");
+        assert_eq!(published[0].subject, format!("{}.default.intents.shadowed", out.prefix));
+        assert!(published[0].msg_id.starts_with(&format!("{key}:shadowed:")), "{:?}", published[0]);
+        assert!(sms.sent_to("+9779800000014").is_empty(), "shadow calls no provider");
+        app.running.stop().await;
+        out.cleanup().await;
+    }
+}
+
+#[test]
+fn a_bad_publish_section_is_refused_at_load_naming_the_key() {
+    let cases = [
+        ("url = \"http://x\"\nstream = \"s\"\n", "publish.nats.url"),
+        ("url = \"nats://x\"\nstream = \"a.b\"\n", "publish.nats.stream"),
+        ("url = \"nats://x\"\nstream = \"s\"\nsubject_prefix = \"herald.*\"\n", "publish.nats.subject_prefix"),
+        ("url = \"nats://x\"\nstream = \"s\"\nbatch = 0\n", "publish.nats.batch"),
+        ("url = \"nats://x\"\nstream = \"s\"\nlease = \"10ms\"\n", "publish.nats.lease"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (section, key) in cases {
+        let path = dir.path().join("h.toml");
+        std::fs::write(&path, format!("listen = \"127.0.0.1:0\"\n[publish.nats]\n{section}")).unwrap();
+        let err = herald::config::Config::load_with_env(Some(&path), &[]).unwrap_err().to_string();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_or_mismatched_publish_stream_is_refused_at_start() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let toml = "[publish.nats]\nurl = \"nats://127.0.0.1:1\"\nstream = \"s\"\n";
+    let config = TestApp::new(&db).with_toml(toml).config();
+    let err = herald::app::start(config).await.err().expect("refused").to_string();
+    assert!(err.starts_with("publish.nats: cannot"), "{err}");
+    assert!(err.contains("nats://127.0.0.1:1"), "{err}");
+
+    let Some(out) = TestPublications::new().await else { return };
+    out.js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: out.stream.clone(),
+            subjects: vec![format!("{}.elsewhere", out.stream)],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let config = TestApp::new(&db).with_toml(&out.toml("20ms")).config();
+    let err = herald::app::start(config).await.err().expect("refused").to_string();
+    assert!(err.starts_with("publish.nats: stream:"), "{err}");
+    assert!(err.contains(&format!("{}.>", out.prefix)), "{err}");
+    out.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_publication_the_bus_does_not_ack_stays_in_the_outbox_until_it_does() {
+    for backend in backends() {
+        let Some(out) = TestPublications::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&out.toml("20ms")).spawn().await;
+        // The stream goes away: every publish fails (no stream answers).
+        out.js.delete_stream(&out.stream).await.unwrap();
+        let (_, sent, _) = app.post_event(&sms_event("PO-PUB-4", "+9779800000015"), None).await;
+        let key = sent["intents"][0]["key"].as_str().unwrap().to_string();
+        app.wait_state(&key, &["sent"]).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(
+            count(&db, "SELECT COUNT(*) FROM publications WHERE published_at IS NULL").await,
+            1,
+            "{backend:?}: not acked, not marked"
+        );
+        // Back again: the row goes out once its lease (1s) has lapsed.
+        out.js
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: out.stream.clone(),
+                subjects: vec![format!("{}.>", out.prefix)],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let published = out.wait_for(1).await;
+        assert_eq!(published[0].msg_id, format!("{key}:sent:1"), "{backend:?}");
+        wait_count(&db, "SELECT COUNT(*) FROM publications WHERE published_at IS NULL", 0).await;
+        app.running.stop().await;
+        out.cleanup().await;
+    }
+}

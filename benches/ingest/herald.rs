@@ -40,11 +40,17 @@ url = "{sms_url}"
 
 impl Herald {
     pub async fn start(database_url: &str, sms_url: &str) -> anyhow::Result<Herald> {
+        Herald::start_with(database_url, sms_url, "").await
+    }
+
+    /// [`Herald::start`] with more TOML appended to the config (the bus
+    /// benchmark's `[[ingest.nats]]`).
+    pub async fn start_with(database_url: &str, sms_url: &str, extra: &str) -> anyhow::Result<Herald> {
         let dir = tempfile::tempdir()?;
         // A free port: the OS picks it, Herald binds it a moment later.
         let listen = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.to_string();
         let config_path = dir.path().join("herald.toml");
-        std::fs::write(&config_path, config(&listen, database_url, sms_url))?;
+        std::fs::write(&config_path, config(&listen, database_url, sms_url) + extra)?;
         let log = dir.path().join("herald.log");
         // Another build of Herald (an earlier commit's, for a before/after
         // comparison in one sitting) can be named; by default it is this one.

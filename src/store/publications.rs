@@ -16,7 +16,7 @@
 use sqlx::SqliteConnection;
 
 /// The intent states whose arrival is published (`delivered` comes from receipts).
-pub const PUBLISHED_STATES: [&str; 6] = ["sent", "dead", "suppressed", "held", "digested", "unknown"];
+pub const PUBLISHED_STATES: [&str; 7] = ["sent", "dead", "suppressed", "held", "digested", "unknown", "shadowed"];
 
 /// What a Herald process's store does besides the schema's own work.
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,7 +71,7 @@ pub(crate) use publication_columns;
 /// publishing process (TEMP triggers may watch the main schema's tables).
 const SQLITE_TRIGGERS: [&str; 3] = [
     "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_insert AFTER INSERT ON intents
-     WHEN NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown')
+     WHEN NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
      BEGIN
          INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
                                              channel, recipient_id, state, reason, attempts, at)
@@ -80,7 +80,7 @@ const SQLITE_TRIGGERS: [&str; 3] = [
                  NEW.attempts, NEW.updated_at);
      END",
     "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_update AFTER UPDATE OF state ON intents
-     WHEN NEW.state IS NOT OLD.state AND NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown')
+     WHEN NEW.state IS NOT OLD.state AND NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
      BEGIN
          INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
                                              channel, recipient_id, state, reason, attempts, at)
@@ -121,7 +121,8 @@ pub(crate) async fn sqlite_triggers(conn: &mut SqliteConnection) -> Result<(), s
 mod tests {
     #[test]
     fn the_sqlite_triggers_and_the_postgres_migration_watch_the_same_states() {
-        let postgres = include_str!("../../migrations/postgres/0041_publications.sql");
+        // 0042 made the Postgres triggers again with `shadowed`.
+        let postgres = include_str!("../../migrations/postgres/0042_publish_shadowed.sql");
         let list = super::PUBLISHED_STATES.map(|s| format!("'{s}'")).join(", ");
         assert_eq!(postgres.matches(&list).count(), 2, "{list}");
         for sql in &super::SQLITE_TRIGGERS[..2] {
