@@ -13,6 +13,7 @@ mod query;
 mod receipts;
 mod recipients;
 mod rejected;
+mod shadow;
 mod suppressions;
 mod views;
 
@@ -162,6 +163,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(inbox::list))
         .routes(routes!(suppressions::list))
         .routes(routes!(rejected::list))
+        .routes(routes!(shadow::report))
         // Twilio's callback URL carries the intent's key as its query.
         .routes(routes!(receipts::twilio))
 }

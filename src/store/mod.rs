@@ -10,12 +10,14 @@ mod postgres_batch;
 mod queries;
 mod rows;
 mod rows_receipts;
+mod rows_report;
 mod schema;
 mod sqlite;
 
 pub use postgres::PostgresStore;
 pub use rows::*;
 pub use rows_receipts::*;
+pub use rows_report::*;
 pub use schema::SchemaState;
 pub use sqlite::SqliteStore;
 
@@ -244,6 +246,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Page<RejectedMessage>>;
 
     async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>>;
+
+    /// Adds posts to the ingest tally (a row per tenant, minute and kind).
+    async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()>;
+
+    /// The shadow report's figures for a range: the ingest tally, intents
+    /// planned in it by channel, decision, reason and state, shadowed or sent
+    /// SMS by encoding, template errors, rejected bus messages.
+    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows>;
 
     /// New hard bounces in [since, until) by recipient domain, most first;
     /// every tenant when `tenant` is None.

@@ -591,4 +591,6 @@ pub enum PruneStep {
     RejectedBodies,
     /// Whole rejected bus messages.
     RejectedMessages,
+    /// The ingest tally's minutes.
+    IngestTally,
 }

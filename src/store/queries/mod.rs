@@ -17,6 +17,7 @@ pub(crate) mod ops;
 pub(crate) mod queue;
 pub(crate) mod receipts;
 pub(crate) mod rejected;
+pub(crate) mod report;
 
 use super::rows::*;
 use crate::intent::{Decision, Reason, State};
@@ -69,12 +70,13 @@ macro_rules! rejected_columns {
 pub(crate) use rejected_columns;
 
 macro_rules! shared_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal, $json_of:literal) => {
         use crate::intent::{Decision, OutcomeClass, Reason, State};
         use crate::store::queries::Ended;
         use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
         use crate::store::rows_receipts::*;
+        use crate::store::rows_report::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};
         use std::collections::HashMap;
@@ -90,6 +92,7 @@ macro_rules! shared_queries {
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::report::report_queries!($db, $json_of);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
         fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
