@@ -35,7 +35,7 @@ mod load;
 mod mode;
 mod sms;
 
-pub use bus::{IngestConfig, NatsIngestConfig};
+pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -103,6 +103,9 @@ pub struct Config {
     /// Front doors besides HTTP: `[[ingest.nats]]`.
     #[serde(default)]
     pub ingest: IngestConfig,
+    /// Where intents' transitions are published: `[publish.nats]`.
+    #[serde(default)]
+    pub publish: PublishConfig,
 }
 
 /// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
@@ -150,6 +153,10 @@ pub struct RetentionConfig {
     /// the current one, nor one an intent names).
     #[serde(default = "default_intent_age", deserialize_with = "duration")]
     pub preference_versions: Duration,
+    /// Status publications, counted from when the bus acknowledged them
+    /// (an unpublished one is never pruned).
+    #[serde(default = "default_publication_age", deserialize_with = "duration")]
+    pub publications: Duration,
     #[serde(default = "default_retention_interval", deserialize_with = "duration")]
     pub interval: Duration,
     /// Rows per pruning transaction.
@@ -167,6 +174,9 @@ fn default_payload_age() -> Duration {
 }
 fn default_intent_age() -> Duration {
     Duration::from_secs(90 * 86_400)
+}
+fn default_publication_age() -> Duration {
+    Duration::from_secs(86_400)
 }
 fn default_digest_age() -> Duration {
     Duration::from_secs(7 * 86_400)
@@ -188,6 +198,7 @@ impl Default for RetentionConfig {
             inbox_cards: default_intent_age(),
             dead_letter_replays: default_intent_age(),
             preference_versions: default_intent_age(),
+            publications: default_publication_age(),
             interval: default_retention_interval(),
             batch: default_batch(),
         }
@@ -635,6 +646,7 @@ impl Config {
             return Err(invalid(format!("database_url: scheme {scheme:?} is not sqlite:// or postgres://")));
         }
         self.ingest.validate()?;
+        self.publish.validate()?;
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes: must be at least 1024"));
         }

@@ -593,4 +593,6 @@ pub enum PruneStep {
     RejectedMessages,
     /// The ingest tally's minutes.
     IngestTally,
+    /// Status publications the bus has acknowledged (never an unpublished one).
+    Publications,
 }
