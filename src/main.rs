@@ -54,6 +54,11 @@ enum Command {
         #[command(subcommand)]
         command: RejectedCommand,
     },
+    /// Shadow mode: what Herald would have done.
+    Shadow {
+        #[command(subcommand)]
+        command: ShadowCommand,
+    },
     /// Template commands.
     Templates {
         #[command(subcommand)]
@@ -116,6 +121,22 @@ enum RejectedCommand {
     /// One rejected message with its error and body (JSON).
     Show {
         id: String,
+        #[command(flatten)]
+        scope: DlqScope,
+    },
+}
+
+#[derive(Subcommand)]
+enum ShadowCommand {
+    /// Posts by how they were answered, intents by channel, decision and
+    /// reason, what would have been sent, SMS segments, template errors.
+    Report {
+        /// RFC 3339, e.g. 2026-11-29T00:00:00Z (default: a day before --until)
+        #[arg(long)]
+        since: Option<String>,
+        /// RFC 3339 (default: now)
+        #[arg(long)]
+        until: Option<String>,
         #[command(flatten)]
         scope: DlqScope,
     },
@@ -240,6 +261,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Why { entity, recipient, tenant, config } => why(&entity, &recipient, tenant, config).await,
         Command::Suppressions { command } => suppressions(command).await,
         Command::Rejected { command } => rejected(command).await,
+        Command::Shadow { command: ShadowCommand::Report { since, until, scope } } => {
+            shadow_report(since, until, scope).await
+        }
     }
 }
 
@@ -391,6 +415,30 @@ async fn why(
     let store = open_existing(&config).await?;
     let history = herald::why::history(store.as_ref(), &tenant, (kind, id), recipient).await?;
     output::out(format_args!("{}", herald::why::timeline((kind, id), recipient, &history)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqScope) -> anyhow::Result<ExitCode> {
+    use herald::ops::shadow_report;
+    let config = Config::load(scope.config.as_deref())?;
+    let tenant = match tenant_for(scope.tenant, &config) {
+        Ok(t) => t,
+        Err(usage) => {
+            errln!("herald: {usage}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let now = jiff::Timestamp::now().as_microsecond();
+    let (since, until) = match shadow_report::range(since.as_deref(), until.as_deref(), now) {
+        Ok(r) => r,
+        Err((field, message)) => {
+            errln!("herald: --{field}: {message}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let store = open_existing(&config).await?;
+    let report = shadow_report::build(store.as_ref(), Some(&tenant), since, until).await?;
+    output::out(format_args!("{}", shadow_report::table(&report)))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -32,10 +32,11 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-const READ_ONLY: [&[&str]; 3] = [
+const READ_ONLY: [&[&str]; 4] = [
     &["why", "--entity", "purchase_order:PO-1", "--recipient", "u-1"],
     &["dlq", "list"],
     &["dlq", "show", "0123456789abcdef0123456789abcdef"],
+    &["shadow", "report"],
 ];
 
 #[test]
@@ -146,8 +147,15 @@ fn into_closed_pipe(dir: &Path, args: &[&str]) -> std::process::ExitStatus {
 fn every_command_exits_quietly_when_its_reader_goes_away() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(into_closed_pipe(dir.path(), &["migrate"]).code(), Some(0), "migrate");
-    let commands: [&[&str]; 6] =
-        [&["config", "check"], &["templates", "check"], READ_ONLY[0], READ_ONLY[1], &["--help"], &["--version"]];
+    let commands: [&[&str]; 7] = [
+        &["config", "check"],
+        &["templates", "check"],
+        READ_ONLY[0],
+        READ_ONLY[1],
+        READ_ONLY[3],
+        &["--help"],
+        &["--version"],
+    ];
     for args in commands {
         assert_eq!(into_closed_pipe(dir.path(), args).code(), Some(0), "{args:?} did not exit quietly");
     }
@@ -228,4 +236,43 @@ fn the_cli_reads_since_as_strictly_as_the_api() {
     }
     let out = run(dir.path(), &["dlq", "list", "--since", "2026-06-30T23:59:59Z"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn the_shadow_report_prints_what_shadow_would_have_sent() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let sms = common::FakeSms::start().await;
+    let app = common::TestApp::new(&db).with_sms(&sms).with_mode("shadow").spawn().await;
+    let event = common::sms_event("PO-CLI", "+15550001234");
+    assert_eq!(app.post_event(&event, Some("cli-1")).await.0, 202);
+    assert_eq!(app.post_event(&event, Some("cli-1")).await.0, 200);
+    // Once the tally is written, the CLI reads what the API reads.
+    for _ in 0..100 {
+        if app.get("/v1/shadow/report").await.1["events_received"] == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let key =
+        app.get("/v1/intents?entity=purchase_order:PO-CLI").await.1["intents"][0]["key"].as_str().unwrap().to_string();
+    app.wait_state(&key, &["shadowed"]).await;
+    app.running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DATABASE_URL", db.url.as_str())];
+    let out = run(dir.path(), &["shadow", "report"], &env);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line = |start: &str, has: &str| {
+        text.lines().find(|l| l.trim_start().starts_with(start) && l.contains(has)).unwrap_or_default().to_string()
+    };
+    assert!(line("events received", "").ends_with(" 2"), "{text}");
+    assert!(line("duplicate: exact replay", "").ends_with(" 1"), "{text}");
+    assert!(line("sms", "would send").contains("would send          1   sent          0"), "{text}");
+    assert!(line("GSM-7", "").contains("messages          1   segments          1"), "{text}");
+    assert_eq!(sms.calls(), 0);
+
+    let out = run(dir.path(), &["shadow", "report", "--since", "2026-11-29"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--since"), "{}", stderr(&out));
 }

@@ -159,6 +159,7 @@ fn every_endpoint_of_the_contract_is_described() {
         ("delete", "/v1/suppressions/{address}"),
         ("get", "/v1/rejected"),
         ("get", "/v1/rejected/{id}"),
+        ("get", "/v1/shadow/report"),
     ];
     let want: BTreeSet<(String, String)> = want.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(operations(), want);
@@ -427,6 +428,14 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
             "{one}"
         );
         c.call("get", rejected, "/v1/rejected/00000000000000000000000000000000", t, None).await;
+
+        // The shadow report: the tenant's, every tenant's, refused params and scopes.
+        let report = "/v1/shadow/report";
+        c.call("get", report, report, t, None).await;
+        c.call("get", report, "/v1/shadow/report?all_tenants=true&since=2026-11-29T00:00:00Z", t, None).await;
+        c.call("get", report, "/v1/shadow/report?until=tomorrow", t, None).await;
+        c.call("get", report, report, Some(READER), None).await;
+        c.call("get", report, report, None, None).await;
 
         // The walk reached every operation.
         let reached: BTreeSet<(String, String)> = c.checked.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect();

@@ -27,12 +27,17 @@ fn stream() -> Vec<(Value, Option<&'static str>)> {
     let first = event("PO-1", "2026-11-29T10:15:00+05:45", json!([{"id": "u-1", "phone": "+9779800000001"}]));
     let mut other_body = first.clone();
     other_body["data"]["approver"]["name"] = json!("Someone else");
+    let mut broken = event("PO-4", "2026-11-29T10:18:00Z", json!([{"id": "u-4", "phone": "+9779800000004"}]));
+    broken["data"] = json!({"po": {"number": "PO-4", "total": "1"}});
     vec![
         (first.clone(), Some("k-1")),
         (first.clone(), Some("k-1")),
         (first.clone(), Some("k-1b")),
-        (other_body, Some("k-1")),
+        (other_body.clone(), Some("k-1")),
+        (other_body, None),
         (first, None),
+        // No approver: every template fails to render, caught before any send.
+        (broken, None),
         (
             event(
                 "PO-2",
@@ -106,6 +111,7 @@ async fn the_same_events_in_shadow_and_live_plan_the_same_and_shadow_calls_no_pr
         assert_eq!(live_answers, shadow_answers, "{backend:?}: the answers to the senders differ");
         assert_eq!(live_keys, shadow_keys);
         assert_eq!(live_answers[3].0, 422, "a reused key with another body is a mismatch in both");
+        assert_eq!(live_answers[4].0, 409, "an accepted event with other content is a conflict in both");
 
         let finals = ["sent", "shadowed", "suppressed", "dead", "digested"];
         let live_intents = settled(&live, &live_keys, &finals).await;
@@ -150,9 +156,83 @@ async fn the_same_events_in_shadow_and_live_plan_the_same_and_shadow_calls_no_pr
         let metrics = reqwest::get(format!("{}/metrics", shadow.base)).await.unwrap().text().await.unwrap();
         assert!(metrics.contains("herald_intents_shadowed_total{channel=\"sms\""), "{metrics}");
 
+        // The shadow report: the same posts and decisions; shadow would have
+        // sent what live sent.
+        let shadow_report = report_once_tallied(&shadow).await;
+        let live_report = report_once_tallied(&live).await;
+        for field in ["events_received", "events_new", "duplicates", "mismatches", "intents", "sms", "template_errors"]
+        {
+            assert_eq!(shadow_report[field], live_report[field], "{backend:?}: {field}");
+        }
+        assert_eq!(shadow_report["would_send"], live_report["sent"], "{backend:?}");
+        assert_eq!((shadow_report["sent"].clone(), live_report["would_send"].clone()), (json!({}), json!({})));
+        assert_eq!(shadow_report["would_send"], json!({"sms": 3, "in_app": 4}), "{shadow_report:#}");
+        assert_eq!(
+            (shadow_report["events_received"].as_i64(), shadow_report["events_new"].as_i64()),
+            (Some(9), Some(4)),
+            "{shadow_report:#}"
+        );
+        assert_eq!(shadow_report["duplicates"], json!({"replay": 1, "another_key": 1, "reemitted": 1}));
+        assert_eq!(shadow_report["mismatches"], json!({"idempotency_key_mismatch": 1, "event_conflict": 1}));
+        assert_eq!(
+            shadow_report["intents"],
+            json!({
+                "in_app": {"send": {"none": 4, "template_error": 1}},
+                "sms": {"send": {"none": 3, "template_error": 1}, "suppress": {"no_destination": 1}}
+            })
+        );
+        assert_eq!(
+            shadow_report["sms"],
+            json!([{"encoding": "GSM-7", "messages": 2, "segments": 2}, {"encoding": "UCS-2", "messages": 1, "segments": 1}])
+        );
+        assert_eq!(
+            shadow_report["template_errors"],
+            json!([{"template": "po_approved", "reason": "template_error", "count": 2}])
+        );
+
         live.running.stop().await;
         shadow.running.stop().await;
     }
+}
+
+/// The report once the tally of the stream's nine posts has been written
+/// (the tally is written in the background, every half second).
+async fn report_once_tallied(app: &Spawned) -> Value {
+    for _ in 0..100 {
+        let (status, report) = app.get("/v1/shadow/report").await;
+        assert_eq!(status, 200, "{report}");
+        if report["events_received"] == 9 {
+            return report;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the tally never reached the stream's nine posts");
+}
+
+#[tokio::test]
+async fn the_report_range_is_checked_naming_the_parameter() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    let cases = [
+        ("since=yesterday", "since"),
+        ("until=2026-11-30T00:00:00", "until"),
+        ("since=2026-11-30T00:00:00Z&until=2026-11-29T00:00:00Z", "since"),
+        ("sinse=2026-11-30T00:00:00Z", "sinse"),
+    ];
+    for (query, field) in cases {
+        let (status, body) = app.get(&format!("/v1/shadow/report?{query}")).await;
+        assert_eq!(status, 400, "{query}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("{field}:")), "{query}: {message}");
+    }
+    // The same instant written with another offset is no range at all.
+    let (status, body) =
+        app.get("/v1/shadow/report?since=2026-11-29T00:00:00Z&until=2026-11-29T01:00:00%2B01:00").await;
+    assert_eq!(status, 400, "{body}");
+    // A range of an idle deployment is all zeros, not an error.
+    let (status, body) = app.get("/v1/shadow/report?since=2026-11-29T00:00:00Z&until=2026-11-30T00:00:00Z").await;
+    assert_eq!((status, body["events_received"].as_i64(), body["intents"].clone()), (200, Some(0), json!({})));
+    app.running.stop().await;
 }
 
 #[tokio::test]

@@ -133,6 +133,98 @@ async fn a_shadow_intent_ends_shadowed_at_its_claim_with_no_attempt() {
 }
 
 #[tokio::test]
+async fn the_ingest_tally_adds_up_and_the_report_reads_one_range_and_tenant() {
+    each_backend(|store| async move {
+        const MIN: i64 = 60_000_000;
+        let row = |tenant: &str, minute_us: i64, kind: TallyKind, n: i64| TallyRow {
+            tenant: tenant.into(),
+            minute_us,
+            kind,
+            n,
+        };
+        store
+            .ingest_tally_add(&[row("default", T0, TallyKind::New, 2), row("default", T0, TallyKind::Replay, 1)])
+            .await
+            .unwrap();
+        store
+            .ingest_tally_add(&[
+                row("default", T0, TallyKind::New, 3),
+                row("default", T0 + MIN, TallyKind::Mismatch, 1),
+                row("default", T0 + 10 * MIN, TallyKind::New, 100),
+                row("other", T0, TallyKind::New, 7),
+            ])
+            .await
+            .unwrap();
+
+        let sms = |k: u32, encoding: &str, segments: u32, state: &str| NewIntent {
+            payload: Some((
+                format!("digest-{k}"),
+                format!(r#"{{"body":"b{k}","encoding":"{encoding}","segments":{segments}}}"#),
+            )),
+            state: state.into(),
+            run_at: None,
+            ..new_intent(&key(k), "sms", None)
+        };
+        let broken = NewIntent {
+            payload: None,
+            state: "dead".into(),
+            reason: Some("template_error".into()),
+            run_at: None,
+            ..new_intent(&key(5), "email", None)
+        };
+        let intents = vec![
+            sms(1, "GSM-7", 1, "shadowed"),
+            sms(2, "UCS-2", 3, "shadowed"),
+            sms(3, "UCS-2", 2, "sent"),
+            sms(4, "GSM-7", 1, "queued"),
+            broken,
+        ];
+        store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
+
+        let rows = store
+            .report_rows(ReportFilter { tenant: Some("default".into()), since_us: T0, until_us: T0 + 2 * MIN })
+            .await
+            .unwrap();
+        assert_eq!(rows.tally, vec![(TallyKind::Mismatch, 1), (TallyKind::New, 5), (TallyKind::Replay, 1)]);
+        let by = |channel: &str, state: &str| {
+            rows.intents.iter().filter(|c| c.channel == channel && c.state == state).map(|c| c.n).sum::<i64>()
+        };
+        assert_eq!((by("sms", "shadowed"), by("sms", "sent"), by("sms", "queued"), by("email", "dead")), (2, 1, 1, 1));
+        // Queued SMS are not counted: neither sent nor shadowed yet.
+        assert_eq!(
+            rows.sms,
+            vec![
+                SmsCount { encoding: Some("GSM-7".into()), messages: 1, segments: 1 },
+                SmsCount { encoding: Some("UCS-2".into()), messages: 2, segments: 5 },
+            ]
+        );
+        assert_eq!(
+            rows.template_errors,
+            vec![TemplateErrorCount { template_id: "po_approved".into(), reason: "template_error".into(), n: 1 }]
+        );
+        assert_eq!(rows.bus_rejected, 0);
+
+        let everyone =
+            store.report_rows(ReportFilter { tenant: None, since_us: T0, until_us: T0 + 2 * MIN }).await.unwrap();
+        assert!(everyone.tally.contains(&(TallyKind::New, 12)), "{:?}", everyone.tally);
+        let later = store
+            .report_rows(ReportFilter { tenant: Some("default".into()), since_us: T0 + MIN, until_us: T0 + 11 * MIN })
+            .await
+            .unwrap();
+        assert_eq!(later.tally, vec![(TallyKind::Mismatch, 1), (TallyKind::New, 100)]);
+        assert!(later.intents.is_empty() && later.sms.is_empty() && later.template_errors.is_empty());
+
+        // Retention prunes the tally's minutes by age, in batches.
+        assert_eq!(store.retention_batch(PruneStep::IngestTally, T0 + MIN, 2).await.unwrap(), 2);
+        assert_eq!(store.retention_batch(PruneStep::IngestTally, T0 + MIN, 2).await.unwrap(), 1);
+        assert_eq!(store.retention_batch(PruneStep::IngestTally, T0 + MIN, 2).await.unwrap(), 0);
+        let kept = store.report_rows(ReportFilter { tenant: None, since_us: 0, until_us: i64::MAX }).await.unwrap();
+        assert_eq!(kept.tally, vec![(TallyKind::Mismatch, 1), (TallyKind::New, 100)]);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn the_request_identity_decides_replay_or_mismatch() {
     each_backend(|store| async move {
         let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();

@@ -39,14 +39,14 @@ impl QueryParams for ListQuery {
 /// every tenant's (`all_tenants=true`).
 /// (Query strings and `#[serde(flatten)]` do not mix: a flattened struct
 /// reads every value as a string.)
-struct Whose {
-    tenant: Option<String>,
-    all_tenants: bool,
+pub(super) struct Whose {
+    pub(super) tenant: Option<String>,
+    pub(super) all_tenants: bool,
 }
 
 impl Whose {
     /// The tenant to filter on, `None` for all; checks the scope it needs.
-    fn tenant(self, caller: &Caller) -> Result<Option<String>, ApiError> {
+    pub(super) fn tenant(self, caller: &Caller) -> Result<Option<String>, ApiError> {
         match (self.tenant, self.all_tenants) {
             (None, false) => {
                 caller.require(Scope::Ops)?;

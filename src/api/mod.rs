@@ -14,6 +14,7 @@ mod receipts;
 mod receipts_ses;
 mod recipients;
 mod rejected;
+mod shadow;
 mod suppressions;
 mod views;
 
@@ -167,6 +168,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(inbox::list))
         .routes(routes!(suppressions::list))
         .routes(routes!(rejected::list))
+        .routes(routes!(shadow::report))
         // Twilio's callback URL carries the intent's key as its query.
         .routes(routes!(receipts::twilio))
 }

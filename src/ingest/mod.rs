@@ -19,13 +19,17 @@ use crate::ops::log::{self, Duplicate, TemplateRef};
 use crate::ops::metrics;
 use crate::plan::{PlanInput, plan};
 use crate::render::TemplateSet;
-use crate::store::{Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestSeen, Store, StoreError};
+use crate::store::{
+    Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestSeen, Store, StoreError, TallyKind,
+};
 use group::GroupCommit;
 use std::collections::HashMap;
 use std::sync::Arc;
+use tally::Tally;
 
 pub mod group;
 pub mod nats;
+pub mod tally;
 
 /// Transactions in flight at once on Postgres.
 const POSTGRES_WRITERS: usize = 2;
@@ -88,6 +92,7 @@ pub struct Ingestor {
     fastpath: Option<Arc<FastPath>>,
     destinations: Arc<DestinationPolicy>,
     commits: GroupCommit,
+    tally: Arc<Tally>,
 }
 
 /// A parsed request and who it is.
@@ -115,7 +120,8 @@ impl Ingestor {
     ) -> Ingestor {
         let writers = if crate::store::is_postgres(&config.database_url) { POSTGRES_WRITERS } else { 1 };
         let commits = GroupCommit::start(store.clone(), writers);
-        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits }
+        let tally = Tally::start(store.clone(), clock.clone());
+        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, tally }
     }
 
     pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
@@ -126,6 +132,7 @@ impl Ingestor {
             return match seen {
                 RequestSeen::Replay(response) => {
                     metrics::idempotency_conflict("duplicate");
+                    self.tally.count(tenant, TallyKind::Replay);
                     let template = self.template_of(route);
                     for i in &response.intents {
                         log::intent(&trace_id, i, template, Some(Duplicate::Replay));
@@ -134,6 +141,7 @@ impl Ingestor {
                 }
                 RequestSeen::Mismatch => {
                     metrics::idempotency_conflict("mismatch");
+                    self.tally.count(tenant, TallyKind::Mismatch);
                     refused(&trace_id, &new.event_key, "mismatch");
                     Err(IngestError::IdempotencyMismatch)
                 }
@@ -310,22 +318,33 @@ impl Ingestor {
                 if !any_created {
                     metrics::idempotency_conflict("duplicate");
                 }
+                self.tally.count(
+                    &tenant,
+                    match (any_created, duplicate) {
+                        (true, _) => TallyKind::New,
+                        (false, Duplicate::Reemitted) => TallyKind::Reemitted,
+                        (false, _) => TallyKind::AnotherKey,
+                    },
+                );
                 self.remember(&tenant, &identity, &fingerprint, &response).await;
                 Ok(if any_created { Answer::Created(response) } else { Answer::Existing(response) })
             }
             IngestOutcome::Replayed { response } => {
                 metrics::idempotency_conflict("duplicate");
+                self.tally.count(&tenant, TallyKind::Replay);
                 record(trace_id, &response, &templates, Duplicate::Replay);
                 self.remember(&tenant, &identity, &fingerprint, &response).await;
                 Ok(Answer::Replayed(response))
             }
             IngestOutcome::Mismatch => {
                 metrics::idempotency_conflict("mismatch");
+                self.tally.count(&tenant, TallyKind::Mismatch);
                 refused(trace_id, &event_key, "mismatch");
                 Err(IngestError::IdempotencyMismatch)
             }
             IngestOutcome::Conflict => {
                 metrics::idempotency_conflict("conflict");
+                self.tally.count(&tenant, TallyKind::Conflict);
                 refused(trace_id, &event_key, "conflict");
                 Err(IngestError::EventConflict)
             }

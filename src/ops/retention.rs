@@ -20,7 +20,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 12] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 13] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
@@ -35,6 +35,8 @@ impl Retention {
             // A rejected bus message is content like a payload, and a record like an intent.
             (PruneStep::RejectedBodies, "rejected_bodies", c.payloads),
             (PruneStep::RejectedMessages, "rejected_messages", c.intents),
+            // The shadow report's tally reaches back as far as its intents do.
+            (PruneStep::IngestTally, "ingest_tally", c.intents),
             (PruneStep::Publications, "publications", c.publications),
         ]
     }

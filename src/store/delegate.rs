@@ -201,6 +201,14 @@ macro_rules! store_impl {
             async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
                 q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
             }
+
+            async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()> {
+                q::ingest_tally_add(&self.$writer, rows).await
+            }
+
+            async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {
+                q::report_rows(&self.$reader, &filter).await
+            }
         }
     };
 }

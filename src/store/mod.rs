@@ -11,6 +11,7 @@ mod publications;
 mod queries;
 mod rows;
 mod rows_receipts;
+mod rows_report;
 mod schema;
 mod sqlite;
 
@@ -18,6 +19,7 @@ pub use postgres::PostgresStore;
 pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};
 pub use rows::*;
 pub use rows_receipts::*;
+pub use rows_report::*;
 pub use schema::SchemaState;
 pub use sqlite::SqliteStore;
 
@@ -246,6 +248,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Page<RejectedMessage>>;
 
     async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>>;
+
+    /// Adds posts to the ingest tally (a row per tenant, minute and kind).
+    async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()>;
+
+    /// The shadow report's figures for a range: the ingest tally, intents
+    /// planned in it by channel, decision, reason and state, shadowed or sent
+    /// SMS by encoding, template errors, rejected bus messages.
+    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows>;
 
     /// (error code, count) of bus messages rejected in [since, until), most
     /// first; every tenant when `tenant` is None.

@@ -23,7 +23,8 @@ mod q {
         "= ANY($1)",
         super::keys_arg,
         " FOR UPDATE",
-        "jsonb_array_elements($1::jsonb)"
+        "jsonb_array_elements($1::jsonb)",
+        "(p.body::jsonb)"
     );
 }
 

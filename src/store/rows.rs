@@ -591,6 +591,8 @@ pub enum PruneStep {
     RejectedBodies,
     /// Whole rejected bus messages.
     RejectedMessages,
+    /// The ingest tally's minutes.
+    IngestTally,
     /// Status publications the bus has acknowledged (never an unpublished one).
     Publications,
 }

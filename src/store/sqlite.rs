@@ -26,7 +26,8 @@ mod q {
         "IN (SELECT value FROM json_each($1))",
         super::keys_arg,
         "",
-        "json_each($1)"
+        "json_each($1)",
+        "p.body"
     );
 }
 

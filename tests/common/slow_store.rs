@@ -210,4 +210,10 @@ impl Store for SlowRecording {
     ) -> StoreResult<Vec<(String, i64)>> {
         self.inner.bounces_by_domain(tenant, since_us, until_us).await
     }
+    async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()> {
+        self.inner.ingest_tally_add(rows).await
+    }
+    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {
+        self.inner.report_rows(filter).await
+    }
 }

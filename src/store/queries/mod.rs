@@ -18,6 +18,7 @@ pub(crate) mod publications;
 pub(crate) mod queue;
 pub(crate) mod receipts;
 pub(crate) mod rejected;
+pub(crate) mod report;
 
 use super::rows::*;
 use crate::intent::{Decision, Reason, State};
@@ -70,12 +71,13 @@ macro_rules! rejected_columns {
 pub(crate) use rejected_columns;
 
 macro_rules! shared_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
+    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal, $json_of:literal) => {
         use crate::intent::{Decision, OutcomeClass, Reason, State};
         use crate::store::queries::Ended;
         use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
         use crate::store::rows::*;
         use crate::store::rows_receipts::*;
+        use crate::store::rows_report::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};
         use std::collections::HashMap;
@@ -91,6 +93,7 @@ macro_rules! shared_queries {
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::report::report_queries!($db, $json_of);
         crate::store::queries::publications::publications_queries!($db, $in_keys, $keys_arg);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.

@@ -395,6 +395,15 @@ macro_rules! ops_queries {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected(),
+                PruneStep::IngestTally => sqlx::query(
+                    "DELETE FROM ingest_tally WHERE (tenant, minute, kind) IN (
+                         SELECT tenant, minute, kind FROM ingest_tally WHERE minute < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
             };
             tx.commit().await?;
             Ok(n)

@@ -1,0 +1,98 @@
+//! The values the shadow report crosses the store seam with: the ingest tally
+//! (posts by how they were answered) and the counts read back for a range.
+
+/// How one post was answered, as the ingest tally counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TallyKind {
+    /// A new request (it created intents, or found them all existing).
+    New,
+    /// The same request again: its stored answer.
+    Replay,
+    /// The same event under another `Idempotency-Key`: nothing created.
+    AnotherKey,
+    /// The same event posted again without a key: nothing created.
+    Reemitted,
+    /// A reused `Idempotency-Key` with another body (422).
+    Mismatch,
+    /// An accepted event key with other content (409).
+    Conflict,
+}
+
+impl TallyKind {
+    pub const ALL: [TallyKind; 6] = [
+        TallyKind::New,
+        TallyKind::Replay,
+        TallyKind::AnotherKey,
+        TallyKind::Reemitted,
+        TallyKind::Mismatch,
+        TallyKind::Conflict,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TallyKind::New => "new",
+            TallyKind::Replay => "replay",
+            TallyKind::AnotherKey => "another_key",
+            TallyKind::Reemitted => "reemitted",
+            TallyKind::Mismatch => "mismatch",
+            TallyKind::Conflict => "conflict",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TallyKind> {
+        TallyKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+/// `n` posts of one kind, for one tenant, in the minute starting at `minute_us`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TallyRow {
+    pub tenant: String,
+    pub minute_us: i64,
+    pub kind: TallyKind,
+    pub n: i64,
+}
+
+/// One tenant's (None: every tenant's) figures over [since, until).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportFilter {
+    pub tenant: Option<String>,
+    pub since_us: i64,
+    pub until_us: i64,
+}
+
+/// Intents planned in the range with the same channel, decision, reason and state.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct IntentCount {
+    pub channel: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub state: String,
+    pub n: i64,
+}
+
+/// Shadowed or sent SMS of one encoding: how many, and the segments billed.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct SmsCount {
+    pub encoding: Option<String>,
+    pub messages: i64,
+    pub segments: i64,
+}
+
+/// Renders that failed when planned, by template and reason.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct TemplateErrorCount {
+    pub template_id: String,
+    pub reason: String,
+    pub n: i64,
+}
+
+/// What the shadow report is built from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReportRows {
+    pub tally: Vec<(TallyKind, i64)>,
+    pub intents: Vec<IntentCount>,
+    pub sms: Vec<SmsCount>,
+    pub template_errors: Vec<TemplateErrorCount>,
+    pub bus_rejected: i64,
+}
