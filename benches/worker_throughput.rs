@@ -121,6 +121,7 @@ async fn run(
                 event_body: "{}".into(),
                 intents,
                 now_us: now,
+                traceparent: None,
             })
             .await?;
     }

@@ -98,6 +98,7 @@ mod tests {
             },
             content: None,
             lease_lapsed,
+            traceparent: None,
         }
     }
 

@@ -6,3 +6,4 @@ pub mod fastpath;
 pub mod log;
 pub mod metrics;
 pub mod retention;
+pub mod trace;

@@ -16,7 +16,8 @@ macro_rules! queue_queries {
                 "SELECT ",
                 intent_columns!(),
                 ", p.body AS content,
-                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed
+                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
+                   (SELECT j.traceparent FROM jobs j WHERE j.intent_key = i.key) AS traceparent
                  FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
                 $in_keys
             ))
@@ -93,7 +94,7 @@ macro_rules! queue_queries {
                     intent.attempts += 1;
                     intent.state = State::Sending;
                     intent.updated_at = now_us;
-                    ClaimedJob { intent, content: c.content }
+                    ClaimedJob { intent, content: c.content, traceparent: c.traceparent }
                 })
                 .collect())
         }
