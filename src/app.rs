@@ -245,6 +245,12 @@ pub async fn start_with(
     config.validate_dedupe_window()?;
     crate::ops::metrics::install();
     crate::ops::metrics::build_info(&config.deployment);
+    if config.any_shadow() {
+        tracing::warn!(
+            deployment_mode = config.mode.as_deref().unwrap_or("live"),
+            "shadow mode is configured: intents planned in shadow end `shadowed` and no provider is called for them"
+        );
+    }
     let templates = Arc::new(load_templates(&config)?);
     let store = store::connect(&config.database_url).await?;
     store.migrate().await?;

@@ -32,6 +32,7 @@ sink = "herald-outbox"
 
 mod bus;
 mod load;
+mod mode;
 mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig};
@@ -94,6 +95,9 @@ pub struct Config {
     /// so dashboards tell a shadow deployment from the live one.
     #[serde(default = "default_deployment")]
     pub deployment: String,
+    /// `live` (the default) or `shadow`: observe only, never call a provider.
+    /// A route's or a channel's own `mode` overrides it (see [`Config::mode_for`]).
+    pub mode: Option<String>,
     #[serde(default)]
     pub receipts: ReceiptsConfig,
     /// Front doors besides HTTP: `[[ingest.nats]]`.
@@ -311,6 +315,8 @@ pub struct Route {
     #[serde(default)]
     pub failover_on_unknown: bool,
     pub digest: Option<DigestRoute>,
+    /// `live` or `shadow` for this route; unset: the deployment's.
+    pub mode: Option<String>,
 }
 
 /// `digest = { window = "1h", key = "{{ entity.id }}", template = "…", channels = ["email"] }`
@@ -353,6 +359,14 @@ pub struct ChannelsConfig {
     pub email: Option<EmailConfig>,
     pub sms: Option<SmsConfig>,
     pub webhook: Option<WebhookConfig>,
+    /// In-app is Herald's own and always on; this block only sets its mode.
+    pub in_app: Option<InAppConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InAppConfig {
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -367,6 +381,7 @@ pub struct EmailConfig {
     pub message_id_domain: String,
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    pub mode: Option<String>,
 }
 fn default_from() -> String {
     "Herald <noreply@herald.local>".into()
@@ -414,6 +429,8 @@ pub struct SmsConfig {
     /// …for this long, then tried again.
     #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
     pub breaker_cool_down: Duration,
+    /// `live` or `shadow` for the channel (not for one of its `named` providers).
+    pub mode: Option<String>,
 }
 
 fn default_breaker_failures() -> u32 {
@@ -448,6 +465,7 @@ pub struct WebhookConfig {
     /// on-premise receivers). Off: a tenant's `webhook_url` cannot reach inside.
     #[serde(default)]
     pub allow_private_destinations: bool,
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -689,6 +707,7 @@ impl Config {
         self.validate_dedupe_window()?;
         self.validate_routes()?;
         self.validate_channels()?;
+        self.validate_modes()?;
         for (i, t) in self.auth.tokens.iter().enumerate() {
             let hex_ok = t.token_sha256.len() == 64 && t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit());
             if !hex_ok {

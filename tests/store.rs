@@ -5,7 +5,7 @@ mod common;
 use common::{TestDb, backends};
 use herald::intent::{OutcomeClass, Reason, State};
 use herald::store::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 const T0: i64 = 1_800_000_000_000_000;
@@ -27,6 +27,7 @@ fn new_intent(key: &str, channel: &str, run_at: Option<i64>) -> NewIntent {
         run_at,
         preferences_version: None,
         digest: None,
+        mode: herald::intent::Mode::Live,
     }
 }
 
@@ -162,6 +163,24 @@ async fn a_claimed_job_carries_its_requests_trace_on_every_retry() {
 }
 
 #[tokio::test]
+async fn a_shadow_intent_ends_shadowed_at_its_claim_with_no_attempt() {
+    each_backend(|store| async move {
+        let shadow = NewIntent { mode: herald::intent::Mode::Shadow, ..new_intent(&key(2), "email", Some(T0)) };
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0)), shadow])).await.unwrap();
+        let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let states: HashMap<String, State> = jobs.iter().map(|j| (j.intent.key.clone(), j.intent.state)).collect();
+        assert_eq!(states, HashMap::from([(key(1), State::Sending), (key(2), State::Shadowed)]));
+        let stored = store.intent_get("default", &key(2)).await.unwrap().unwrap();
+        assert_eq!((stored.intent.state, stored.intent.mode), (State::Shadowed, herald::intent::Mode::Shadow));
+        assert_eq!(stored.intent.attempts, 0);
+        assert!(store.attempts_of(&[key(2)]).await.unwrap().is_empty(), "no attempt, so no provider call");
+        // Its job is gone: nothing is claimed again.
+        assert!(store.jobs_claim(claim(T0 + 1, 10)).await.unwrap().iter().all(|j| j.intent.key != key(2)));
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn the_request_identity_decides_replay_or_mismatch() {
     each_backend(|store| async move {
         let first = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
@@ -284,7 +303,7 @@ async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcom
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         store.jobs_claim(claim_lapsing(T0, 10)).await.unwrap();
         let retaken = store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap();
-        assert_eq!(retaken[0].intent.attempts, 2);
+        assert_eq!((retaken[0].intent.attempts, retaken[0].rescued), (2, Some(1)));
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!(d.attempts[0].outcome.map(|o| o.as_str()), Some("unknown"));
         assert_eq!(d.attempts[0].error_class.as_deref(), Some("lease_expired"));
@@ -306,7 +325,9 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
             assert_eq!(store.jobs_claim(claim_lapsing(now, 10)).await.unwrap().len(), 1);
             now += 1_000_000; // each lease has expired
         }
-        assert!(store.jobs_claim(claim(now, 10)).await.unwrap().is_empty());
+        // Nothing to attempt: the claim reports the job it ended and the attempt it rescued.
+        let last = store.jobs_claim(claim(now, 10)).await.unwrap();
+        assert_eq!(last.iter().map(|j| (j.intent.state, j.rescued)).collect::<Vec<_>>(), vec![(State::Dead, Some(3))]);
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
         assert_eq!(d.attempts.len(), 3);

@@ -84,6 +84,19 @@ pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, template: 
         .record(took.as_secs_f64());
 }
 
+/// An intent planned in shadow mode reached the point where live would have
+/// called a provider (`source`: `worker`, or `digest` for a digest closed in shadow).
+pub fn shadowed(channel: &str, template: TemplateRef<'_>, source: &'static str) {
+    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
+    counter!(
+        "herald_intents_shadowed_total",
+        "channel" => channel,
+        "template" => template.id.to_string(),
+        "source" => source
+    )
+    .increment(1);
+}
+
 /// A retry after an `unknown` outcome, on a provider that cannot recognise
 /// it, that may have reached the recipient again.
 pub fn possible_duplicate(provider: &str) {

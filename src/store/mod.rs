@@ -136,6 +136,10 @@ pub trait Store: Send + Sync + 'static {
     /// Claims due jobs under a lease and writes their attempt rows in the same
     /// transaction, so an attempt row exists before any provider is called. An
     /// unfinished attempt left by a worker whose lease expired becomes `unknown`.
+    /// The jobs to attempt are returned in state `sending`. Returned as well,
+    /// already ended, for the worker to count and log: a job of an intent
+    /// planned in shadow mode (it ends `shadowed` there, with no attempt), and
+    /// one whose rescued attempt was its last (`rescued` names the attempt).
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>>;
 
     /// Records a batch of attempt outcomes and the transitions they cause, in one

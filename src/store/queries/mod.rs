@@ -41,7 +41,7 @@ macro_rules! intent_columns {
         "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
          i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
          i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base"
+         i.retry_base, i.mode"
     };
 }
 pub(crate) use intent_columns;
@@ -130,7 +130,8 @@ pub struct Ended {
     /// None keeps the planner's decision.
     pub decision: Option<Decision>,
     pub state: State,
-    pub reason: Reason,
+    /// None: ended without a reason to give (shadowed, as live would have sent it).
+    pub reason: Option<Reason>,
     /// The intent that superseded it.
     pub link_key: Option<String>,
 }

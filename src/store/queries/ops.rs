@@ -239,7 +239,7 @@ macro_rules! ops_queries {
                 .rows_affected(),
                 PruneStep::Intents => {
                     let candidates: Vec<String> = sqlx::query_scalar(
-                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested') LIMIT $2",
+                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') LIMIT $2",
                     )
                     .bind(cutoff_us)
                     .bind(batch)
@@ -251,7 +251,7 @@ macro_rules! ops_queries {
                         Vec::new()
                     } else {
                         sqlx::query_scalar(concat!(
-                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested') AND key ",
+                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') AND key ",
                             $in_keys,
                             " RETURNING key"
                         ))
