@@ -12,7 +12,7 @@ use crate::channel::smtp::Smtp;
 use crate::channel::twilio::{Sender, Twilio, TwilioSettings};
 use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, SmsConfig, SmsProvider};
+use crate::config::{Config, EmailConfig, SmsConfig, SmsProvider};
 use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
@@ -92,14 +92,15 @@ pub fn build_providers(
     let local = (config.worker.lease / 2).min(std::time::Duration::from_secs(10));
     providers.insert(Channel::InApp, Arc::new(InApp::new(store, local)));
     if let Some(email) = &config.channels.email {
-        let p: Arc<dyn Provider> = match (&email.smtp_url, &email.sink) {
-            (Some(url), _) => Arc::new(
-                Smtp::new(url, &email.from, &email.message_id_domain, email.timeout)
-                    .map_err(|e| AppError::Provider(e.to_string()))?,
-            ),
-            (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Email, local)),
-            (None, None) => {
-                return Err(AppError::Provider("channels.email: set smtp_url or sink".into()));
+        let p = match email.providers.is_empty() {
+            true => email_provider("channels.email", email, local)?,
+            false => {
+                let breaker = (email.breaker_failures, email.breaker_cool_down);
+                let member = |name: &str| match email.named.get(name) {
+                    Some(block) => email_provider(&format!("channels.email.named.{name}"), block, local),
+                    None => Err(AppError::Provider(format!("channels.email.named.{name}: missing"))),
+                };
+                chain(config, &email.providers, member, breaker, clock.clone(), breakers)?
             }
         };
         providers.insert(Channel::Email, p);
@@ -107,7 +108,14 @@ pub fn build_providers(
     if let Some(sms) = &config.channels.sms {
         let p = match sms.providers.is_empty() {
             true => sms_provider(config, sms, local)?,
-            false => sms_chain(config, sms, local, clock, breakers)?,
+            false => {
+                let breaker = (sms.breaker_failures, sms.breaker_cool_down);
+                let member = |name: &str| match sms.named.get(name) {
+                    Some(block) => sms_provider(config, block, local),
+                    None => Err(AppError::Provider(format!("channels.sms.named.{name}: missing"))),
+                };
+                chain(config, &sms.providers, member, breaker, clock, breakers)?
+            }
         };
         providers.insert(Channel::Sms, p);
     }
@@ -132,20 +140,32 @@ fn sms_provider(config: &Config, sms: &SmsConfig, local: std::time::Duration) ->
     })
 }
 
-/// `providers = [...]`: the named blocks in order, each behind its breaker.
-fn sms_chain(
+/// One email provider: the channel's own, or a named block (at `key`).
+fn email_provider(key: &str, email: &EmailConfig, local: std::time::Duration) -> Result<Arc<dyn Provider>, AppError> {
+    Ok(match (&email.smtp_url, &email.sink) {
+        (Some(url), _) => Arc::new(
+            Smtp::new(url, &email.from, &email.message_id_domain, email.timeout)
+                .map_err(|e| AppError::Provider(format!("{key}: {e}")))?,
+        ),
+        (None, Some(dir)) => Arc::new(DirectorySink::new(dir.clone(), Channel::Email, local)),
+        (None, None) => return Err(AppError::Provider(format!("{key}: set smtp_url or sink"))),
+    })
+}
+
+/// A channel's `providers = [...]`: the named blocks in order, each behind
+/// its breaker (`failures` in a row open it for `cool_down`).
+fn chain(
     config: &Config,
-    sms: &SmsConfig,
-    local: std::time::Duration,
+    names: &[String],
+    member: impl Fn(&str) -> Result<Arc<dyn Provider>, AppError>,
+    (failures, cool_down): (u32, std::time::Duration),
     clock: Arc<dyn Clock>,
     breakers: &Breakers,
 ) -> Result<Arc<dyn Provider>, AppError> {
     let mut members = Vec::new();
-    for name in &sms.providers {
-        let block =
-            sms.named.get(name).ok_or_else(|| AppError::Provider(format!("channels.sms.named.{name}: missing")))?;
-        let named = Arc::new(Named { name: name.clone(), inner: sms_provider(config, block, local)? });
-        let breaker = Arc::new(Breaker::new(name, sms.breaker_failures, sms.breaker_cool_down, clock.clone()));
+    for name in names {
+        let named = Arc::new(Named { name: name.clone(), inner: member(name)? });
+        let breaker = Arc::new(Breaker::new(name, failures, cool_down, clock.clone()));
         breakers.add(breaker.clone());
         members.push((named, breaker));
     }
@@ -252,7 +272,8 @@ pub async fn start_with(
         );
     }
     let templates = Arc::new(load_templates(&config)?);
-    let store = store::connect(&config.database_url).await?;
+    let options = store::StoreOptions { publications: config.publish.nats.is_some() };
+    let store = store::connect_with(&config.database_url, options).await?;
     store.migrate().await?;
     let breakers = Arc::new(Breakers::default());
     let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);
@@ -325,6 +346,11 @@ pub async fn start_with(
         };
         let consumer = crate::ingest::nats::NatsIngest::connect(i, entry, wiring).await.map_err(AppError::Bus)?;
         bus.push(tokio::spawn(consumer.run(rx.clone())));
+    }
+    if let Some(p) = &config.publish.nats {
+        let publisher =
+            crate::publish::NatsPublisher::connect(p, store.clone(), clock.clone()).await.map_err(AppError::Bus)?;
+        bus.push(tokio::spawn(publisher.run(rx.clone())));
     }
     let app = router(state);
     let mut server_rx = rx;

@@ -31,11 +31,14 @@ sink = "herald-outbox"
 "#;
 
 mod bus;
+mod email;
+mod failover;
 mod load;
 mod mode;
+mod receipts;
 mod sms;
 
-pub use bus::{IngestConfig, NatsIngestConfig};
+pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -106,6 +109,9 @@ pub struct Config {
     /// `[tracing]`: OpenTelemetry export (see [`crate::ops::trace`]).
     #[serde(default)]
     pub tracing: TracingConfig,
+    /// Where intents' transitions are published: `[publish.nats]`.
+    #[serde(default)]
+    pub publish: PublishConfig,
 }
 
 /// `[tracing]`: where spans go and what share of notifications is traced.
@@ -130,11 +136,33 @@ impl Default for TracingConfig {
     }
 }
 
-/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
+/// `[receipts.generic]`: the signed receipt endpoint for in-house gateways;
+/// `[receipts.ses]`: Amazon SES's notifications through SNS.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReceiptsConfig {
     pub generic: Option<GenericReceiptsConfig>,
+    pub ses: Option<SesReceiptsConfig>,
+}
+
+/// `[receipts.ses]`: `POST /v1/receipts/ses`, subscribed to SNS topics that
+/// SES publishes bounces, complaints and deliveries to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SesReceiptsConfig {
+    /// The topics whose messages are accepted; any other is refused (403).
+    pub topic_arns: Vec<String>,
+    /// A PEM certificate that signatures are checked with instead of the one
+    /// at `SigningCertURL` (air-gapped deployments, tests). The URL must
+    /// still be an SNS one.
+    pub certificate_file: Option<PathBuf>,
+    /// Answer a `SubscriptionConfirmation` by requesting its `SubscribeURL`.
+    /// Off: it is logged (with the URL) for an operator to confirm.
+    #[serde(default)]
+    pub confirm_subscriptions: bool,
+    /// Replaces `https://sns.<region>.amazonaws.com` as the only origin a
+    /// `SigningCertURL` or `SubscribeURL` may name (a test's fake SNS).
+    pub sns_base_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -175,6 +203,10 @@ pub struct RetentionConfig {
     /// the current one, nor one an intent names).
     #[serde(default = "default_intent_age", deserialize_with = "duration")]
     pub preference_versions: Duration,
+    /// Status publications, counted from when the bus acknowledged them
+    /// (an unpublished one is never pruned).
+    #[serde(default = "default_publication_age", deserialize_with = "duration")]
+    pub publications: Duration,
     #[serde(default = "default_retention_interval", deserialize_with = "duration")]
     pub interval: Duration,
     /// Rows per pruning transaction.
@@ -192,6 +224,9 @@ fn default_payload_age() -> Duration {
 }
 fn default_intent_age() -> Duration {
     Duration::from_secs(90 * 86_400)
+}
+fn default_publication_age() -> Duration {
+    Duration::from_secs(86_400)
 }
 fn default_digest_age() -> Duration {
     Duration::from_secs(7 * 86_400)
@@ -213,6 +248,7 @@ impl Default for RetentionConfig {
             inbox_cards: default_intent_age(),
             dead_letter_replays: default_intent_age(),
             preference_versions: default_intent_age(),
+            publications: default_publication_age(),
             interval: default_retention_interval(),
             batch: default_batch(),
         }
@@ -382,6 +418,19 @@ pub struct EmailConfig {
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
     pub mode: Option<String>,
+    /// Failover: the names of `named` provider blocks, in order of preference
+    /// (the same rules as SMS's). Set, the channel's own smtp_url and sink are unused.
+    #[serde(default)]
+    pub providers: Vec<String>,
+    /// `[channels.email.named.NAME]`: one SMTP server (or sink) each, with the keys above.
+    #[serde(default)]
+    pub named: std::collections::BTreeMap<String, EmailConfig>,
+    /// A provider that fails this many times in a row is skipped…
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// …for this long, then tried again.
+    #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
+    pub breaker_cool_down: Duration,
 }
 fn default_from() -> String {
     "Herald <noreply@herald.local>".into()
@@ -660,6 +709,7 @@ impl Config {
             return Err(invalid(format!("database_url: scheme {scheme:?} is not sqlite:// or postgres://")));
         }
         self.ingest.validate()?;
+        self.publish.validate()?;
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes: must be at least 1024"));
         }
@@ -820,7 +870,12 @@ impl Config {
         let c = &self.channels;
         let mut out = Vec::new();
         if let Some(e) = &c.email {
-            out.push(("channels.email.timeout".into(), e.timeout));
+            if e.providers.is_empty() {
+                out.push(("channels.email.timeout".into(), e.timeout));
+            }
+            for (name, named) in &e.named {
+                out.push((format!("channels.email.named.{name}.timeout"), named.timeout));
+            }
         }
         if let Some(s) = &c.sms {
             // With failover each named provider has its own.
@@ -871,17 +926,13 @@ impl Config {
 
     fn validate_channels(&self) -> Result<(), ConfigError> {
         if let Some(e) = &self.channels.email {
-            match (&e.smtp_url, &e.sink) {
-                (None, None) | (Some(_), Some(_)) => {
-                    return Err(invalid("channels.email: set exactly one of smtp_url or sink"));
-                }
-                (Some(url), None) if !url.starts_with("smtp://") && !url.starts_with("smtps://") => {
-                    return Err(invalid("channels.email.smtp_url: must start with smtp:// or smtps://"));
-                }
-                _ => {}
-            }
-            if !e.from.contains('@') {
-                return Err(invalid("channels.email.from: must be an address, like Herald <noreply@example.com>"));
+            e.validate()?;
+            let sms = self.channels.sms.as_ref().map(|s| s.providers.as_slice()).unwrap_or_default();
+            if let Some(name) = e.providers.iter().find(|n| sms.contains(n)) {
+                return Err(invalid(format!(
+                    "channels.email.providers: {name:?} is an SMS provider's name too; names label metrics and \
+                     /readyz, so each channel's must be its own"
+                )));
             }
         }
         if let Some(url) = &self.public_url {
@@ -894,6 +945,9 @@ impl Config {
         }
         if let Some(s) = &self.channels.sms {
             s.validate(self.public_url.as_deref())?;
+        }
+        if let Some(ses) = &self.receipts.ses {
+            ses.validate()?;
         }
         if let Some(w) = &self.channels.webhook
             && !w.secret.starts_with("whsec_")

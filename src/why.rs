@@ -137,6 +137,9 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             if !r.applied {
                 line.push_str(" [late or repeated: the status had gone further]");
             }
+            if r.ended_retry {
+                line.push_str("; the provider had the message, so the pending retry was called off");
+            }
             let _ = writeln!(out, "  {}  {line}", time(r.received_at));
         }
         let link = match (&i.link_key, i.reason.as_deref()) {

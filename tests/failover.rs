@@ -1,10 +1,12 @@
 //! Failover between two SMS providers (two fakes on loopback): a retry moves
 //! to the backup only after a definite non-acceptance, stays on the primary
 //! after an `unknown`, and a circuit breaker skips a failing primary for its
-//! cool-down (judged by the test's clock), then tries it again.
+//! cool-down (judged by the test's clock), then tries it again. Email fails
+//! over by the same rules, between two SMTP servers.
 
 mod common;
 
+use common::smtp::{FakeSmtp, SilentAfter};
 use common::{FakeSms, Reply, TestApp, TestClock, TestDb, backends, sms_event};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -138,4 +140,68 @@ async fn the_circuit_opens_after_failures_in_a_row_and_closes_once_the_primary_a
     assert_eq!(providers_of(&it), ["primary"], "{it}");
     assert_eq!(readyz().await["providers"]["primary"], "closed");
     app.running.stop().await;
+}
+
+/// Two SMTP servers as `mail_primary` and `mail_backup` (names of their own:
+/// the metrics of this test process are shared with the SMS tests above).
+fn email_failover_toml(primary: &str, backup: &str) -> String {
+    format!(
+        "[channels.email]\nproviders = [\"mail_primary\", \"mail_backup\"]\nbreaker_failures = 100\n\
+         [channels.email.named.mail_primary]\nsmtp_url = \"{primary}\"\nfrom = \"Herald <noreply@herald.test>\"\n\
+         message_id_domain = \"herald.test\"\ntimeout = \"500ms\"\n\
+         [channels.email.named.mail_backup]\nsmtp_url = \"{backup}\"\nfrom = \"Herald <noreply@herald.test>\"\n\
+         message_id_domain = \"herald.test\"\ntimeout = \"500ms\"\n"
+    )
+}
+
+fn email_event(entity: &str, email: &str) -> Value {
+    let mut ev = sms_event(entity, "+15550000100");
+    ev["recipients"] = json!([{"id": format!("u-{entity}"), "email": email}]);
+    ev["channels"] = json!(["email"]);
+    ev
+}
+
+#[tokio::test]
+async fn an_smtp_primary_refusing_connections_sends_mail_through_the_backup() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let backup = FakeSmtp::start().await;
+        let closed = closed_port_url().replace("http://", "smtp://").replace("/sms", "");
+        let app = TestApp::new(&db).with_toml(&email_failover_toml(&closed, &backup.url)).spawn().await;
+        for n in 0..2 {
+            let address = format!("fo{n}@example.com");
+            let (s, b, _) = app.post_event(&email_event(&format!("PO-EFO{n}"), &address), None).await;
+            assert_eq!(s, 202, "{b}");
+            let it = app.wait_state(&id_of(&b), &["sent"]).await;
+            assert_eq!(providers_of(&it), ["mail_primary", "mail_backup"], "{backend:?}: {it}");
+            assert_eq!(it["attempts"][0]["error_class"], "unreachable");
+            let mails = backup.to(&address);
+            assert_eq!(mails.len(), 1);
+            let message_id = format!("<{}@herald.test>", it["key"].as_str().unwrap());
+            assert_eq!(mails[0].header("Message-ID"), Some(message_id), "the same intent key, frozen content");
+        }
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn after_an_smtp_answer_never_came_the_retry_stays_on_the_primary() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let (primary, backup) = (FakeSmtp::start().await, FakeSmtp::start().await);
+        // The first session takes the message and never answers: `unknown`.
+        primary.stall(&[SilentAfter::Message]);
+        let app = TestApp::new(&db).with_toml(&email_failover_toml(&primary.url, &backup.url)).spawn().await;
+        let address = "stay@example.com";
+        let (_, b, _) = app.post_event(&email_event("PO-EFO-T", address), None).await;
+        let it = app.wait_state(&id_of(&b), &["sent"]).await;
+        assert_eq!(providers_of(&it), ["mail_primary", "mail_primary"], "{backend:?}: {it}");
+        assert_eq!(it["attempts"][0]["outcome"], "unknown");
+        assert_eq!(it["attempts"][1]["possible_duplicate"], false, "the same Message-ID: the server can tell");
+        assert!(backup.to(address).is_empty(), "nothing went to the backup");
+        let copies = primary.to(address);
+        assert_eq!(copies.len(), 2);
+        assert_eq!(copies[0].header("Message-ID"), copies[1].header("Message-ID"));
+        app.running.stop().await;
+    }
 }

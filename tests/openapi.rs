@@ -154,6 +154,7 @@ fn every_endpoint_of_the_contract_is_described() {
         ("get", "/v1/openapi.json"),
         ("post", "/v1/receipts/twilio"),
         ("post", "/v1/receipts/generic"),
+        ("post", "/v1/receipts/ses"),
         ("get", "/v1/suppressions"),
         ("delete", "/v1/suppressions/{address}"),
         ("get", "/v1/rejected"),
@@ -391,6 +392,8 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         c.call("post", generic, generic, None, Some(&json!({"key": dead_id, "status": "bounced"}))).await;
         let twilio = "/v1/receipts/twilio";
         c.call("post", twilio, &format!("{twilio}?key={dead_id}"), None, None).await;
+        let ses = "/v1/receipts/ses";
+        c.call("post", ses, ses, None, Some(&json!({"Type": "Notification"}))).await;
         let (_, list, _) = c.call("get", "/v1/suppressions", "/v1/suppressions?limit=10", t, None).await;
         assert_eq!(list["suppressions"], json!([]));
         c.call("get", "/v1/suppressions", "/v1/suppressions", Some(READER), None).await;

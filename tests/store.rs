@@ -1256,6 +1256,45 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
     .await;
 }
 
+/// A receipt for an intent waiting for a retry ends it (sent, or dead for a
+/// bounce) and removes its job; a repeat of it changes nothing more.
+#[tokio::test]
+async fn a_receipt_ends_a_pending_retry_and_takes_its_job_off_the_queue() {
+    use herald::receipt::DeliveryStatus;
+    each_backend(|store| async move {
+        for (n, status, state) in [(1, DeliveryStatus::Delivered, "sent"), (2, DeliveryStatus::Bounced, "dead")] {
+            let mut intent = new_intent(&key(n), "email", Some(T0));
+            intent.destination = Some(format!("r{n}@example.com"));
+            store.events_ingest(ingest(&format!("r{n}"), &format!("fp{n}"), vec![intent])).await.unwrap();
+            store.jobs_claim(claim(T0, 10)).await.unwrap();
+            let retry = Transition::Retry { run_at_us: T0 + 60_000_000, state: State::Unknown };
+            store.attempts_finish(&[finished(&key(n), 1, OutcomeClass::Unknown, retry)]).await.unwrap();
+            let receipt = NewReceipt {
+                target: ReceiptTarget::Key(key(n)),
+                channel: Some("email".into()),
+                source: "ses".into(),
+                provider_message_id: Some(format!("ses-{n}")),
+                status,
+                provider_status: status.as_str().into(),
+                reason: None,
+                now_us: T0 + 100,
+            };
+            let out = store.receipt_record(receipt.clone()).await.unwrap();
+            let ReceiptOutcome::Recorded { ended_retry, dead, .. } = out else { panic!("{out:?}") };
+            assert!(ended_retry, "{status}");
+            assert_eq!(dead, (state == "dead").then_some(Reason::HardBounce));
+            let detail = store.intent_get("default", &key(n)).await.unwrap().unwrap();
+            assert_eq!(detail.intent.state.as_str(), state);
+            assert!(detail.receipts[0].ended_retry);
+            let out = store.receipt_record(receipt).await.unwrap();
+            assert!(matches!(out, ReceiptOutcome::Recorded { duplicate: true, ended_retry: false, .. }), "{out:?}");
+        }
+        // Past the retries' time, nothing is left to claim.
+        assert!(store.jobs_claim(claim(T0 + 120_000_000, 10)).await.unwrap().is_empty());
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
     each_backend(|store| async move {
@@ -1277,6 +1316,15 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         assert!(!store.rejected_record(row("acme", 1, 11)).await.unwrap(), "the same message again is one row");
         assert!(store.rejected_record(row("acme", 2, 20)).await.unwrap());
         assert!(store.rejected_record(row("globex", 3, 30)).await.unwrap());
+        let mut refused = row("initech", 4, 21);
+        refused.code = "unknown_event_type".into();
+        assert!(store.rejected_record(refused).await.unwrap());
+        // The daily digest's counts: by code, in a window, for one tenant or all.
+        let every = store.rejected_summary(None, 0, 100).await.unwrap();
+        assert_eq!(every, vec![("malformed_json".to_string(), 3), ("unknown_event_type".to_string(), 1)]);
+        let acme = store.rejected_summary(Some("acme"), 15, 30).await.unwrap();
+        assert_eq!(acme, vec![("malformed_json".to_string(), 1)], "one tenant's, from `since` on");
+        assert!(store.rejected_summary(Some("globex"), 0, 30).await.unwrap().is_empty(), "until is exclusive");
         let first = store.rejected_list("acme", None, 1).await.unwrap();
         assert_eq!(first.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![2]);
         let rest = store.rejected_list("acme", first.next.as_ref(), 10).await.unwrap();
@@ -1287,10 +1335,14 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         assert!(store.rejected_get("acme", &id).await.unwrap().is_none(), "another tenant's is not found");
         assert_eq!(store.rejected_get("globex", &id).await.unwrap().map(|r| r.stream_seq), Some(3));
         // Retention: the bodies go first, then the records.
-        assert_eq!(store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(), 2);
+        assert_eq!(
+            store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(),
+            3,
+            "acme's two and initech's"
+        );
         let kept = store.rejected_list("acme", None, 10).await.unwrap().items;
         assert!(kept.iter().all(|r| r.body.is_none() && r.code == "malformed_json"), "{kept:?}");
-        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 2);
+        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 3);
         assert!(store.rejected_list("acme", None, 10).await.unwrap().items.is_empty());
         assert_eq!(store.rejected_list("globex", None, 10).await.unwrap().items.len(), 1);
     })
@@ -1668,4 +1720,112 @@ async fn new_work_wakes_a_waiting_worker() {
             .unwrap();
     })
     .await;
+}
+
+/// Every notable transition, on every write path, leaves one publication row
+/// in its own transaction — but only for a store that publishes.
+#[tokio::test]
+async fn each_notable_transition_leaves_one_publication_for_a_publishing_store() {
+    use herald::receipt::DeliveryStatus;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        // A process without [publish.nats] writes none.
+        let quiet = db.store().await;
+        quiet.events_ingest(ingest("r0", "fp0", vec![new_intent(&key(9), "sms", Some(T0))])).await.unwrap();
+        quiet.jobs_claim(claim(T0, 10)).await.unwrap();
+        quiet.attempts_finish(&[finished(&key(9), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        assert_eq!(quiet.publications_backlog().await.unwrap().unpublished, 0, "{backend:?}");
+        drop(quiet);
+
+        let store = db.store_with(StoreOptions { publications: true }).await;
+        let held = NewIntent {
+            decision: "hold".into(),
+            state: "held".into(),
+            reason: Some("quiet_hours".into()),
+            ..new_intent(&key(2), "sms", Some(T0 + 1_000_000_000))
+        };
+        let suppressed = NewIntent {
+            decision: "suppress".into(),
+            state: "suppressed".into(),
+            reason: Some("opted_out".into()),
+            ..new_intent(&key(3), "email", None)
+        };
+        let mut intents = vec![new_intent(&key(1), "sms", Some(T0)), held, suppressed];
+        intents.push(new_intent(&key(4), "sms", Some(T0)));
+        let mut first = ingest("r1", "fp1", intents);
+        first.entity_id = "PO-2".into();
+        store.events_ingest(first.clone()).await.unwrap();
+        // A replay writes nothing new.
+        store.events_ingest(first).await.unwrap();
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 2);
+        let mut sent = finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent);
+        sent.provider_message_id = Some("SM-P".into());
+        store
+            .attempts_finish(&[
+                sent,
+                finished(
+                    &key(4),
+                    1,
+                    OutcomeClass::Unknown,
+                    Transition::Retry { run_at_us: T0 + 5, state: State::Unknown },
+                ),
+            ])
+            .await
+            .unwrap();
+        store.jobs_claim(claim(T0 + 5, 10)).await.unwrap();
+        store
+            .attempts_finish(&[finished(
+                &key(4),
+                2,
+                OutcomeClass::Permanent,
+                Transition::Dead { reason: Reason::Rejected },
+            )])
+            .await
+            .unwrap();
+        let delivered = NewReceipt {
+            target: ReceiptTarget::ProviderMessageId("SM-P".into()),
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("SM-P".into()),
+            status: DeliveryStatus::Delivered,
+            provider_status: "delivered".into(),
+            reason: None,
+            now_us: T0 + 100,
+        };
+        store.receipt_record(delivered.clone()).await.unwrap();
+        store.receipt_record(delivered).await.unwrap();
+
+        let backlog = store.publications_backlog().await.unwrap();
+        assert_eq!(backlog, PublicationBacklog { unpublished: 6, oldest_at_us: Some(T0) }, "{backend:?}");
+        let lease = |lease_us| PublicationClaim { now_us: T0 + 200, lease_us, limit: 100 };
+        // A lease of nothing lapses at once: the rows are offered again.
+        assert_eq!(store.publications_claim(lease(0)).await.unwrap().len(), 6, "{backend:?}");
+        let mut claimed = store.publications_claim(lease(3_600_000_000)).await.unwrap();
+        claimed.sort_by(|a, b| a.msg_id.cmp(&b.msg_id));
+        let ids: Vec<&str> = claimed.iter().map(|p| p.msg_id.as_str()).collect();
+        let want = [
+            format!("{}:delivered:1", key(1)),
+            format!("{}:sent:1", key(1)),
+            format!("{}:held:0", key(2)),
+            format!("{}:suppressed:0", key(3)),
+            format!("{}:dead:2", key(4)),
+            format!("{}:unknown:1", key(4)),
+        ];
+        assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>(), "{backend:?}");
+        let dead = claimed.iter().find(|p| p.state == "dead").unwrap();
+        assert_eq!(
+            (dead.reason.as_deref(), dead.entity_id.as_str(), dead.channel.as_str(), dead.attempts),
+            (Some("rejected"), "PO-2", "sms", 2)
+        );
+        // Leased: another publisher gets none of them.
+        assert!(store.publications_claim(lease(3_600_000_000)).await.unwrap().is_empty());
+        let marked: Vec<String> = ids[..4].iter().map(|s| s.to_string()).collect();
+        assert_eq!(store.publications_mark(&marked, T0 + 400).await.unwrap(), 4);
+        assert_eq!(store.publications_mark(&marked, T0 + 401).await.unwrap(), 0, "marked once");
+        assert_eq!(store.publications_backlog().await.unwrap().unpublished, 2);
+        // Retention prunes only what was published, by its age.
+        assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 400, 100).await.unwrap(), 0);
+        assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 500, 100).await.unwrap(), 4);
+        assert_eq!(store.publications_backlog().await.unwrap().unpublished, 2);
+    }
 }

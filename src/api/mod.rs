@@ -11,6 +11,7 @@ mod openapi;
 mod ops;
 mod query;
 mod receipts;
+mod receipts_ses;
 mod recipients;
 mod rejected;
 mod suppressions;
@@ -68,6 +69,8 @@ pub struct AppState {
     pub destinations: Arc<DestinationPolicy>,
     /// The failover providers' circuit breakers (`/readyz` shows them).
     pub breakers: Arc<crate::channel::failover::Breakers>,
+    /// SNS signing certificates, cached, and subscription confirmations.
+    pub sns: Arc<crate::receipt::sns::Sns>,
 }
 
 impl AppState {
@@ -102,6 +105,7 @@ impl AppState {
             ops_digest,
             destinations,
             breakers: Arc::default(),
+            sns: Arc::default(),
         }
     }
 
@@ -150,6 +154,7 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(recipients::preferences_version))
         .routes(routes!(inbox::mark_read))
         .routes(routes!(receipts::generic))
+        .routes(routes!(receipts_ses::ses))
         .routes(routes!(suppressions::remove))
         .routes(routes!(rejected::get_one))
         .route_layer(axum::middleware::from_fn(query::refuse_any))

@@ -233,7 +233,11 @@ pub mod doc {
         "Something failed inside; the message holds a reference to the log, never the cause.",
         ["internal"]
     );
-    error_response!(BadGateway, "The ops webhook did not accept the digest.", ["bad_gateway"]);
+    error_response!(
+        BadGateway,
+        "A service Herald depends on did not answer as it should (the ops webhook; SNS for its certificate or a confirmation).",
+        ["bad_gateway"]
+    );
 
     // ---- POST /v1/events ----
 

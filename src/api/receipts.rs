@@ -140,13 +140,39 @@ pub async fn generic(State(app): State<AppState>, headers: HeaderMap, body: Byte
 /// Records it; a repeat answers 200 like the first (the provider's retry is
 /// satisfied) and changes nothing.
 async fn record(app: &AppState, receipt: NewReceipt) -> Result<Json<Value>, ApiError> {
+    record_first(app, receipt, Vec::new()).await
+}
+
+/// Records it against its target or, when that names no intent, the first of
+/// `alternatives` that does.
+pub(super) async fn record_first(
+    app: &AppState,
+    receipt: NewReceipt,
+    alternatives: Vec<ReceiptTarget>,
+) -> Result<Json<Value>, ApiError> {
     let (source, status) = (receipt.source.clone(), receipt.status);
-    match app.store.receipt_record(receipt).await? {
+    let mut outcome = app.store.receipt_record(receipt.clone()).await?;
+    for target in alternatives {
+        if outcome != ReceiptOutcome::NotFound {
+            break;
+        }
+        outcome = app.store.receipt_record(NewReceipt { target, ..receipt.clone() }).await?;
+    }
+    match outcome {
         ReceiptOutcome::NotFound => {
             crate::ops::metrics::receipt(&source, status.as_str(), "not_found");
             Err(ApiError::NotFound("the receipt names no intent Herald sent on this channel".into()))
         }
-        ReceiptOutcome::Recorded { intent_key, delivery_status, applied, duplicate, dead, suppressed, .. } => {
+        ReceiptOutcome::Recorded {
+            intent_key,
+            delivery_status,
+            applied,
+            duplicate,
+            dead,
+            suppressed,
+            ended_retry,
+            ..
+        } => {
             let result = if duplicate {
                 "duplicate"
             } else if applied {
@@ -160,20 +186,21 @@ async fn record(app: &AppState, receipt: NewReceipt) -> Result<Json<Value>, ApiE
             }
             tracing::info!(
                 trace_id = %intent_key, intent = %intent_key, source, status = %status, result,
-                dead = dead.map(|r| r.as_str()), suppressed, "delivery receipt"
+                dead = dead.map(|r| r.as_str()), suppressed, ended_retry, "delivery receipt"
             );
             Ok(Json(json!({
                 "intent_id": intent_key,
                 "delivery_status": delivery_status.map(DeliveryStatus::as_str),
                 "applied": applied,
                 "duplicate": duplicate,
+                "ended_retry": ended_retry,
             })))
         }
     }
 }
 
 /// A provider's word as stored: printable and short.
-fn bounded(s: &str) -> String {
+pub(super) fn bounded(s: &str) -> String {
     s.chars().filter(|c| !c.is_control()).take(64).collect()
 }
 
@@ -243,12 +270,14 @@ pub mod doc {
         pub applied: bool,
         /// The same receipt had been recorded before.
         pub duplicate: bool,
+        /// The intent was waiting for a retry and ends here instead.
+        pub ended_retry: bool,
     }
 
     /// One receipt, as an intent lists it.
     #[derive(ToSchema, Serialize)]
     pub struct Receipt {
-        /// twilio or generic.
+        /// twilio, ses or generic.
         pub source: String,
         pub status: DeliveryStatusName,
         /// The provider's own word for it.
@@ -260,5 +289,8 @@ pub mod doc {
         pub received_at: Option<String>,
         /// Whether it moved the delivery status (a late one does not).
         pub applied: bool,
+        /// Whether it ended a retry the intent was waiting for (the provider
+        /// had the message after all).
+        pub ended_retry: bool,
     }
 }

@@ -77,6 +77,7 @@ fn with_receipts(v: &mut Value, receipts: &[ReceiptRow], intent: &IntentRow) {
                 "reason": r.reason.as_deref().map(|e| redact_for_channel(e, &intent.channel, intent.destination.as_deref())),
                 "received_at": rfc3339(r.received_at),
                 "applied": r.applied,
+                "ended_retry": r.ended_retry,
             })
         })
         .collect();

@@ -236,9 +236,16 @@ impl Smtp {
         match timeout_at(d.deadline, conn.message(&body)).await {
             Ok(Ok(reply)) => {
                 self.keep_idle(conn);
+                // SES answers with the id its notifications will name the
+                // message by; any other server, with its own words: then the
+                // message is known by its Message-ID.
+                let ses_id = reply.first_line().and_then(crate::receipt::ses::id_in_data_reply);
                 Outcome::Accepted {
                     status: reply.code().to_string().parse().ok(),
-                    message_id: Some(format!("<{}@{}>", d.key, self.message_id_domain)),
+                    message_id: Some(match ses_id {
+                        Some(id) => id.to_string(),
+                        None => format!("<{}@{}>", d.key, self.message_id_domain),
+                    }),
                 }
             }
             Ok(Err(e)) => reply(&e).unwrap_or_else(|| Outcome::Unknown {

@@ -38,38 +38,17 @@ impl SmsConfig {
                  of its own; move it there"
             )));
         }
-        if self.breaker_failures == 0 {
-            return Err(invalid("channels.sms.breaker_failures: must be at least 1"));
-        }
-        if self.breaker_cool_down.is_zero() {
-            return Err(invalid("channels.sms.breaker_cool_down: must be longer than zero"));
-        }
-        for (i, name) in self.providers.iter().enumerate() {
-            let ok = (1..=32).contains(&name.len())
-                && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-            if !ok {
-                return Err(invalid(format!(
-                    "channels.sms.providers[{i}]: {name:?} must be 1 to 32 of a-z, 0-9, _ and - (it labels metrics)"
-                )));
-            }
-            if self.providers[..i].contains(name) {
-                return Err(invalid(format!("channels.sms.providers[{i}]: {name:?} is listed twice")));
-            }
-            let Some(block) = self.named.get(name) else {
-                return Err(invalid(format!(
-                    "channels.sms.providers[{i}]: no [channels.sms.named.{name}] block configures {name:?}"
-                )));
-            };
-            let key = format!("channels.sms.named.{name}");
-            if !block.providers.is_empty() || !block.named.is_empty() {
-                return Err(invalid(format!("{key}: a named provider is one provider; it cannot list providers")));
-            }
-            block.validate_one(&key, public_url)?;
-        }
-        if let Some(name) = self.named.keys().find(|n| !self.providers.contains(n)) {
-            return Err(invalid(format!("channels.sms.named.{name}: not listed in channels.sms.providers")));
-        }
-        Ok(())
+        let chain = super::failover::Chain {
+            key: "channels.sms",
+            providers: &self.providers,
+            named: &self.named,
+            breaker_failures: self.breaker_failures,
+            breaker_cool_down: self.breaker_cool_down,
+        };
+        chain.check(
+            |b: &SmsConfig| !b.providers.is_empty() || !b.named.is_empty(),
+            |key, b| b.validate_one(key, public_url),
+        )
     }
 
     fn validate_http(&self, key: &str) -> Result<(), ConfigError> {

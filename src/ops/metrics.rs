@@ -159,3 +159,16 @@ pub fn bus_message(stream: &str, verdict: &'static str) {
 pub fn rejected_message(stream: &str, code: &'static str) {
     counter!("herald_rejected_messages_total", "stream" => stream.to_string(), "code" => code).increment(1);
 }
+
+/// Status publications the bus acknowledged, and those it did not (tried again).
+pub fn publications(published: u64, failed: u64) {
+    counter!("herald_publications_total", "result" => "published").increment(published);
+    counter!("herald_publications_total", "result" => "failed").increment(failed);
+}
+
+/// How many status publications wait, and how long the oldest has.
+pub fn publication_backlog(backlog: crate::store::PublicationBacklog, now_us: i64) {
+    gauge!("herald_publications_unpublished").set(backlog.unpublished as f64);
+    let lag = backlog.oldest_at_us.map_or(0.0, |t| ((now_us - t).max(0) as f64) / 1e6);
+    gauge!("herald_publications_lag_seconds").set(lag);
+}

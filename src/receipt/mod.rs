@@ -6,9 +6,11 @@
 //! the address on the tenant's suppression list.
 
 pub mod generic;
+pub mod ses;
+pub mod sns;
 pub mod twilio;
 
-use crate::intent::Reason;
+use crate::intent::{Reason, State};
 use serde::Serialize;
 use std::fmt;
 
@@ -109,6 +111,20 @@ pub fn consequence(status: DeliveryStatus) -> Consequence {
     Consequence { dead, suppress }
 }
 
+/// Where an intent waiting for a retry goes when a receipt that moved its
+/// status arrives: the provider had the message after all, so it is not sent
+/// again. None when the intent is not waiting for a retry (never tried, in
+/// flight, or already at an end).
+pub fn ends_retry(state: State, attempts: i64, status: DeliveryStatus) -> Option<(State, Option<Reason>)> {
+    if !matches!(state, State::Unknown | State::Queued) || attempts == 0 {
+        return None;
+    }
+    Some(match consequence(status).dead {
+        Some(reason) => (State::Dead, Some(reason)),
+        None => (State::Sent, None),
+    })
+}
+
 /// A receipt's identity: the same callback twice is one receipt.
 pub fn receipt_id(intent_key: &str, source: &str, provider_message_id: Option<&str>, provider_status: &str) -> String {
     let input = format!("receipt|{intent_key}|{source}|{}|{provider_status}", provider_message_id.unwrap_or(""));
@@ -159,6 +175,18 @@ mod tests {
         assert_eq!(consequence(Complained), Consequence { dead: None, suppress: Some(Reason::AddressComplained) });
         assert_eq!(consequence(Failed).dead, Some(Reason::Undelivered));
         assert_eq!(consequence(Delivered), Consequence { dead: None, suppress: None });
+    }
+
+    #[test]
+    fn a_receipt_ends_a_pending_retry_and_nothing_else() {
+        assert_eq!(ends_retry(State::Unknown, 1, Delivered), Some((State::Sent, None)));
+        assert_eq!(ends_retry(State::Queued, 2, Queued), Some((State::Sent, None)), "the provider has it");
+        assert_eq!(ends_retry(State::Unknown, 1, Bounced), Some((State::Dead, Some(Reason::HardBounce))));
+        assert_eq!(ends_retry(State::Unknown, 1, Failed), Some((State::Dead, Some(Reason::Undelivered))));
+        assert_eq!(ends_retry(State::Queued, 0, Delivered), None, "never tried: nothing to end");
+        assert_eq!(ends_retry(State::Sending, 1, Delivered), None, "in flight: its own outcome decides");
+        assert_eq!(ends_retry(State::Sent, 1, Delivered), None);
+        assert_eq!(ends_retry(State::Dead, 3, Delivered), None);
     }
 
     #[test]

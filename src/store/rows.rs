@@ -599,4 +599,6 @@ pub enum PruneStep {
     RejectedBodies,
     /// Whole rejected bus messages.
     RejectedMessages,
+    /// Status publications the bus has acknowledged (never an unpublished one).
+    Publications,
 }

@@ -39,6 +39,8 @@ pub struct ReceiptRow {
     pub received_at: i64,
     /// Whether it moved the intent's delivery status (a late one does not).
     pub applied: bool,
+    /// Whether it ended a retry the intent was waiting for.
+    pub ended_retry: bool,
 }
 
 /// What recording a receipt did.
@@ -59,6 +61,9 @@ pub enum ReceiptOutcome {
         dead: Option<Reason>,
         /// The address was put on the suppression list (new entry).
         suppressed: bool,
+        /// The intent was waiting for a retry; the receipt ended it (the
+        /// state it ended in is `sent`, or `dead` with `dead`'s reason).
+        ended_retry: bool,
     },
 }
 

@@ -11,6 +11,7 @@ pub mod nats;
 pub mod peer;
 pub mod slow_store;
 pub mod smtp;
+pub mod sns;
 pub mod twilio;
 pub mod webhook;
 
@@ -82,7 +83,11 @@ impl TestDb {
     }
 
     pub async fn store(&self) -> Arc<dyn herald::store::Store> {
-        let store = herald::store::connect(&self.url).await.expect("connect");
+        self.store_with(herald::store::StoreOptions::default()).await
+    }
+
+    pub async fn store_with(&self, options: herald::store::StoreOptions) -> Arc<dyn herald::store::Store> {
+        let store = herald::store::connect_with(&self.url, options).await.expect("connect");
         store.migrate().await.expect("migrate");
         store
     }

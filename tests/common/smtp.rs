@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 pub struct Mail {
     pub to: Vec<String>,
     pub raw: String,
+    /// The id the server answered the message with, when it answers like SES.
+    pub ses_id: Option<String>,
 }
 
 impl Mail {
@@ -144,6 +146,8 @@ struct State {
     /// Close the connection after each message, as a server that drops
     /// idle clients does.
     hang_up_after_message: bool,
+    /// Answer each message as Amazon SES does: `250 Ok <id>`.
+    like_ses: bool,
 }
 
 #[derive(Clone)]
@@ -179,6 +183,11 @@ impl FakeSmtp {
     /// Close each session after its message (the client is not told).
     pub fn hang_up_after_each_message(&self) {
         self.state.lock().unwrap().hang_up_after_message = true;
+    }
+
+    /// Answer each message as SES does, with the id its notifications use.
+    pub fn answer_like_ses(&self) {
+        self.state.lock().unwrap().like_ses = true;
     }
 
     /// How long each stalled session lasted until the client gave up on it.
@@ -254,15 +263,24 @@ async fn session(socket: tokio::net::TcpStream, state: Arc<Mutex<State>>) {
                 }
                 raw.push_str(line.strip_prefix('.').filter(|_| line.starts_with("..")).unwrap_or(&line));
             }
-            state.lock().unwrap().mails.push(Mail { to: rcpts.clone(), raw });
+            let answer = {
+                let mut s = state.lock().unwrap();
+                let ses_id = s.like_ses.then(|| format!("0100019{:09}-fake-ses-000000", s.mails.len() + 1));
+                let answer = match &ses_id {
+                    Some(id) => format!("250 Ok {id}"),
+                    None => "250 queued".to_string(),
+                };
+                s.mails.push(Mail { to: rcpts.clone(), raw, ses_id });
+                answer
+            };
             if stall == Some(SilentAfter::Message) {
                 return silent(lines, write, began, &state).await;
             }
             if state.lock().unwrap().hang_up_after_message {
-                let _ = write.write_all(b"250 queued\r\n").await;
+                let _ = write.write_all(format!("{answer}\r\n").as_bytes()).await;
                 return;
             }
-            "250 queued".into()
+            answer
         } else if upper == "QUIT" {
             let _ = write.write_all(b"221 bye\r\n").await;
             return;

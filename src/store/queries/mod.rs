@@ -14,6 +14,7 @@ pub(crate) mod inbox;
 pub(crate) mod ingest;
 pub(crate) mod intents;
 pub(crate) mod ops;
+pub(crate) mod publications;
 pub(crate) mod queue;
 pub(crate) mod receipts;
 pub(crate) mod rejected;
@@ -90,6 +91,7 @@ macro_rules! shared_queries {
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::publications::publications_queries!($db, $in_keys, $keys_arg);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
         fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {

@@ -377,6 +377,15 @@ macro_rules! ops_queries {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected(),
+                PruneStep::Publications => sqlx::query(
+                    "DELETE FROM publications WHERE msg_id IN (
+                         SELECT msg_id FROM publications WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
                 PruneStep::RejectedMessages => sqlx::query(
                     "DELETE FROM rejected_messages WHERE id IN (
                          SELECT id FROM rejected_messages WHERE created_at < $1 LIMIT $2)",

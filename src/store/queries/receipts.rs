@@ -23,14 +23,16 @@ macro_rules! receipts_queries {
             };
             let Some(key) = key else { return Ok(ReceiptOutcome::NotFound) };
             // Locked on Postgres: two receipts for one intent take turns.
-            let intent: Option<(String, String, Option<String>, String)> = sqlx::query_as(concat!(
-                "SELECT tenant, channel, destination, state FROM intents WHERE key = $1",
+            let intent: Option<(String, String, Option<String>, State, i64)> = sqlx::query_as(concat!(
+                "SELECT tenant, channel, destination, state, attempts FROM intents WHERE key = $1",
                 $for_update
             ))
             .bind(&key)
             .fetch_optional(&mut **tx)
             .await?;
-            let Some((tenant, channel, destination, state)) = intent else { return Ok(ReceiptOutcome::NotFound) };
+            let Some((tenant, channel, destination, state, attempts)) = intent else {
+                return Ok(ReceiptOutcome::NotFound);
+            };
             if r.channel.as_ref().is_some_and(|c| *c != channel) {
                 return Ok(ReceiptOutcome::NotFound);
             }
@@ -41,11 +43,12 @@ macro_rules! receipts_queries {
                     .await?;
             let before = current(applied_before.iter().filter_map(|s| DeliveryStatus::parse(s)));
             let applied = advances(before, r.status);
+            let ends = if applied { crate::receipt::ends_retry(state, attempts, r.status) } else { None };
             let id = receipt_id(&key, &r.source, r.provider_message_id.as_deref(), &r.provider_status);
             let inserted = sqlx::query(
                 "INSERT INTO receipts (id, intent_key, source, provider_message_id, status, provider_status, reason,
-                                       received_at, applied)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                                       received_at, applied, ended_retry)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
             )
             .bind(&id)
             .bind(&key)
@@ -56,16 +59,30 @@ macro_rules! receipts_queries {
             .bind(&r.reason)
             .bind(r.now_us)
             .bind(applied)
+            .bind(ends.is_some())
             .execute(&mut **tx)
             .await?
             .rows_affected();
             let duplicate = inserted == 0;
             let (mut dead, mut suppressed) = (None, false);
+            if let Some((end, reason)) = ends.filter(|_| !duplicate) {
+                // The provider had the message: the retry it waits for would
+                // send it again. The intent ends here, its job with it.
+                sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
+                    .bind(&key)
+                    .bind(end.as_str())
+                    .bind(reason.map(|r| r.as_str()))
+                    .bind(r.now_us)
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
+                dead = reason;
+            }
             if applied && !duplicate {
                 let then = consequence(r.status);
-                // Only a sent intent becomes a dead letter: one still being
-                // tried keeps its own course, and the receipt stays on record.
-                if let Some(reason) = then.dead.filter(|_| state == "sent") {
+                // Only a sent intent becomes a dead letter: one in flight
+                // keeps its own course, and the receipt stays on record.
+                if let Some(reason) = then.dead.filter(|_| state == State::Sent) {
                     sqlx::query("UPDATE intents SET state = 'dead', reason = $2, updated_at = $3 WHERE key = $1")
                         .bind(&key)
                         .bind(reason.as_str())
@@ -106,13 +123,15 @@ macro_rules! receipts_queries {
                 duplicate,
                 dead,
                 suppressed,
+                ended_retry: ends.is_some() && !duplicate,
             })
         }
 
         /// Every receipt of these intents, oldest first.
         pub async fn receipts_of(pool: &Pool<$db>, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
             let rows = sqlx::query_as(concat!(
-                "SELECT id, intent_key, source, provider_message_id, status, provider_status, reason, received_at, applied
+                "SELECT id, intent_key, source, provider_message_id, status, provider_status, reason, received_at, applied,
+                        ended_retry
                  FROM receipts WHERE intent_key ",
                 $in_keys,
                 " ORDER BY intent_key, received_at, id"
