@@ -136,6 +136,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 event_body: herald::event::canonical_json(&event.canonical()),
                 intents,
                 now_us: now.as_microsecond(),
+                traceparent: None,
             })
             .await?;
         now = now.checked_add(jiff::SignedDuration::from_millis(10))?;

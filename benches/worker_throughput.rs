@@ -122,6 +122,7 @@ async fn run(
                 event_body: "{}".into(),
                 intents,
                 now_us: now,
+                traceparent: None,
             })
             .await?;
     }

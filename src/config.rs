@@ -106,9 +106,34 @@ pub struct Config {
     /// Front doors besides HTTP: `[[ingest.nats]]`.
     #[serde(default)]
     pub ingest: IngestConfig,
+    /// `[tracing]`: OpenTelemetry export (see [`crate::ops::trace`]).
+    #[serde(default)]
+    pub tracing: TracingConfig,
     /// Where intents' transitions are published: `[publish.nats]`.
     #[serde(default)]
     pub publish: PublishConfig,
+}
+
+/// `[tracing]`: where spans go and what share of notifications is traced.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The collector's OTLP/HTTP base URL (`http://127.0.0.1:4318`; the
+    /// `/v1/traces` path is added). Without it (and without the standard
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` variables) nothing is traced.
+    pub otlp_endpoint: Option<String>,
+    /// The share (0 to 1) of notifications traced, chosen by trace id, so a
+    /// notification's spans are kept or dropped together in every process.
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+}
+fn default_sample_ratio() -> f64 {
+    1.0
+}
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig { otlp_endpoint: None, sample_ratio: default_sample_ratio() }
+    }
 }
 
 /// `[receipts.generic]`: the signed receipt endpoint for in-house gateways;
@@ -750,6 +775,15 @@ impl Config {
         let ratio = self.log.sample_accepted;
         if !(0.0..=1.0).contains(&ratio) {
             return Err(invalid(format!("log.sample_accepted: {ratio} must be between 0 and 1 (1 keeps every line)")));
+        }
+        let ratio = self.tracing.sample_ratio;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(invalid(format!(
+                "tracing.sample_ratio: {ratio} must be between 0 and 1 (1 traces every notification)"
+            )));
+        }
+        if let Some(url) = &self.tracing.otlp_endpoint {
+            crate::ops::trace::traces_url(url).map_err(|m| invalid(format!("tracing.otlp_endpoint: {m}")))?;
         }
         if self.deployment.trim().is_empty() || self.deployment.len() > 64 {
             return Err(invalid("deployment: must be 1 to 64 characters (it labels every build_info metric)"));

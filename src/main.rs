@@ -267,25 +267,37 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn init_logging(config: &Config) {
+/// Log lines on stderr, and spans to the collector when one is configured
+/// (the span layer then is the only one that sees spans: the lines read as
+/// they do without it). Returns the provider to flush at shutdown.
+fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tracing>> {
+    use herald::ops::trace;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::{FilterExt, filter_fn};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     // Checked when the config was loaded (HERALD_LOG included), so nothing
     // falls back here without a word.
     let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
+    let lines_only = filter_fn(|m| m.is_event()).and(filter);
     let sample = herald::ops::log::SampleRoutine::new(config.log.sample_accepted);
+    let export = trace::Export::of(&config.tracing).map_err(anyhow::Error::msg)?;
+    let provider =
+        trace::provider(export, config.tracing.sample_ratio, &config.deployment).map_err(anyhow::Error::msg)?;
+    let spans = provider.as_ref().map(trace::layer);
     let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
-    let registry = tracing_subscriber::registry().with(filter).with(sample);
+    let registry = tracing_subscriber::registry().with(spans).with(sample);
     if config.log.format == "json" {
-        registry.with(lines.json()).init();
+        registry.with(lines.json().with_filter(lines_only)).init();
     } else {
-        registry.with(lines).init();
+        registry.with(lines.with_filter(lines_only)).init();
     }
+    Ok(provider.map(trace::Tracing::new))
 }
 
 async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config = Config::load(path.as_deref())?;
-    init_logging(&config);
+    let tracing = init_logging(&config)?;
     let running = app::start(config).await.context("cannot start")?;
     let shutdown = running.shutdown_handle();
     tokio::spawn(async move {
@@ -294,6 +306,9 @@ async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         let _ = shutdown.send(true);
     });
     running.wait().await;
+    if let Some(t) = tracing {
+        t.shutdown().await;
+    }
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
 }

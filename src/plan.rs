@@ -105,6 +105,8 @@ fn set(intent: &mut NewIntent, decision: Decision, state: State, reason: Option<
     intent.reason = reason.map(|r| r.as_str().into());
 }
 
+/// One intent, in a span of its own that says what was decided (keys and
+/// bounded names only: never the destination or the content).
 fn plan_one(
     input: &PlanInput<'_>,
     channel: Channel,
@@ -112,10 +114,42 @@ fn plan_one(
     prefs: &Preferences,
     version: Option<i64>,
 ) -> NewIntent {
-    let route = input.route;
     let key = input.event.notification_key(input.tenant, channel, &recipient.id);
+    let span = tracing::info_span!(
+        "intent",
+        herald.intent_key = %key,
+        herald.channel = channel.as_str(),
+        herald.template = %input.route.template,
+        herald.template_revision = tracing::field::Empty,
+        herald.decision = tracing::field::Empty,
+        herald.reason = tracing::field::Empty,
+    )
+    .entered();
+    let intent = decide(input, channel, recipient, prefs, version, key.to_string());
+    if let Some(revision) = &intent.template_revision {
+        span.record("herald.template_revision", revision.as_str());
+    }
+    span.record("herald.decision", intent.decision.as_str());
+    if let Some(reason) = &intent.reason {
+        span.record("herald.reason", reason.as_str());
+    }
+    if intent.state == State::Dead.as_str() {
+        crate::ops::trace::fail(&span, "dead at planning");
+    }
+    intent
+}
+
+fn decide(
+    input: &PlanInput<'_>,
+    channel: Channel,
+    recipient: &RecipientSpec,
+    prefs: &Preferences,
+    version: Option<i64>,
+    key: String,
+) -> NewIntent {
+    let route = input.route;
     let mut intent = NewIntent {
-        key: key.to_string(),
+        key,
         channel: channel.as_str().to_string(),
         recipient_id: recipient.id.clone(),
         destination: None,
@@ -164,8 +198,9 @@ fn plan_one(
     }
     // Render before committing to send (rule 6): a failure is a dead intent
     // that is recorded and never sent.
-    let rendered =
-        input.templates.render(&route.template, channel, input.event, recipient, recipient.locale.as_deref());
+    let rendered = tracing::info_span!("render").in_scope(|| {
+        input.templates.render(&route.template, channel, input.event, recipient, recipient.locale.as_deref())
+    });
     let Rendered { locale, revision, content, over_budget } = match rendered {
         Ok(r) => r,
         Err(e) => {

@@ -68,7 +68,7 @@ fn webhook_event(entity_id: &str, event_type: &str, url: &str) -> Value {
 async fn post(ingest: &Ingestor, body: &Value, key: Option<&str>) -> Result<Answer, IngestError> {
     let body = serde_json::to_vec(body).unwrap();
     let tenant = Tenant::default_tenant();
-    ingest.ingest(Request { tenant: &tenant, idempotency_key: key, body: &body }).await
+    ingest.ingest(Request { tenant: &tenant, idempotency_key: key, body: &body, trace: None }).await
 }
 
 #[tokio::test]

@@ -121,7 +121,7 @@ async fn with_sample_accepted_zero_the_rare_paths_are_still_logged() {
             assert_eq!((l["outcome"].as_str(), l["channel"].as_str()), (Some("reused"), Some("sms")));
             assert_eq!(l["template"], "po_approved");
             assert!(l["template_revision"].as_str().is_some_and(|r| !r.is_empty()), "{l}");
-            assert!(l["trace_id"].as_str().is_some_and(|t| t.len() == 16), "{l}");
+            assert!(l["trace_id"].as_str().is_some_and(|t| t.len() == 32), "{l}");
         }
         let all = capture.lines();
         let refused: Vec<&str> = all

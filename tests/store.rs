@@ -46,6 +46,7 @@ fn ingest(identity: &str, fingerprint: &str, intents: Vec<NewIntent>) -> Ingest 
         event_body: "{}".into(),
         intents,
         now_us: T0,
+        traceparent: None,
     }
 }
 
@@ -110,6 +111,53 @@ async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
         let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
         assert_eq!(jobs.iter().map(|j| j.intent.key.clone()).collect::<Vec<_>>(), vec![key(1)]);
         assert_eq!(jobs[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_claimed_job_carries_its_requests_trace_on_every_retry() {
+    each_backend(|store| async move {
+        let tp = |n: u32| format!("00-{:032x}-00f067aa0ba902b7-01", 0xabc0 + n);
+        let traced = |identity: &str, n: u32, k: u32| Ingest {
+            event_key: format!("default|e|x|{identity}|t"),
+            entity_id: identity.into(),
+            traceparent: Some(tp(n)),
+            ..ingest(identity, &format!("fp-{identity}"), vec![new_intent(&key(k), "sms", Some(T0))])
+        };
+        // One request alone, then a batch of two (Postgres writes a batch
+        // set-wise), then one without a trace.
+        store.events_ingest(traced("t1", 1, 1)).await.unwrap();
+        for out in store.events_ingest_batch(vec![traced("t2", 2, 2), traced("t3", 3, 3)]).await {
+            assert!(matches!(out, Ok(IngestOutcome::Accepted { .. })), "{out:?}");
+        }
+        let untraced = Ingest {
+            event_key: "default|e|x|t4|t".into(),
+            entity_id: "t4".into(),
+            ..ingest("t4", "fp-t4", vec![new_intent(&key(4), "sms", Some(T0))])
+        };
+        store.events_ingest(untraced).await.unwrap();
+
+        let trace_of = |jobs: &[ClaimedJob]| -> Vec<(String, Option<String>)> {
+            let mut out: Vec<_> = jobs.iter().map(|j| (j.intent.key.clone(), j.traceparent.clone())).collect();
+            out.sort();
+            out
+        };
+        let expected = vec![(key(1), Some(tp(1))), (key(2), Some(tp(2))), (key(3), Some(tp(3))), (key(4), None)];
+        let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
+        assert_eq!(trace_of(&jobs), expected);
+
+        // Rescheduled: the retry's claim still carries the trace.
+        let retries: Vec<FinishedAttempt> = (1..=4)
+            .map(|k| {
+                let retry = Transition::Retry { run_at_us: T0 + 1_000_000, state: State::Queued };
+                finished(&key(k), 1, OutcomeClass::Retryable, retry)
+            })
+            .collect();
+        store.attempts_finish(&retries).await.unwrap();
+        let again = store.jobs_claim(claim(T0 + 2_000_000, 10)).await.unwrap();
+        assert!(again.iter().all(|j| j.intent.attempts == 2));
+        assert_eq!(trace_of(&again), expected);
     })
     .await;
 }

@@ -22,6 +22,8 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
 #[utoipa::path(post, path = "/v1/events", operation_id = "post_event", tag = "events", security(("bearer" = ["events:write"])),
     params(("Idempotency-Key" = Option<String>, Header, max_length = 255, pattern = "^[!-~]+$",
         description = "The request's identity (1-255 visible ASCII characters); without it, the event and its audience are."),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context: the request's spans, and its \
+            notifications' attempts in the worker, continue this trace. Invalid or absent: a trace of its own."),
         ("dry_run" = Option<bool>, Query, description = "`true`: plan and render, answer with the intents a real post \
             would record (200, `dry_run: true`), and write nothing. Refused as a real post would be.")),
     request_body(content = crate::api::openapi::doc::EventRequest, content_type = "application/json"),
@@ -57,7 +59,12 @@ pub async fn post_event(
         }
     })?;
     let key = idempotency_key(&headers)?;
-    let request = Request { tenant: &caller.tenant, idempotency_key: key.as_deref(), body: &body };
+    // W3C trace context: an invalid header is ignored, as the recommendation
+    // asks, and the request starts a trace of its own.
+    let trace = (headers.get(crate::ops::trace::TRACEPARENT))
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::ops::trace::TraceParent::parse);
+    let request = Request { tenant: &caller.tenant, idempotency_key: key.as_deref(), body: &body, trace };
     if query.dry_run == Some(true) {
         let dry = app.ingest.dry_run(request).await?;
         return Ok((StatusCode::OK, Json(dry_run_view(&dry))).into_response());

@@ -14,17 +14,21 @@ use crate::clock::{Clock, micros};
 use crate::event::Channel;
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::ops::log::{AttemptLine, TemplateRef};
+use crate::ops::trace::{self, TraceParent};
 use crate::render::Content;
 use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
+use opentelemetry::KeyValue;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use recorder::{Done, Unrecorded};
 use retry::RetryPolicy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 /// The most jobs one claim takes, whatever the concurrency.
 const MAX_BATCH: usize = 256;
@@ -86,6 +90,7 @@ impl Worker {
             // Measured before the claim, so never later than the lease the
             // database grants.
             let lease_end = Instant::now() + this.lease;
+            let claim_started = SystemTime::now();
             let jobs = match this.claim(free).await {
                 Ok(jobs) => jobs,
                 Err(e) => {
@@ -96,6 +101,7 @@ impl Worker {
                 }
             };
             busy = jobs.len() == free;
+            let claimed = Claimed { times: (claim_started, SystemTime::now()), batch: jobs.len() };
             if jobs.is_empty() {
                 drop(first);
                 tokio::select! {
@@ -115,10 +121,10 @@ impl Worker {
                 };
                 let (this, done, rng, unrecorded) = (this.clone(), done_tx.clone(), rng.clone(), unrecorded.clone());
                 tokio::spawn(async move {
-                    let attempt = this.attempt(job, &rng).await;
+                    let (attempt, trace) = this.attempt(job, &rng, claimed).await;
                     unrecorded.add(lease_end);
                     // Waits, holding the slot, while the recorder's queue is full.
-                    let _ = done.send(Done { attempt, lease_end }).await;
+                    let _ = done.send(Done { attempt, lease_end, trace }).await;
                     drop(permit);
                 });
             }
@@ -179,7 +185,8 @@ impl Worker {
             let i = &job.intent;
             let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
             if let Some(n) = job.rescued {
-                rescued(i, n, template);
+                let trace_id = job.traceparent.as_deref().and_then(TraceParent::parse).map(|t| t.trace_id_hex());
+                rescued(i, n, template, trace_id.as_deref());
             }
             if i.state == State::Shadowed {
                 crate::ops::metrics::shadowed(&i.channel, template, "worker");
@@ -190,8 +197,59 @@ impl Worker {
         Ok(jobs)
     }
 
+    /// One attempt in its `attempt` span, which continues the trace stored
+    /// with the job (the ingest's), or for a job queued by no request a trace
+    /// derived from the intent key, the same on every retry. Returns the
+    /// span's context, which the outcome's `record` span goes under.
+    async fn attempt(
+        &self,
+        job: ClaimedJob,
+        rng: &Mutex<SmallRng>,
+        claimed: Claimed,
+    ) -> (FinishedAttempt, opentelemetry::Context) {
+        let i = &job.intent;
+        let span = tracing::info_span!(
+            parent: None,
+            "attempt",
+            otel.kind = "client",
+            herald.intent_key = %i.key,
+            herald.attempt = i.attempts,
+            herald.channel = %i.channel,
+            herald.template = %i.template_id,
+            herald.template_revision = i.template_revision.as_deref().unwrap_or(""),
+            herald.provider = Empty,
+            herald.outcome = Empty,
+            herald.reason = Empty,
+            herald.provider_status = Empty,
+            herald.next = Empty,
+        );
+        let stored = job.traceparent.as_deref().and_then(TraceParent::parse);
+        let own = TraceParent::derived(&format!("intent|{}", i.key));
+        let parent = match stored {
+            Some(tp) => {
+                trace::continue_trace(&span, &tp);
+                tp.context()
+            }
+            None => {
+                trace::start_trace(&span, own.trace_id);
+                trace::context_of(&span)
+            }
+        };
+        if trace::exporting() {
+            let attributes = vec![
+                KeyValue::new("herald.intent_key", i.key.clone()),
+                KeyValue::new("herald.attempt", i.attempts),
+                KeyValue::new("herald.claim.batch", claimed.batch as i64),
+            ];
+            trace::batch_span("claim", &parent, claimed.times, attributes, None);
+        }
+        let trace_id = stored.unwrap_or(own).trace_id_hex();
+        let done = self.attempt_in(job, rng, &span, &trace_id).instrument(span.clone()).await;
+        (done, trace::context_of(&span))
+    }
+
     /// One provider call and what it leads to.
-    async fn attempt(&self, job: ClaimedJob, rng: &Mutex<SmallRng>) -> FinishedAttempt {
+    async fn attempt_in(&self, job: ClaimedJob, rng: &Mutex<SmallRng>, span: &Span, trace_id: &str) -> FinishedAttempt {
         let n = job.intent.attempts;
         let channel = Channel::parse(&job.intent.channel);
         let configured: Option<&dyn Provider> = channel.and_then(|c| self.providers.get(&c)).map(|p| p.as_ref());
@@ -247,6 +305,7 @@ impl Worker {
             crate::ops::metrics::dead_letter(reason.as_str());
         }
         let outcome_class = outcome.class();
+        record_on(span, provider_name, &outcome, &transition);
         crate::ops::log::attempt(AttemptLine {
             key: &job.intent.key,
             n,
@@ -261,7 +320,7 @@ impl Worker {
                 Transition::Dead { .. } => "dead",
             },
             possible_duplicate,
-            trace_id: None,
+            trace_id: Some(trace_id),
         });
         let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
         done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
@@ -317,10 +376,48 @@ impl Worker {
     }
 }
 
+/// The times and size of the claim that took a job.
+#[derive(Debug, Clone, Copy)]
+struct Claimed {
+    times: (SystemTime, SystemTime),
+    batch: usize,
+}
+
+/// What the attempt led to, on its span: bounded names and the provider's
+/// status code, never its text. `unknown` and a dead end are errors.
+fn record_on(span: &Span, provider: &str, outcome: &Outcome, transition: &Transition) {
+    span.record("herald.provider", provider);
+    span.record("herald.outcome", outcome.class().as_str());
+    let reason = outcome_class_reason(outcome);
+    if !reason.is_empty() {
+        span.record("herald.reason", reason);
+    }
+    let status = match outcome {
+        Outcome::Accepted { status, .. } | Outcome::Retryable { status, .. } | Outcome::Permanent { status, .. } => {
+            *status
+        }
+        Outcome::Unknown { .. } => None,
+    };
+    if let Some(status) = status {
+        span.record("herald.provider_status", i64::from(status));
+    }
+    let next = match transition {
+        Transition::Sent => "sent",
+        Transition::Retry { .. } => "retry",
+        Transition::Dead { .. } => "dead",
+    };
+    span.record("herald.next", next);
+    if matches!(transition, Transition::Dead { .. }) {
+        trace::fail(span, "dead: a terminal failure");
+    } else if matches!(outcome, Outcome::Unknown { .. }) {
+        trace::fail(span, "unknown: the provider may have acted on it");
+    }
+}
+
 /// An attempt whose worker lost its lease, recorded `unknown` by the claim
 /// that found it: its transition is logged like any other attempt's (never
 /// sampled: an `unknown` outcome).
-fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>) {
+fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, trace_id: Option<&str>) {
     let next = match intent.state {
         State::Sending => "retry",
         State::Dead => "dead",
@@ -339,7 +436,7 @@ fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>) 
         error_class: Reason::LeaseExpired.as_str(),
         next,
         possible_duplicate: false,
-        trace_id: None,
+        trace_id,
     });
 }
 

@@ -109,6 +109,7 @@ mod tests {
             },
             content: None,
             lease_lapsed,
+            traceparent: None,
         }
     }
 

@@ -117,6 +117,7 @@ mod tests {
             event_body: "{}".into(),
             intents: vec![],
             now_us: 0,
+            traceparent: None,
         }
     }
 

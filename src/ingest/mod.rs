@@ -17,6 +17,7 @@ use crate::event::{Channel, Event, canonical_json, parse_event};
 use crate::ops::fastpath::FastPath;
 use crate::ops::log::{self, Duplicate, TemplateRef};
 use crate::ops::metrics;
+use crate::ops::trace::{self, TraceParent};
 use crate::plan::{PlanInput, plan};
 use crate::render::TemplateSet;
 use crate::store::{
@@ -26,6 +27,8 @@ use group::GroupCommit;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tally::Tally;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 pub mod group;
 pub mod nats;
@@ -40,6 +43,8 @@ pub struct Request<'a> {
     pub tenant: &'a Tenant,
     pub idempotency_key: Option<&'a str>,
     pub body: &'a [u8],
+    /// The caller's W3C trace context, when it sent a valid one.
+    pub trace: Option<TraceParent>,
 }
 
 /// The answer to a request that was not refused.
@@ -124,10 +129,62 @@ impl Ingestor {
         Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, tally }
     }
 
+    /// One request, in the `ingest` span: the caller's trace continued, or a
+    /// trace derived from the request identity (so a retried request joins
+    /// the trace of the first, and its log lines carry the trace's id).
     pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
-        let (route, new) = self.identify(&request)?;
+        let span = tracing::info_span!(parent: None, "ingest", otel.kind = "server", herald.outcome = Empty, herald.intents = Empty);
+        let identified = self.identify(&request);
+        let derived = (identified.as_ref().ok())
+            .map(|(_, new)| TraceParent::derived(&format!("{}|{}", request.tenant.as_str(), new.identity)));
+        match (request.trace, derived) {
+            (Some(caller), _) => trace::continue_trace(&span, &caller),
+            (None, Some(own)) => trace::start_trace(&span, own.trace_id),
+            (None, None) => {}
+        }
+        let answer = match identified {
+            Ok((route, new)) => {
+                let context = request.trace.or(derived).map(|fallback| trace::traceparent_of(&span, fallback));
+                self.ingest_identified(&request, route, new, context).instrument(span.clone()).await
+            }
+            Err(e) => Err(e),
+        };
+        let outcome = match &answer {
+            Ok(Answer::Created(r)) | Ok(Answer::Existing(r)) | Ok(Answer::Replayed(r)) => {
+                span.record("herald.intents", r.intents.len());
+                match &answer {
+                    Ok(Answer::Created(_)) => "created",
+                    Ok(Answer::Existing(_)) => "existing",
+                    _ => "replayed",
+                }
+            }
+            Err(IngestError::IdempotencyMismatch) => {
+                trace::fail(&span, "idempotency key mismatch");
+                "mismatch"
+            }
+            Err(IngestError::EventConflict) => {
+                trace::fail(&span, "event conflict");
+                "conflict"
+            }
+            Err(IngestError::Store(_)) => {
+                trace::fail(&span, "the store failed");
+                "failed"
+            }
+            Err(_) => "invalid",
+        };
+        span.record("herald.outcome", outcome);
+        answer
+    }
+
+    async fn ingest_identified(
+        &self,
+        request: &Request<'_>,
+        route: &Route,
+        new: Identified,
+        context: Option<TraceParent>,
+    ) -> Result<Answer, IngestError> {
         let tenant = request.tenant.as_str();
-        let trace_id = trace_id(tenant, &new.identity);
+        let trace_id = context.map(|c| c.trace_id_hex()).unwrap_or_default();
         if let Some(seen) = self.seen(tenant, &new.identity, &new.fingerprint).await? {
             return match seen {
                 RequestSeen::Replay(response) => {
@@ -149,7 +206,8 @@ impl Ingestor {
         }
         self.check_destinations(&new.event).await?;
         let duplicate = if request.idempotency_key.is_some() { Duplicate::AnotherKey } else { Duplicate::Reemitted };
-        let ingest = self.prepare(request.tenant, route, new).await?;
+        let mut ingest = self.prepare(request.tenant, route, new).instrument(tracing::info_span!("plan")).await?;
+        ingest.traceparent = context.map(|c| c.to_string());
         self.store(ingest, &trace_id, duplicate).await
     }
 
@@ -184,6 +242,15 @@ impl Ingestor {
     /// the database (the request record, the event's record, the intents that
     /// exist) so that it refuses what a real post would refuse.
     pub async fn dry_run(&self, request: Request<'_>) -> Result<DryRun, IngestError> {
+        // A trace of its own (or the caller's), so its plan is not a stray root.
+        let span = tracing::info_span!(parent: None, "dry_run", otel.kind = "server");
+        if let Some(caller) = &request.trace {
+            trace::continue_trace(&span, caller);
+        }
+        self.dry_run_in(request).instrument(span).await
+    }
+
+    async fn dry_run_in(&self, request: Request<'_>) -> Result<DryRun, IngestError> {
         let (route, new) = self.identify(&request)?;
         let tenant = request.tenant.as_str();
         let replay = match self.store.request_find(tenant, &new.identity, &new.fingerprint).await? {
@@ -299,6 +366,7 @@ impl Ingestor {
             occurred_at: event.occurred_at.canonical(),
             intents,
             now_us: micros(now),
+            traceparent: None,
         })
     }
 
@@ -311,7 +379,7 @@ impl Ingestor {
             .map(|i| (i.key.clone(), (i.template_id.clone(), i.template_revision.clone())))
             .collect();
         let event_key = ingest.event_key.clone();
-        let outcome = self.commits.ingest(ingest).await?;
+        let outcome = self.commits.ingest(ingest).instrument(tracing::info_span!("store")).await?;
         match outcome {
             IngestOutcome::Accepted { response, any_created } => {
                 record(trace_id, &response, &templates, duplicate);
@@ -369,12 +437,6 @@ pub struct DryRun {
     pub replay: bool,
     pub intents: Vec<NewIntent>,
     pub existing: Vec<IntentStatus>,
-}
-
-/// Derived from the request identity, so a retried request logs under the
-/// same trace as the original.
-fn trace_id(tenant: &str, identity: &str) -> String {
-    sha256_hex(format!("{tenant}|{identity}").as_bytes())[..16].to_string()
 }
 
 /// A request refused for its identity: always logged, whatever the sampling.

@@ -170,7 +170,11 @@ impl NatsIngest {
             let e = ApiError::PayloadTooLarge { limit: self.max_body_bytes };
             return self.reject(&msg, stream_seq, delivered, e.answer()).await;
         }
-        let request = Request { tenant: &self.tenant, idempotency_key: key.as_deref(), body: &msg.payload };
+        // A publisher's trace context travels in the message's headers too.
+        let trace = (msg.headers.as_ref())
+            .and_then(|h| h.get(crate::ops::trace::TRACEPARENT))
+            .and_then(|v| crate::ops::trace::TraceParent::parse(v.as_str()));
+        let request = Request { tenant: &self.tenant, idempotency_key: key.as_deref(), body: &msg.payload, trace };
         let every = self.config.ack_wait / 3;
         match with_progress(&msg, every, self.ingest.ingest(request)).await {
             Ok(_) => {

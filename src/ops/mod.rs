@@ -7,3 +7,4 @@ pub mod log;
 pub mod metrics;
 pub mod retention;
 pub mod shadow_report;
+pub mod trace;

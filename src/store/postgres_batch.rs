@@ -230,21 +230,25 @@ async fn existing_status(
     Ok(rows.into_iter().map(|s| (s.key.clone(), s)).collect())
 }
 
-/// A job for each new intent that is to be sent.
+/// A job for each new intent that is to be sent, with its request's trace.
 async fn queue_jobs(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest], created: &HashSet<String>) -> StoreResult<()> {
-    let mut jobs: Vec<(&str, i64)> = (new.iter().flat_map(|r| &r.intents))
-        .filter(|i| created.contains(&i.key))
-        .filter_map(|i| Some((i.key.as_str(), i.run_at?)))
+    let mut jobs: Vec<(&str, i64, Option<&str>)> = (new.iter())
+        .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
+        .filter(|(_, i)| created.contains(&i.key))
+        .filter_map(|(r, i)| Some((i.key.as_str(), i.run_at?, r.traceparent.as_deref())))
         .collect();
     if jobs.is_empty() {
         return Ok(());
     }
     jobs.sort_unstable();
-    sqlx::query("INSERT INTO jobs (intent_key, run_at) SELECT * FROM UNNEST($1::text[], $2::bigint[])")
-        .bind(jobs.iter().map(|j| j.0).collect::<Vec<_>>())
-        .bind(jobs.iter().map(|j| j.1).collect::<Vec<_>>())
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO jobs (intent_key, run_at, traceparent) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[])",
+    )
+    .bind(jobs.iter().map(|j| j.0).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.1).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.2).collect::<Vec<_>>())
+    .execute(&mut **tx)
+    .await?;
     Ok(())
 }
 

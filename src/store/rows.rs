@@ -97,6 +97,9 @@ pub struct Ingest {
     pub event_body: String,
     pub intents: Vec<NewIntent>,
     pub now_us: i64,
+    /// The W3C trace context the request's jobs continue (see
+    /// [`crate::ops::trace`]); stored with each job it queues.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,6 +383,8 @@ pub struct ClaimCandidate {
     pub content: Option<String>,
     /// An attempt was left unfinished: the worker that made it lost its lease.
     pub lease_lapsed: bool,
+    /// The trace context stored with the job.
+    pub traceparent: Option<String>,
 }
 
 /// A newer version of a claimed intent's entity, for the same recipient on
@@ -399,6 +404,9 @@ pub struct ClaimedJob {
     pub intent: IntentRow,
     /// The frozen content (JSON).
     pub content: Option<String>,
+    /// The trace the attempt continues: the W3C traceparent stored with the
+    /// job by the request that queued it.
+    pub traceparent: Option<String>,
     /// The attempt (its `n`) this claim found unfinished under an expired
     /// lease and recorded `unknown`.
     #[sqlx(skip)]

@@ -64,6 +64,7 @@ macro_rules! digests_queries {
                 event_body: close.event_body.clone(),
                 intents: Vec::new(),
                 now_us: close.now_us,
+                traceparent: None,
             };
             payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
             if let Some((digest, body)) = &close.intent.payload {

@@ -306,17 +306,19 @@ macro_rules! ingest_queries {
                     .bind(&it.key)
                     .execute(&mut **tx)
                     .await?;
-                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
                         .bind(&it.key)
                         .bind(ingest.now_us)
+                        .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)
                         .await?;
                     return Ok(summary("send".into(), None, "queued".into()));
                 }
                 if let Some(run_at) = it.run_at {
-                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)")
+                    sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
                         .bind(&it.key)
                         .bind(run_at)
+                        .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)
                         .await?;
                 }

@@ -18,7 +18,8 @@ macro_rules! queue_queries {
                 "SELECT ",
                 intent_columns!(),
                 ", p.body AS content,
-                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed
+                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
+                   (SELECT j.traceparent FROM jobs j WHERE j.intent_key = i.key) AS traceparent
                  FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
                 $in_keys
             ))
@@ -86,7 +87,7 @@ macro_rules! queue_queries {
                     intent.reason = end.reason.map(|r| r.as_str().to_string()).or(intent.reason);
                     intent.updated_at = now_us;
                     let rescued = c.lease_lapsed.then_some(c.intent.attempts);
-                    reported.push(ClaimedJob { intent, content: None, rescued });
+                    reported.push(ClaimedJob { intent, content: None, rescued, traceparent: c.traceparent.clone() });
                 }
                 ended.push(end);
             }
@@ -115,7 +116,7 @@ macro_rules! queue_queries {
                 intent.attempts += 1;
                 intent.state = State::Sending;
                 intent.updated_at = now_us;
-                ClaimedJob { intent, content: c.content, rescued }
+                ClaimedJob { intent, content: c.content, rescued, traceparent: c.traceparent }
             }));
             Ok(reported)
         }
