@@ -31,10 +31,12 @@ sink = "herald-outbox"
 "#;
 
 mod bus;
+mod console;
 mod load;
 mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig};
+pub use console::ConsoleConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -99,6 +101,9 @@ pub struct Config {
     /// Front doors besides HTTP: `[[ingest.nats]]`.
     #[serde(default)]
     pub ingest: IngestConfig,
+    /// The operator console at `/console`.
+    #[serde(default)]
+    pub console: ConsoleConfig,
 }
 
 /// `[receipts.generic]`: the signed receipt endpoint for in-house gateways.
@@ -674,6 +679,7 @@ impl Config {
         }
         self.validate_ops()?;
         self.validate_retention()?;
+        self.console.validate()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }
