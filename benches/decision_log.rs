@@ -39,6 +39,7 @@ fn route(event: &str, digest: bool) -> Route {
             template: "po_approved".into(),
             channels: None,
         }),
+        mode: None,
     }
 }
 

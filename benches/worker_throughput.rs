@@ -104,6 +104,7 @@ async fn run(
                 run_at: Some(now),
                 preferences_version: None,
                 digest: None,
+                mode: herald::intent::Mode::Live,
             })
             .collect();
         store

@@ -245,8 +245,15 @@ pub async fn start_with(
     config.validate_dedupe_window()?;
     crate::ops::metrics::install();
     crate::ops::metrics::build_info(&config.deployment);
+    if config.any_shadow() {
+        tracing::warn!(
+            deployment_mode = config.mode.as_deref().unwrap_or("live"),
+            "shadow mode is configured: intents planned in shadow end `shadowed` and no provider is called for them"
+        );
+    }
     let templates = Arc::new(load_templates(&config)?);
-    let store = store::connect(&config.database_url).await?;
+    let options = store::StoreOptions { publications: config.publish.nats.is_some() };
+    let store = store::connect_with(&config.database_url, options).await?;
     store.migrate().await?;
     let breakers = Arc::new(Breakers::default());
     let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);
@@ -319,6 +326,11 @@ pub async fn start_with(
         };
         let consumer = crate::ingest::nats::NatsIngest::connect(i, entry, wiring).await.map_err(AppError::Bus)?;
         bus.push(tokio::spawn(consumer.run(rx.clone())));
+    }
+    if let Some(p) = &config.publish.nats {
+        let publisher =
+            crate::publish::NatsPublisher::connect(p, store.clone(), clock.clone()).await.map_err(AppError::Bus)?;
+        bus.push(tokio::spawn(publisher.run(rx.clone())));
     }
     let app = router(state);
     let mut server_rx = rx;

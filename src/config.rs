@@ -33,9 +33,10 @@ sink = "herald-outbox"
 mod bus;
 mod console;
 mod load;
+mod mode;
 mod sms;
 
-pub use bus::{IngestConfig, NatsIngestConfig};
+pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
 pub use console::ConsoleConfig;
 
 #[derive(Debug, thiserror::Error)]
@@ -96,11 +97,17 @@ pub struct Config {
     /// so dashboards tell a shadow deployment from the live one.
     #[serde(default = "default_deployment")]
     pub deployment: String,
+    /// `live` (the default) or `shadow`: observe only, never call a provider.
+    /// A route's or a channel's own `mode` overrides it (see [`Config::mode_for`]).
+    pub mode: Option<String>,
     #[serde(default)]
     pub receipts: ReceiptsConfig,
     /// Front doors besides HTTP: `[[ingest.nats]]`.
     #[serde(default)]
     pub ingest: IngestConfig,
+    /// Where intents' transitions are published: `[publish.nats]`.
+    #[serde(default)]
+    pub publish: PublishConfig,
     /// The operator console at `/console`.
     #[serde(default)]
     pub console: ConsoleConfig,
@@ -151,6 +158,10 @@ pub struct RetentionConfig {
     /// the current one, nor one an intent names).
     #[serde(default = "default_intent_age", deserialize_with = "duration")]
     pub preference_versions: Duration,
+    /// Status publications, counted from when the bus acknowledged them
+    /// (an unpublished one is never pruned).
+    #[serde(default = "default_publication_age", deserialize_with = "duration")]
+    pub publications: Duration,
     #[serde(default = "default_retention_interval", deserialize_with = "duration")]
     pub interval: Duration,
     /// Rows per pruning transaction.
@@ -168,6 +179,9 @@ fn default_payload_age() -> Duration {
 }
 fn default_intent_age() -> Duration {
     Duration::from_secs(90 * 86_400)
+}
+fn default_publication_age() -> Duration {
+    Duration::from_secs(86_400)
 }
 fn default_digest_age() -> Duration {
     Duration::from_secs(7 * 86_400)
@@ -189,6 +203,7 @@ impl Default for RetentionConfig {
             inbox_cards: default_intent_age(),
             dead_letter_replays: default_intent_age(),
             preference_versions: default_intent_age(),
+            publications: default_publication_age(),
             interval: default_retention_interval(),
             batch: default_batch(),
         }
@@ -291,6 +306,8 @@ pub struct Route {
     #[serde(default)]
     pub failover_on_unknown: bool,
     pub digest: Option<DigestRoute>,
+    /// `live` or `shadow` for this route; unset: the deployment's.
+    pub mode: Option<String>,
 }
 
 /// `digest = { window = "1h", key = "{{ entity.id }}", template = "…", channels = ["email"] }`
@@ -333,6 +350,14 @@ pub struct ChannelsConfig {
     pub email: Option<EmailConfig>,
     pub sms: Option<SmsConfig>,
     pub webhook: Option<WebhookConfig>,
+    /// In-app is Herald's own and always on; this block only sets its mode.
+    pub in_app: Option<InAppConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InAppConfig {
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -347,6 +372,7 @@ pub struct EmailConfig {
     pub message_id_domain: String,
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    pub mode: Option<String>,
 }
 fn default_from() -> String {
     "Herald <noreply@herald.local>".into()
@@ -394,6 +420,8 @@ pub struct SmsConfig {
     /// …for this long, then tried again.
     #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
     pub breaker_cool_down: Duration,
+    /// `live` or `shadow` for the channel (not for one of its `named` providers).
+    pub mode: Option<String>,
 }
 
 fn default_breaker_failures() -> u32 {
@@ -428,6 +456,7 @@ pub struct WebhookConfig {
     /// on-premise receivers). Off: a tenant's `webhook_url` cannot reach inside.
     #[serde(default)]
     pub allow_private_destinations: bool,
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -622,6 +651,7 @@ impl Config {
             return Err(invalid(format!("database_url: scheme {scheme:?} is not sqlite:// or postgres://")));
         }
         self.ingest.validate()?;
+        self.publish.validate()?;
         if self.max_body_bytes < 1024 {
             return Err(invalid("max_body_bytes: must be at least 1024"));
         }
@@ -669,6 +699,7 @@ impl Config {
         self.validate_dedupe_window()?;
         self.validate_routes()?;
         self.validate_channels()?;
+        self.validate_modes()?;
         for (i, t) in self.auth.tokens.iter().enumerate() {
             let hex_ok = t.token_sha256.len() == 64 && t.token_sha256.bytes().all(|b| b.is_ascii_hexdigit());
             if !hex_ok {

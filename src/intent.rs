@@ -89,7 +89,17 @@ string_enum!(
         Dead = "dead",
         Suppressed = "suppressed",
         Digested = "digested",
+        // Planned in shadow mode and would have been sent now: no provider
+        // was called (the system Herald runs beside sent it).
+        Shadowed = "shadowed",
     }
+);
+
+string_enum!(
+    /// Whether an intent is delivered (`live`) or only observed (`shadow`):
+    /// decided when it is planned and stored with it, so a later change of
+    /// configuration only affects what is planned afterwards.
+    Mode { Live = "live", Shadow = "shadow" }
 );
 
 string_enum!(
@@ -134,7 +144,7 @@ string_enum!(
 impl State {
     /// States from which nothing more will happen on its own.
     pub fn is_final(self) -> bool {
-        matches!(self, State::Sent | State::Dead | State::Suppressed | State::Digested)
+        matches!(self, State::Sent | State::Dead | State::Suppressed | State::Digested | State::Shadowed)
     }
 }
 

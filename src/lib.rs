@@ -19,6 +19,7 @@ pub mod intent;
 pub mod ops;
 pub mod plan;
 pub mod preferences;
+pub mod publish;
 pub mod receipt;
 pub mod recipient;
 pub mod render;

@@ -17,7 +17,7 @@
 use crate::config::Route;
 use crate::event::identity::sha256_hex;
 use crate::event::{Channel, Event, RecipientSpec, Tenant};
-use crate::intent::{Decision, Reason, State};
+use crate::intent::{Decision, Mode, Reason, State};
 use crate::preferences::Preferences;
 use crate::render::{Rendered, TemplateSet};
 use crate::store::{NewDigest, NewIntent, RecipientRow, SuppressionRow};
@@ -130,6 +130,8 @@ fn plan_one(
         run_at: None,
         preferences_version: version,
         digest: None,
+        // The deployment's setting, applied by the caller (`ingest`).
+        mode: Mode::Live,
     };
     if !(input.configured)(channel) {
         set(&mut intent, Decision::Suppress, State::Suppressed, Some(Reason::ChannelDisabled));

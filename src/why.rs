@@ -3,6 +3,7 @@
 //! the preferences version that made it, every attempt, and where it ended.
 
 use crate::clock::rfc3339;
+use crate::intent::{Mode, State};
 use crate::recipient::{mask_for_channel, redact_for_channel};
 use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
 use std::fmt::Write;
@@ -80,7 +81,9 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let to =
             i.destination.as_deref().map(|d| format!(" to {}", mask_for_channel(&i.channel, d))).unwrap_or_default();
         let locale = i.locale.as_deref().map(|l| format!(", locale {l}")).unwrap_or_default();
-        let _ = writeln!(out, "  {}  decided: {}{why_decided}{prefs}{to}{locale}", time(i.created_at), i.decision);
+        let shadow = if i.mode == Mode::Shadow { ", in shadow mode" } else { "" };
+        let _ =
+            writeln!(out, "  {}  decided: {}{why_decided}{prefs}{to}{locale}{shadow}", time(i.created_at), i.decision);
         if let Some(detail) = &i.detail {
             let _ = writeln!(out, "  {}  note: {detail}", " ".repeat(time(i.created_at).len()));
         }
@@ -141,6 +144,18 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             (Some(k), _) => format!(", in digest {k}"),
             _ => String::new(),
         };
+        if i.state == State::Shadowed {
+            let to = match i.destination.as_deref() {
+                Some(d) => mask_for_channel(&i.channel, d),
+                None => "the recipient's in-app inbox (no card was shown)".to_string(),
+            };
+            let _ = writeln!(
+                out,
+                "  {}  shadow mode: would have sent {} to {to}; no provider was called",
+                time(i.updated_at),
+                i.channel
+            );
+        }
         let _ = writeln!(out, "  {}  now {}{reason}{link}", time(i.updated_at), i.state);
     }
     out

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::nats::TestStream;
-use common::{TestApp, TestDb, backends, count, sms_event};
+use common::nats::{TestPublications, TestStream};
+use common::{FakeSms, TestApp, TestDb, backends, count, sms_event};
 use std::time::Duration;
 
 async fn wait_count(db: &TestDb, sql: &str, want: i64) {
@@ -185,4 +185,108 @@ fn a_bad_bus_entry_is_refused_at_load_naming_the_key() {
     std::fs::write(&path, toml).unwrap();
     let err = herald::config::Config::load_with_env(Some(&path), &[]).unwrap_err().to_string();
     assert!(err.contains("ingest.nats[0].url"), "{err}");
+}
+
+/// How many outbox rows hold `state`, published or not.
+async fn publication_rows(db: &TestDb, state: &str) -> i64 {
+    count(db, &format!("SELECT COUNT(*) FROM publications WHERE state = '{state}'")).await
+}
+
+#[tokio::test]
+async fn each_transition_is_published_once_and_survives_a_restart() {
+    for backend in backends() {
+        let Some(out) = TestPublications::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        // A first process commits transitions but does not get to publish
+        // them: its publisher looks only once an hour, and it is stopped.
+        let first = TestApp::new(&db).with_sms(&sms).with_toml(&out.toml("1h")).spawn().await;
+        let (status, sent, _) = first.post_event(&sms_event("PO-PUB-1", "+9779800000011"), None).await;
+        assert_eq!(status, 202, "{sent}");
+        let sent_key = sent["intents"][0]["key"].as_str().unwrap().to_string();
+        let mut no_phone = sms_event("PO-PUB-2", "+9779800000012");
+        no_phone["recipients"][0].as_object_mut().unwrap().remove("phone");
+        let (status, dead, _) = first.post_event(&no_phone, None).await;
+        assert_eq!(status, 202, "{dead}");
+        let dead_key = dead["intents"][0]["key"].as_str().unwrap().to_string();
+        let dead_state = dead["intents"][0]["state"].as_str().unwrap().to_string();
+        first.wait_state(&sent_key, &["sent"]).await;
+        first.running.stop().await;
+        assert_eq!(out.stored().await, 0, "nothing published before the restart");
+        assert_eq!(publication_rows(&db, "sent").await, 1, "{backend:?}");
+
+        // A second process publishes what the first committed.
+        let second = TestApp::new(&db).with_sms(&sms).with_toml(&out.toml("20ms")).spawn().await;
+        let published = out.wait_for(2).await;
+        let sent_pub = published.iter().find(|p| p.body["key"] == sent_key.as_str()).expect("the sent intent");
+        assert_eq!(sent_pub.subject, format!("{}.default.intents.sent", out.prefix));
+        assert_eq!(sent_pub.msg_id, format!("{sent_key}:sent:1"));
+        assert_eq!(
+            sent_pub.body["entity"],
+            serde_json::json!({"type": "purchase_order", "id": "PO-PUB-1", "version": 1})
+        );
+        assert_eq!((sent_pub.body["channel"].as_str(), sent_pub.body["attempts"].as_i64()), (Some("sms"), Some(1)));
+        assert_eq!(sent_pub.body["recipient_id"], "u-PO-PUB-1");
+        let text = sent_pub.body.to_string();
+        assert!(!text.contains("9800000011") && !text.contains("body"), "no destination or content: {text}");
+        let dead_pub = published.iter().find(|p| p.body["key"] == dead_key.as_str()).expect("the undeliverable intent");
+        assert_eq!(dead_pub.subject, format!("{}.default.intents.{dead_state}", out.prefix));
+        assert_eq!(dead_pub.body["reason"], "no_destination");
+
+        // A re-publication (a crash between the ack and the mark) is
+        // dropped by the stream: the Msg-Id is the same.
+        wait_count(&db, "SELECT COUNT(*) FROM publications WHERE published_at IS NULL", 0).await;
+        common::execute(&db, "UPDATE publications SET published_at = NULL").await;
+        wait_count(&db, "SELECT COUNT(*) FROM publications WHERE published_at IS NULL", 0).await;
+        assert_eq!(out.stored().await, 2, "one message per transition, however often published");
+        let metrics = second.client.get(format!("{}/metrics", second.base)).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains("herald_publications_total"), "{metrics}");
+        assert!(metrics.contains("herald_publications_lag_seconds"), "{metrics}");
+        second.running.stop().await;
+        out.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn a_process_without_publish_nats_writes_no_publications() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let (_, sent, _) = app.post_event(&sms_event("PO-PUB-3", "+9779800000013"), None).await;
+        app.wait_state(sent["intents"][0]["key"].as_str().unwrap(), &["sent"]).await;
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM publications").await, 0, "{backend:?}");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn rejected_bus_messages_are_counted_in_the_daily_digest() {
+    for backend in backends() {
+        let Some(bus) = TestStream::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let hook = common::webhook::FakeReceiver::start("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").await;
+        let toml = format!("{}[ops]\ndigest_webhook = \"{}/hook/ops\"\n", bus.toml("default", 5), hook.base);
+        let app = TestApp::new(&db).without_workers().with_toml(&toml).spawn().await;
+        bus.publish(b"not json", None).await;
+        bus.publish(b"{\"type\": ", None).await;
+        let mut unknown = sms_event("PO-BUS-DIG", "+9779800000031");
+        unknown["type"] = "nobody.listens".into();
+        let seq = bus.publish(&serde_json::to_vec(&unknown).unwrap(), None).await;
+        bus.wait_settled(seq).await;
+        let resp = app.client.post(format!("{}/v1/ops/dlq-digest", app.base)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        let digest: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(
+            digest["rejected_messages"],
+            serde_json::json!({"total": 3, "by_code": {"malformed_json": 2, "unknown_event_type": 1}}),
+            "{backend:?}: {digest}"
+        );
+        let text = digest["text"].as_str().unwrap();
+        assert!(text.contains("Rejected bus messages: 3 (malformed_json 2, unknown_event_type 1)"), "{text}");
+        assert!(text.contains("herald rejected list"), "{text}");
+        assert!(!text.contains("PO-BUS-DIG"), "counts and codes, not bodies: {text}");
+        app.running.stop().await;
+        bus.cleanup().await;
+    }
 }

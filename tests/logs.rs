@@ -165,3 +165,46 @@ async fn with_sample_accepted_zero_the_rare_paths_are_still_logged() {
         assert!(capture.about(&dead).iter().all(|l| l["message"] != "intent"));
     }
 }
+
+#[tokio::test]
+async fn a_lease_rescue_logs_its_attempt_transition_whatever_the_sampling() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_subscriber::filter::LevelFilter::INFO)
+        .with(SampleRoutine::new(0.0))
+        .with(tracing_subscriber::fmt::layer().json().with_writer(capture.clone()));
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let tag = format!("{backend:?}");
+        let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        let (status, body, _) = api.post_event(&sms_event(&format!("PO-RESCUE-{tag}"), "+15550009999"), None).await;
+        assert_eq!(status, 202);
+        let key = key_of(&body);
+        api.running.stop().await;
+
+        // A worker claims it and dies: its lease (none at all) has run out at once.
+        let store = db.store().await;
+        let now = jiff::Timestamp::now().as_microsecond();
+        let claim =
+            herald::store::Claim { now_us: now, limit: 10, lease_us: 0, max_attempts: 3, supersede_types: vec![] };
+        assert_eq!(store.jobs_claim(claim).await.unwrap().len(), 1);
+
+        let app = TestApp::new(&db).with_sms(&sms).with_toml("[log]\nsample_accepted = 0.0\n").spawn().await;
+        let sent = app.wait_state(&key, &["sent"]).await;
+        assert_eq!(sent["attempts"][0]["error_class"], "lease_expired");
+        let rescue: Vec<Value> = capture.about(&key).into_iter().filter(|l| l["message"] == "attempt").collect();
+        assert_eq!(rescue.len(), 1, "{tag}: the accepted retry is routine and sampled away: {rescue:#?}");
+        let l = &rescue[0];
+        assert_eq!(
+            (l["attempt"].as_i64(), l["outcome"].as_str(), l["error_class"].as_str(), l["next"].as_str()),
+            (Some(1), Some("unknown"), Some("lease_expired"), Some("retry")),
+            "{tag}"
+        );
+        assert_eq!((l["channel"].as_str(), l["template"].as_str()), (Some("sms"), Some("po_approved")));
+        assert!(l["template_revision"].as_str().is_some_and(|r| !r.is_empty()), "{l}");
+        app.running.stop().await;
+    }
+}

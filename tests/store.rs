@@ -5,7 +5,7 @@ mod common;
 use common::{TestDb, backends};
 use herald::intent::{OutcomeClass, Reason, State};
 use herald::store::*;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 const T0: i64 = 1_800_000_000_000_000;
@@ -27,6 +27,7 @@ fn new_intent(key: &str, channel: &str, run_at: Option<i64>) -> NewIntent {
         run_at,
         preferences_version: None,
         digest: None,
+        mode: herald::intent::Mode::Live,
     }
 }
 
@@ -109,6 +110,24 @@ async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
         let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
         assert_eq!(jobs.iter().map(|j| j.intent.key.clone()).collect::<Vec<_>>(), vec![key(1)]);
         assert_eq!(jobs[0].content.as_deref(), Some(r#"{"body":"hello"}"#));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_shadow_intent_ends_shadowed_at_its_claim_with_no_attempt() {
+    each_backend(|store| async move {
+        let shadow = NewIntent { mode: herald::intent::Mode::Shadow, ..new_intent(&key(2), "email", Some(T0)) };
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0)), shadow])).await.unwrap();
+        let jobs = store.jobs_claim(claim(T0, 10)).await.unwrap();
+        let states: HashMap<String, State> = jobs.iter().map(|j| (j.intent.key.clone(), j.intent.state)).collect();
+        assert_eq!(states, HashMap::from([(key(1), State::Sending), (key(2), State::Shadowed)]));
+        let stored = store.intent_get("default", &key(2)).await.unwrap().unwrap();
+        assert_eq!((stored.intent.state, stored.intent.mode), (State::Shadowed, herald::intent::Mode::Shadow));
+        assert_eq!(stored.intent.attempts, 0);
+        assert!(store.attempts_of(&[key(2)]).await.unwrap().is_empty(), "no attempt, so no provider call");
+        // Its job is gone: nothing is claimed again.
+        assert!(store.jobs_claim(claim(T0 + 1, 10)).await.unwrap().iter().all(|j| j.intent.key != key(2)));
     })
     .await;
 }
@@ -236,7 +255,7 @@ async fn an_expired_lease_turns_the_unfinished_attempt_unknown_and_a_late_outcom
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         store.jobs_claim(claim_lapsing(T0, 10)).await.unwrap();
         let retaken = store.jobs_claim(claim(T0 + 1_000_000, 10)).await.unwrap();
-        assert_eq!(retaken[0].intent.attempts, 2);
+        assert_eq!((retaken[0].intent.attempts, retaken[0].rescued), (2, Some(1)));
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!(d.attempts[0].outcome.map(|o| o.as_str()), Some("unknown"));
         assert_eq!(d.attempts[0].error_class.as_deref(), Some("lease_expired"));
@@ -258,7 +277,9 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
             assert_eq!(store.jobs_claim(claim_lapsing(now, 10)).await.unwrap().len(), 1);
             now += 1_000_000; // each lease has expired
         }
-        assert!(store.jobs_claim(claim(now, 10)).await.unwrap().is_empty());
+        // Nothing to attempt: the claim reports the job it ended and the attempt it rescued.
+        let last = store.jobs_claim(claim(now, 10)).await.unwrap();
+        assert_eq!(last.iter().map(|j| (j.intent.state, j.rescued)).collect::<Vec<_>>(), vec![(State::Dead, Some(3))]);
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
         assert_eq!(d.attempts.len(), 3);
@@ -1208,6 +1229,15 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         assert!(!store.rejected_record(row("acme", 1, 11)).await.unwrap(), "the same message again is one row");
         assert!(store.rejected_record(row("acme", 2, 20)).await.unwrap());
         assert!(store.rejected_record(row("globex", 3, 30)).await.unwrap());
+        let mut refused = row("initech", 4, 21);
+        refused.code = "unknown_event_type".into();
+        assert!(store.rejected_record(refused).await.unwrap());
+        // The daily digest's counts: by code, in a window, for one tenant or all.
+        let every = store.rejected_summary(None, 0, 100).await.unwrap();
+        assert_eq!(every, vec![("malformed_json".to_string(), 3), ("unknown_event_type".to_string(), 1)]);
+        let acme = store.rejected_summary(Some("acme"), 15, 30).await.unwrap();
+        assert_eq!(acme, vec![("malformed_json".to_string(), 1)], "one tenant's, from `since` on");
+        assert!(store.rejected_summary(Some("globex"), 0, 30).await.unwrap().is_empty(), "until is exclusive");
         let first = store.rejected_list("acme", None, 1).await.unwrap();
         assert_eq!(first.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![2]);
         let rest = store.rejected_list("acme", first.next.as_ref(), 10).await.unwrap();
@@ -1218,10 +1248,14 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         assert!(store.rejected_get("acme", &id).await.unwrap().is_none(), "another tenant's is not found");
         assert_eq!(store.rejected_get("globex", &id).await.unwrap().map(|r| r.stream_seq), Some(3));
         // Retention: the bodies go first, then the records.
-        assert_eq!(store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(), 2);
+        assert_eq!(
+            store.retention_batch(PruneStep::RejectedBodies, 25, 100).await.unwrap(),
+            3,
+            "acme's two and initech's"
+        );
         let kept = store.rejected_list("acme", None, 10).await.unwrap().items;
         assert!(kept.iter().all(|r| r.body.is_none() && r.code == "malformed_json"), "{kept:?}");
-        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 2);
+        assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 3);
         assert!(store.rejected_list("acme", None, 10).await.unwrap().items.is_empty());
         assert_eq!(store.rejected_list("globex", None, 10).await.unwrap().items.len(), 1);
     })
@@ -1605,4 +1639,112 @@ async fn new_work_wakes_a_waiting_worker() {
             .unwrap();
     })
     .await;
+}
+
+/// Every notable transition, on every write path, leaves one publication row
+/// in its own transaction — but only for a store that publishes.
+#[tokio::test]
+async fn each_notable_transition_leaves_one_publication_for_a_publishing_store() {
+    use herald::receipt::DeliveryStatus;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        // A process without [publish.nats] writes none.
+        let quiet = db.store().await;
+        quiet.events_ingest(ingest("r0", "fp0", vec![new_intent(&key(9), "sms", Some(T0))])).await.unwrap();
+        quiet.jobs_claim(claim(T0, 10)).await.unwrap();
+        quiet.attempts_finish(&[finished(&key(9), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        assert_eq!(quiet.publications_backlog().await.unwrap().unpublished, 0, "{backend:?}");
+        drop(quiet);
+
+        let store = db.store_with(StoreOptions { publications: true }).await;
+        let held = NewIntent {
+            decision: "hold".into(),
+            state: "held".into(),
+            reason: Some("quiet_hours".into()),
+            ..new_intent(&key(2), "sms", Some(T0 + 1_000_000_000))
+        };
+        let suppressed = NewIntent {
+            decision: "suppress".into(),
+            state: "suppressed".into(),
+            reason: Some("opted_out".into()),
+            ..new_intent(&key(3), "email", None)
+        };
+        let mut intents = vec![new_intent(&key(1), "sms", Some(T0)), held, suppressed];
+        intents.push(new_intent(&key(4), "sms", Some(T0)));
+        let mut first = ingest("r1", "fp1", intents);
+        first.entity_id = "PO-2".into();
+        store.events_ingest(first.clone()).await.unwrap();
+        // A replay writes nothing new.
+        store.events_ingest(first).await.unwrap();
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 2);
+        let mut sent = finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent);
+        sent.provider_message_id = Some("SM-P".into());
+        store
+            .attempts_finish(&[
+                sent,
+                finished(
+                    &key(4),
+                    1,
+                    OutcomeClass::Unknown,
+                    Transition::Retry { run_at_us: T0 + 5, state: State::Unknown },
+                ),
+            ])
+            .await
+            .unwrap();
+        store.jobs_claim(claim(T0 + 5, 10)).await.unwrap();
+        store
+            .attempts_finish(&[finished(
+                &key(4),
+                2,
+                OutcomeClass::Permanent,
+                Transition::Dead { reason: Reason::Rejected },
+            )])
+            .await
+            .unwrap();
+        let delivered = NewReceipt {
+            target: ReceiptTarget::ProviderMessageId("SM-P".into()),
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("SM-P".into()),
+            status: DeliveryStatus::Delivered,
+            provider_status: "delivered".into(),
+            reason: None,
+            now_us: T0 + 100,
+        };
+        store.receipt_record(delivered.clone()).await.unwrap();
+        store.receipt_record(delivered).await.unwrap();
+
+        let backlog = store.publications_backlog().await.unwrap();
+        assert_eq!(backlog, PublicationBacklog { unpublished: 6, oldest_at_us: Some(T0) }, "{backend:?}");
+        let lease = |lease_us| PublicationClaim { now_us: T0 + 200, lease_us, limit: 100 };
+        // A lease of nothing lapses at once: the rows are offered again.
+        assert_eq!(store.publications_claim(lease(0)).await.unwrap().len(), 6, "{backend:?}");
+        let mut claimed = store.publications_claim(lease(3_600_000_000)).await.unwrap();
+        claimed.sort_by(|a, b| a.msg_id.cmp(&b.msg_id));
+        let ids: Vec<&str> = claimed.iter().map(|p| p.msg_id.as_str()).collect();
+        let want = [
+            format!("{}:delivered:1", key(1)),
+            format!("{}:sent:1", key(1)),
+            format!("{}:held:0", key(2)),
+            format!("{}:suppressed:0", key(3)),
+            format!("{}:dead:2", key(4)),
+            format!("{}:unknown:1", key(4)),
+        ];
+        assert_eq!(ids, want.iter().map(String::as_str).collect::<Vec<_>>(), "{backend:?}");
+        let dead = claimed.iter().find(|p| p.state == "dead").unwrap();
+        assert_eq!(
+            (dead.reason.as_deref(), dead.entity_id.as_str(), dead.channel.as_str(), dead.attempts),
+            (Some("rejected"), "PO-2", "sms", 2)
+        );
+        // Leased: another publisher gets none of them.
+        assert!(store.publications_claim(lease(3_600_000_000)).await.unwrap().is_empty());
+        let marked: Vec<String> = ids[..4].iter().map(|s| s.to_string()).collect();
+        assert_eq!(store.publications_mark(&marked, T0 + 400).await.unwrap(), 4);
+        assert_eq!(store.publications_mark(&marked, T0 + 401).await.unwrap(), 0, "marked once");
+        assert_eq!(store.publications_backlog().await.unwrap().unpublished, 2);
+        // Retention prunes only what was published, by its age.
+        assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 400, 100).await.unwrap(), 0);
+        assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 500, 100).await.unwrap(), 4);
+        assert_eq!(store.publications_backlog().await.unwrap().unpublished, 2);
+    }
 }

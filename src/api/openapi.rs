@@ -101,7 +101,7 @@ pub async fn serve(_: axum::extract::State<AppState>) -> impl IntoResponse {
 #[allow(dead_code)]
 pub mod doc {
     use crate::event::Channel;
-    use crate::intent::{Decision, OutcomeClass, Reason, State};
+    use crate::intent::{Decision, Mode, OutcomeClass, Reason, State};
     use serde::{Deserialize, Serialize};
     use serde_json::{Map, Value, json};
     use std::borrow::Cow;
@@ -139,6 +139,11 @@ pub mod doc {
     enum_schema!(ChannelName, "A channel.", Channel::ALL.iter().map(|c| c.as_str()).collect());
     enum_schema!(DecisionName, "What the planner decided.", Decision::ALL.iter().map(|d| d.as_str()).collect());
     enum_schema!(StateName, "Where an intent is now.", State::ALL.iter().map(|s| s.as_str()).collect());
+    enum_schema!(
+        ModeName,
+        "Live (delivered) or shadow (observed only: it ends `shadowed` where live would call a provider).",
+        Mode::ALL.iter().map(|m| m.as_str()).collect()
+    );
     enum_schema!(
         ReasonName,
         "Why an intent was not sent, or why its last attempt failed (a bounded set).",
@@ -410,6 +415,8 @@ pub mod doc {
         pub reason: Option<ReasonName>,
         pub detail: Option<String>,
         pub state: StateName,
+        /// Fixed when the intent was planned.
+        pub mode: ModeName,
         pub attempt_count: i64,
         #[schema(format = DateTime)]
         pub created_at: String,
@@ -423,6 +430,21 @@ pub mod doc {
         /// The digest this intent was batched into.
         #[schema(required = false)]
         pub digest_id: Option<String>,
+        /// State `shadowed` only: what live would have done at that moment.
+        #[schema(required = false)]
+        pub would_have_sent: Option<WouldHaveSent>,
+    }
+
+    /// Where a shadowed intent would have gone; no provider was called.
+    #[derive(ToSchema, Serialize)]
+    pub struct WouldHaveSent {
+        #[schema(format = DateTime)]
+        pub at: String,
+        pub channel: ChannelName,
+        /// Masked; null for in-app (the recipient's inbox, where no card was shown).
+        pub to: Option<String>,
+        /// SHA-256 of the frozen content it would have carried.
+        pub payload_digest: Option<String>,
     }
 
     /// One try at delivery.

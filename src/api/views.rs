@@ -4,6 +4,7 @@
 //! one in a provider's error text. No view shows a raw address or number.
 
 use crate::clock::rfc3339;
+use crate::intent::State;
 use crate::receipt::DeliveryStatus;
 use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients, redact_for_channel};
 use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, ReceiptRow, RecipientRow};
@@ -29,6 +30,7 @@ pub fn intent(row: &IntentRow) -> Value {
         "reason": row.reason,
         "detail": row.detail,
         "state": row.state,
+        "mode": row.mode,
         "attempt_count": row.attempts,
         "created_at": rfc3339(row.created_at),
         "updated_at": rfc3339(row.updated_at),
@@ -39,6 +41,14 @@ pub fn intent(row: &IntentRow) -> Value {
     if let Some(link) = &row.link_key {
         let name = if row.reason.as_deref() == Some("superseded") { "superseded_by" } else { "digest_id" };
         v[name] = Value::String(link.clone());
+    }
+    if row.state == State::Shadowed {
+        v["would_have_sent"] = json!({
+            "at": rfc3339(row.updated_at),
+            "channel": row.channel,
+            "to": row.destination.as_deref().map(|d| mask_for_channel(&row.channel, d)),
+            "payload_digest": row.payload_digest,
+        });
     }
     v
 }

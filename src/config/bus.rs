@@ -82,3 +82,78 @@ impl IngestConfig {
         Ok(())
     }
 }
+
+/// `[publish.nats]`: where what became of each intent is published.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishConfig {
+    pub nats: Option<NatsPublishConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatsPublishConfig {
+    /// `nats://host:port`.
+    pub url: String,
+    /// The JetStream stream that stores the publications (created, capturing
+    /// `<subject_prefix>.>`, when missing).
+    pub stream: String,
+    /// Subjects are `<subject_prefix>.<tenant>.intents.<state>`.
+    #[serde(default = "default_subject_prefix")]
+    pub subject_prefix: String,
+    /// Publications per round trip (published together, then marked together).
+    #[serde(default = "default_publish_batch")]
+    pub batch: u32,
+    /// How often the publisher looks for new rows when it found none.
+    #[serde(default = "default_publish_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    /// A claimed row another process may take over after this (its
+    /// publisher died before marking it).
+    #[serde(default = "default_publish_lease", deserialize_with = "duration")]
+    pub lease: Duration,
+}
+
+fn default_subject_prefix() -> String {
+    "herald".into()
+}
+fn default_publish_batch() -> u32 {
+    256
+}
+fn default_publish_interval() -> Duration {
+    Duration::from_millis(200)
+}
+fn default_publish_lease() -> Duration {
+    Duration::from_secs(15)
+}
+
+impl PublishConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let Some(n) = &self.nats else { return Ok(()) };
+        if !(n.url.starts_with("nats://") || n.url.starts_with("tls://")) {
+            return Err(invalid(format!("publish.nats.url: {:?} is not a nats:// URL", n.url)));
+        }
+        if !is_name(&n.stream) {
+            return Err(invalid(format!(
+                "publish.nats.stream: {:?} must be 1-64 letters, digits, '-' or '_'",
+                n.stream
+            )));
+        }
+        let token_ok = |t: &str| is_name(t);
+        if n.subject_prefix.split('.').any(|t| !token_ok(t)) {
+            return Err(invalid(format!(
+                "publish.nats.subject_prefix: {:?} must be dot-separated tokens of letters, digits, '-' or '_' (no wildcards)",
+                n.subject_prefix
+            )));
+        }
+        if n.batch == 0 || n.batch > 10_000 {
+            return Err(invalid("publish.nats.batch: must be between 1 and 10000"));
+        }
+        if n.interval < Duration::from_millis(10) {
+            return Err(invalid("publish.nats.interval: must be at least 10ms"));
+        }
+        if n.lease < Duration::from_secs(1) {
+            return Err(invalid("publish.nats.lease: must be at least 1s"));
+        }
+        Ok(())
+    }
+}

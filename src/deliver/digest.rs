@@ -8,7 +8,8 @@ use crate::clock::Clock;
 use crate::config::Route;
 use crate::event::identity::sha256_hex;
 use crate::event::{Channel, OccurredAt, canonical_json};
-use crate::intent::{Decision, Reason, State};
+use crate::intent::{Decision, Mode, Reason, State};
+use crate::ops::log::TemplateRef;
 use crate::render::TemplateSet;
 use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, Store, StoreResult};
 use serde_json::{Value, json};
@@ -22,6 +23,13 @@ pub struct DigestCloser {
     pub templates: Arc<TemplateSet>,
     pub routes: Arc<HashMap<String, Route>>,
     pub clock: Arc<dyn Clock>,
+}
+
+/// A digest is shadowed when every member was planned in shadow; one live
+/// member (the route was switched to live within the window) makes it live,
+/// since the system Herald shadowed never saw that member.
+fn digest_mode(members: &[DigestMember]) -> Mode {
+    if !members.is_empty() && members.iter().all(|m| m.intent.mode == Mode::Shadow) { Mode::Shadow } else { Mode::Live }
 }
 
 fn parse_json(text: Option<&str>) -> Value {
@@ -64,9 +72,15 @@ impl DigestCloser {
     async fn close_one(&self, digest: &DigestRow, now_us: i64) -> StoreResult<DigestCloseOutcome> {
         let members = self.store.digest_members(&digest.key).await?;
         let close = self.prepare(digest, &members, now_us);
+        let shadowed = (close.intent.state == State::Shadowed.as_str()).then(|| close.intent.clone());
         let outcome = self.store.digest_close(close).await?;
         if outcome == DigestCloseOutcome::Closed {
             tracing::info!(digest = %digest.key, members = members.len(), channel = %digest.channel, "digest closed");
+            if let Some(i) = &shadowed {
+                let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
+                crate::ops::metrics::shadowed(&i.channel, template, "digest");
+                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
+            }
         }
         Ok(outcome)
     }
@@ -116,9 +130,18 @@ impl DigestCloser {
             run_at: Some(now_us),
             preferences_version: None,
             digest: None,
+            mode: digest_mode(members),
         };
         match self.templates.render_context(&template, channel, &locale, &ctx) {
-            Ok(r) => intent.payload = Some((r.content.digest(), r.content.to_json())),
+            Ok(r) => {
+                intent.payload = Some((r.content.digest(), r.content.to_json()));
+                if intent.mode == Mode::Shadow {
+                    // Rendered and frozen as live would, but never queued:
+                    // this is where live would hand it to the worker.
+                    intent.state = State::Shadowed.as_str().into();
+                    intent.run_at = None;
+                }
+            }
             Err(e) => {
                 intent.state = State::Dead.as_str().into();
                 intent.reason = Some(Reason::TemplateError.as_str().into());

@@ -12,7 +12,7 @@ pub mod rules;
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
 use crate::event::Channel;
-use crate::intent::{Reason, State};
+use crate::intent::{OutcomeClass, Reason, State};
 use crate::ops::log::{AttemptLine, TemplateRef};
 use crate::render::Content;
 use crate::store::{Claim, ClaimedJob, FinishedAttempt, Store, Transition};
@@ -161,8 +161,12 @@ impl Worker {
         }
     }
 
+    /// The jobs to attempt now. The claim also reports jobs it ended itself:
+    /// intents planned in shadow mode (`shadowed`: counted and logged here, and
+    /// no provider is called) and attempts rescued after an expired lease.
     async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
-        self.store
+        let mut jobs = self
+            .store
             .jobs_claim(Claim {
                 now_us: micros(self.clock.now()),
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
@@ -170,7 +174,20 @@ impl Worker {
                 max_attempts: i64::from(self.policy.attempts),
                 supersede_types: self.supersede_types.clone(),
             })
-            .await
+            .await?;
+        jobs.retain(|job| {
+            let i = &job.intent;
+            let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
+            if let Some(n) = job.rescued {
+                rescued(i, n, template);
+            }
+            if i.state == State::Shadowed {
+                crate::ops::metrics::shadowed(&i.channel, template, "worker");
+                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
+            }
+            i.state == State::Sending
+        });
+        Ok(jobs)
     }
 
     /// One provider call and what it leads to.
@@ -298,6 +315,32 @@ impl Worker {
         let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
         (Transition::Retry { run_at_us: micros(run_at), state }, honoured)
     }
+}
+
+/// An attempt whose worker lost its lease, recorded `unknown` by the claim
+/// that found it: its transition is logged like any other attempt's (never
+/// sampled: an `unknown` outcome).
+fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>) {
+    let next = match intent.state {
+        State::Sending => "retry",
+        State::Dead => "dead",
+        _ => "superseded",
+    };
+    if intent.state == State::Dead {
+        crate::ops::metrics::dead_letter(intent.reason.as_deref().unwrap_or("retries_exhausted"));
+    }
+    crate::ops::log::attempt(AttemptLine {
+        key: &intent.key,
+        n,
+        channel: &intent.channel,
+        template,
+        provider: "unknown",
+        outcome: OutcomeClass::Unknown.as_str(),
+        error_class: Reason::LeaseExpired.as_str(),
+        next,
+        possible_duplicate: false,
+        trace_id: None,
+    });
 }
 
 /// One provider call, bounded by the provider's timeout whatever the provider

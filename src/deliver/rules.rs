@@ -9,8 +9,11 @@
 //! - DESIGN rule 4, per route: a versioned intent whose entity already has a
 //!   newer version queued, held, being sent or sent to the same recipient on
 //!   the same channel is `superseded`, linked to the newest such intent.
+//! - Shadow mode: an intent planned in shadow that would be sent now ends
+//!   `shadowed`, and no provider is called. The rules above come first, so a
+//!   shadowed intent is one that live would have sent.
 
-use crate::intent::{Reason, State};
+use crate::intent::{Mode, Reason, State};
 use crate::store::{Claim, ClaimCandidate, NewerVersion};
 
 /// What a claim does with one leased job.
@@ -22,6 +25,8 @@ pub enum OnClaim {
     Dead(Reason),
     /// It ends suppressed: the intent `by` carries a newer version.
     Superseded { by: String },
+    /// It ends `shadowed`: planned in shadow mode, it would be sent now.
+    Shadowed,
 }
 
 /// Whether the claim has to look for newer versions of this job's entity.
@@ -30,7 +35,7 @@ pub fn may_be_superseded(c: &ClaimCandidate, claim: &Claim) -> bool {
 }
 
 /// The rules in order: a lapsed last try first (the attempt is spent whatever
-/// else is true), then a newer version.
+/// else is true), then a newer version, then shadow mode.
 pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], claim: &Claim) -> OnClaim {
     let tries = c.intent.attempts - c.intent.retry_base;
     if c.lease_lapsed && tries >= claim.max_attempts {
@@ -41,11 +46,14 @@ pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], claim: &Claim) -> On
     {
         return OnClaim::Superseded { by };
     }
+    if c.intent.mode == Mode::Shadow {
+        return OnClaim::Shadowed;
+    }
     OnClaim::Start
 }
 
 /// The newest version of the same entity for the same recipient and channel
-/// that is still on its way or was sent; one that was suppressed, digested or
+/// that is still on its way or was sent (or shadowed); one that was suppressed, digested or
 /// died does not count (the older version may be all the recipient gets).
 fn superseded_by(c: &ClaimCandidate, newer: &[NewerVersion]) -> Option<String> {
     let own = c.intent.entity_version?;
@@ -57,8 +65,10 @@ fn superseded_by(c: &ClaimCandidate, newer: &[NewerVersion]) -> Option<String> {
         .map(|n| n.key.clone())
 }
 
+/// A shadowed version counts as sent: live would have sent it (and the system
+/// Herald shadows did), so shadow and live decide alike.
 fn counts_as_newer(state: State) -> bool {
-    matches!(state, State::Queued | State::Held | State::Sending | State::Sent | State::Unknown)
+    matches!(state, State::Queued | State::Held | State::Sending | State::Sent | State::Unknown | State::Shadowed)
 }
 
 #[cfg(test)]
@@ -95,6 +105,7 @@ mod tests {
                 preferences_version: None,
                 link_key: None,
                 retry_base: 0,
+                mode: Mode::Live,
             },
             content: None,
             lease_lapsed,
@@ -155,6 +166,17 @@ mod tests {
         assert_eq!(on_claim(&candidate("v1", Some(1), 0, false), &versions, &claim(&["other"])), OnClaim::Start);
         assert_eq!(on_claim(&candidate("v1", None, 0, false), &versions, &claim(&["po.updated"])), OnClaim::Start);
         assert!(!may_be_superseded(&candidate("v1", None, 0, false), &claim(&["po.updated"])));
+    }
+
+    #[test]
+    fn a_shadow_intent_ends_shadowed_only_where_live_would_send() {
+        let mut c = candidate("v1", Some(1), 0, false);
+        c.intent.mode = Mode::Shadow;
+        assert_eq!(on_claim(&c, &[], &claim(&[])), OnClaim::Shadowed);
+        // Superseded in shadow as in live: the same decision either way.
+        // A shadowed newer version counts as sent, as it would have been live.
+        let versions = [newer("v1", "v2", 2, "shadowed")];
+        assert_eq!(on_claim(&c, &versions, &claim(&["po.updated"])), OnClaim::Superseded { by: "v2".into() });
     }
 
     #[test]

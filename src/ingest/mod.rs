@@ -13,7 +13,7 @@ use crate::clock::{Clock, micros};
 use crate::config::{Config, Route};
 use crate::event::identity::{Tenant, sha256_hex};
 use crate::event::json::{JsonError, read_strict};
-use crate::event::{Event, canonical_json, parse_event};
+use crate::event::{Channel, Event, canonical_json, parse_event};
 use crate::ops::fastpath::FastPath;
 use crate::ops::log::{self, Duplicate, TemplateRef};
 use crate::ops::metrics;
@@ -260,7 +260,7 @@ impl Ingestor {
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);
         let suppressions = crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory).await?;
-        let intents = plan(&PlanInput {
+        let mut intents = plan(&PlanInput {
             tenant,
             event: &event,
             route,
@@ -270,6 +270,13 @@ impl Ingestor {
             suppressions: &suppressions,
             now,
         });
+        // Shadow or live is decided now and stored with each intent: a later
+        // change of configuration only affects what is planned after it.
+        for intent in &mut intents {
+            if let Some(channel) = Channel::parse(&intent.channel) {
+                intent.mode = self.config.mode_for(route, channel);
+            }
+        }
         Ok(Ingest {
             tenant: tenant.as_str().to_string(),
             identity,

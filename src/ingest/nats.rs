@@ -174,6 +174,10 @@ impl NatsIngest {
         let every = self.config.ack_wait / 3;
         match with_progress(&msg, every, self.ingest.ingest(request)).await {
             Ok(_) => {
+                if crash_after_commit() {
+                    tracing::error!(stream_seq, "HERALD_TEST_CRASH_AFTER_BUS_COMMIT: dying between commit and ack");
+                    std::process::abort();
+                }
                 metrics::bus_message(&self.config.stream, "accepted");
                 // Committed: a lost ack only means a redelivery, which replays.
                 if let Err(e) = msg.double_ack().await {
@@ -239,6 +243,16 @@ impl NatsIngest {
     }
 }
 
+/// The crash test's fault hook (`tests/bus_crash.rs`): with
+/// `HERALD_TEST_CRASH_AFTER_BUS_COMMIT=1` in its environment the process dies
+/// at once — no ack, no shutdown, as under `kill -9` — right after a message's
+/// rows are committed, the one moment a redelivery must be a replay. Read
+/// once; unset in any real deployment.
+fn crash_after_commit() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("HERALD_TEST_CRASH_AFTER_BUS_COMMIT").is_ok_and(|v| v == "1"))
+}
+
 /// The consumer every process shares: durable, pull, explicit acks. The bus
 /// delivers once more than `max_deliver`, so that Herald sees a message that
 /// never got a verdict and records it, rather than the bus dropping it.
@@ -294,7 +308,7 @@ fn nak_delay(delivered: i64) -> Duration {
 /// Whether a stream subject (possibly with `*` and `>`) captures `subject`
 /// (itself possibly a pattern): token by token, `*` covers one token and
 /// `>` the rest.
-fn subject_covers(pattern: &str, subject: &str) -> bool {
+pub(crate) fn subject_covers(pattern: &str, subject: &str) -> bool {
     let mut p = pattern.split('.');
     let mut s = subject.split('.');
     loop {

@@ -117,6 +117,16 @@ impl OpsDigest {
                 lines.push(format!("  • {domain}: {count} new hard bounce{plural}"));
             }
         }
+        // Bus messages that never became events: no dead letter stands for
+        // them, so without these lines they would go unseen.
+        let rejected = self.store.rejected_summary(tenant, since_us, until_us).await?;
+        let rejected_total: i64 = rejected.iter().map(|(_, n)| n).sum();
+        if rejected_total > 0 {
+            let counts: Vec<String> = rejected.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            lines.push(format!("Rejected bus messages: {rejected_total} ({})", counts.join(", ")));
+            lines.push("  see: herald rejected list (or GET /v1/rejected)".to_string());
+        }
+        let rejected: Map<String, Value> = rejected.into_iter().map(|(c, n)| (c, Value::from(n))).collect();
         let bounces: Map<String, Value> = bounces.into_iter().map(|(d, n)| (d, Value::from(n))).collect();
         let by_reason: Map<String, Value> = by_reason.into_iter().map(|(r, n)| (r, Value::from(n))).collect();
         Ok(json!({
@@ -128,6 +138,7 @@ impl OpsDigest {
             "until": until,
             "examples": examples,
             "replay": replay,
+            "rejected_messages": {"total": rejected_total, "by_code": rejected},
         }))
     }
 

@@ -182,6 +182,26 @@ pub fn attempt(a: AttemptLine<'_>) {
     }
 }
 
+/// An intent planned in shadow mode ended `shadowed` where live would have
+/// called a provider: a decision not to send, so always kept. The destination
+/// is never logged (the intent's API view shows it masked).
+pub fn shadowed(key: &str, channel: &str, template: TemplateRef<'_>, trace_id: Option<&str>) {
+    tracing::info!(
+        trace_id = trace_id.unwrap_or(""),
+        intent = key,
+        attempt = 0,
+        channel,
+        template = template.id,
+        template_revision = template.revision.unwrap_or(""),
+        provider = "none",
+        outcome = "shadowed",
+        error_class = "",
+        next = "shadowed",
+        possible_duplicate = false,
+        "attempt"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -84,6 +84,19 @@ pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, template: 
         .record(took.as_secs_f64());
 }
 
+/// An intent planned in shadow mode reached the point where live would have
+/// called a provider (`source`: `worker`, or `digest` for a digest closed in shadow).
+pub fn shadowed(channel: &str, template: TemplateRef<'_>, source: &'static str) {
+    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
+    counter!(
+        "herald_intents_shadowed_total",
+        "channel" => channel,
+        "template" => template.id.to_string(),
+        "source" => source
+    )
+    .increment(1);
+}
+
 /// A retry after an `unknown` outcome, on a provider that cannot recognise
 /// it, that may have reached the recipient again.
 pub fn possible_duplicate(provider: &str) {
@@ -145,4 +158,17 @@ pub fn bus_message(stream: &str, verdict: &'static str) {
 /// A bus message recorded in `rejected_messages`, by the error code it got.
 pub fn rejected_message(stream: &str, code: &'static str) {
     counter!("herald_rejected_messages_total", "stream" => stream.to_string(), "code" => code).increment(1);
+}
+
+/// Status publications the bus acknowledged, and those it did not (tried again).
+pub fn publications(published: u64, failed: u64) {
+    counter!("herald_publications_total", "result" => "published").increment(published);
+    counter!("herald_publications_total", "result" => "failed").increment(failed);
+}
+
+/// How many status publications wait, and how long the oldest has.
+pub fn publication_backlog(backlog: crate::store::PublicationBacklog, now_us: i64) {
+    gauge!("herald_publications_unpublished").set(backlog.unpublished as f64);
+    let lag = backlog.oldest_at_us.map_or(0.0, |t| ((now_us - t).max(0) as f64) / 1e6);
+    gauge!("herald_publications_lag_seconds").set(lag);
 }

@@ -20,7 +20,7 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 11] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 12] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
@@ -35,6 +35,7 @@ impl Retention {
             // A rejected bus message is content like a payload, and a record like an intent.
             (PruneStep::RejectedBodies, "rejected_bodies", c.payloads),
             (PruneStep::RejectedMessages, "rejected_messages", c.intents),
+            (PruneStep::Publications, "publications", c.publications),
         ]
     }
 

@@ -13,6 +13,7 @@ fn route(channels: &[&str]) -> Route {
         skip_superseded: false,
         failover_on_unknown: false,
         digest: None,
+        mode: None,
     }
 }
 

@@ -190,6 +190,18 @@ macro_rules! store_impl {
                 q::rejected_get(&self.$reader, tenant, id).await
             }
 
+            async fn rejected_summary(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::rejected_summary(&self.$reader, tenant, since_us, until_us).await
+            }
+
+            async fn publications_mark(&self, msg_ids: &[String], now_us: i64) -> StoreResult<u64> {
+                q::publications_mark(&self.$writer, msg_ids, now_us).await
+            }
+
+            async fn publications_backlog(&self) -> StoreResult<PublicationBacklog> {
+                q::publications_backlog(&self.$reader).await
+            }
+
             async fn bounces_by_domain(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
                 q::bounces_by_domain(&self.$reader, tenant, since_us, until_us).await
             }

@@ -7,6 +7,7 @@ mod backfill;
 mod delegate;
 mod postgres;
 mod postgres_batch;
+mod publications;
 mod queries;
 mod rows;
 mod rows_receipts;
@@ -14,6 +15,7 @@ mod schema;
 mod sqlite;
 
 pub use postgres::PostgresStore;
+pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};
 pub use rows::*;
 pub use rows_receipts::*;
 pub use schema::SchemaState;
@@ -136,6 +138,10 @@ pub trait Store: Send + Sync + 'static {
     /// Claims due jobs under a lease and writes their attempt rows in the same
     /// transaction, so an attempt row exists before any provider is called. An
     /// unfinished attempt left by a worker whose lease expired becomes `unknown`.
+    /// The jobs to attempt are returned in state `sending`. Returned as well,
+    /// already ended, for the worker to count and log: a job of an intent
+    /// planned in shadow mode (it ends `shadowed` there, with no attempt), and
+    /// one whose rescued attempt was its last (`rescued` names the attempt).
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>>;
 
     /// Records a batch of attempt outcomes and the transitions they cause, in one
@@ -244,6 +250,26 @@ pub trait Store: Send + Sync + 'static {
 
     async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>>;
 
+    /// (error code, count) of bus messages rejected in [since, until), most
+    /// first; every tenant when `tenant` is None.
+    async fn rejected_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Leases up to `limit` unpublished status publications, oldest first,
+    /// that no other publisher holds (SKIP LOCKED on Postgres): several
+    /// processes publish side by side without taking the same rows.
+    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>>;
+
+    /// Marks publications the bus has acknowledged; the number marked.
+    async fn publications_mark(&self, msg_ids: &[String], now_us: i64) -> StoreResult<u64>;
+
+    /// How many publications wait, and since when.
+    async fn publications_backlog(&self) -> StoreResult<PublicationBacklog>;
+
     /// New hard bounces in [since, until) by recipient domain, most first;
     /// every tenant when `tenant` is None.
     async fn bounces_by_domain(
@@ -291,10 +317,16 @@ pub fn is_postgres(database_url: &str) -> bool {
 /// Opens the backend named by the URL's scheme, creating a SQLite file that
 /// is not there yet (`herald serve`, `herald migrate`).
 pub async fn connect(database_url: &str) -> StoreResult<Arc<dyn Store>> {
+    connect_with(database_url, StoreOptions::default()).await
+}
+
+/// [`connect`], for a process that also does what `options` ask (write
+/// status publications).
+pub async fn connect_with(database_url: &str, options: StoreOptions) -> StoreResult<Arc<dyn Store>> {
     if is_postgres(database_url) {
-        Ok(Arc::new(PostgresStore::connect(database_url).await?))
+        Ok(Arc::new(PostgresStore::connect_with(database_url, options).await?))
     } else {
-        Ok(Arc::new(SqliteStore::connect(database_url).await?))
+        Ok(Arc::new(SqliteStore::connect_with(database_url, options).await?))
     }
 }
 

@@ -75,8 +75,22 @@ impl PostgresStore {
     }
 
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
-        let pool =
-            PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10)).connect(url).await?;
+        PostgresStore::connect_with(url, StoreOptions::default()).await
+    }
+
+    pub async fn connect_with(url: &str, options: StoreOptions) -> StoreResult<PostgresStore> {
+        let mut pool = PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10));
+        if options.publications {
+            // The publication triggers (migration 0041) write only for a
+            // session that says so.
+            pool = pool.after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET herald.publish = 'on'").execute(conn).await?;
+                    Ok(())
+                })
+            });
+        }
+        let pool = pool.connect(url).await?;
         let wake = Arc::new(Notify::new());
         // Other processes' new jobs wake this one through LISTEN; polling stays
         // the fallback if the listener's connection drops.
@@ -158,6 +172,27 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
+    }
+
+    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
+        // Leased by the database's clock, as jobs are.
+        let rows = sqlx::query_as(concat!(
+            "WITH due AS (
+                     SELECT msg_id AS due_id FROM publications
+                     WHERE published_at IS NULL
+                       AND (leased_until IS NULL OR leased_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
+                     ORDER BY at LIMIT $1
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE publications SET leased_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $2
+                 FROM due WHERE publications.msg_id = due.due_id
+                 RETURNING ",
+            super::publications::publication_columns!()
+        ))
+        .bind(i64::from(claim.limit))
+        .bind(claim.lease_us)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
     }
 
     async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {

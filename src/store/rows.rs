@@ -2,7 +2,7 @@
 //! and row types shared by both backends (`FromRow` is generic over the row).
 //! Times are microseconds since the Unix epoch in both databases.
 
-use crate::intent::{Decision, OutcomeClass, Reason, State};
+use crate::intent::{Decision, Mode, OutcomeClass, Reason, State};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -57,6 +57,8 @@ pub struct NewIntent {
     pub preferences_version: Option<i64>,
     /// For a digest member: the digest window it joins (its key is the link).
     pub digest: Option<NewDigest>,
+    /// Live or shadow, as configured for its route and channel when planned.
+    pub mode: Mode,
 }
 
 /// A digest window a member intent joins; created by the first member.
@@ -203,6 +205,8 @@ pub struct IntentRow {
     /// `attempts` when the intent was last replayed from the dead letters: the
     /// retry policy counts the tries since then.
     pub retry_base: i64,
+    /// Live or shadow, fixed when it was planned.
+    pub mode: Mode,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -395,6 +399,10 @@ pub struct ClaimedJob {
     pub intent: IntentRow,
     /// The frozen content (JSON).
     pub content: Option<String>,
+    /// The attempt (its `n`) this claim found unfinished under an expired
+    /// lease and recorded `unknown`.
+    #[sqlx(skip)]
+    pub rescued: Option<i64>,
 }
 
 /// What an attempt's outcome does to its intent and job.
@@ -591,4 +599,6 @@ pub enum PruneStep {
     RejectedBodies,
     /// Whole rejected bus messages.
     RejectedMessages,
+    /// Status publications the bus has acknowledged (never an unpublished one).
+    Publications,
 }

@@ -34,13 +34,18 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     wake: Arc<Notify>,
+    store: StoreOptions,
 }
 
 impl SqliteStore {
     /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
+        SqliteStore::connect_with(url, StoreOptions::default()).await
+    }
+
+    pub async fn connect_with(url: &str, store: StoreOptions) -> StoreResult<SqliteStore> {
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
-        SqliteStore::open(options).await
+        SqliteStore::open(options, store).await
     }
 
     /// Opens the file only if it exists, and changes nothing in it on the way
@@ -51,14 +56,20 @@ impl SqliteStore {
         if !file.exists() {
             return Err(StoreError::Missing(file.display().to_string()));
         }
-        SqliteStore::open(options).await
+        SqliteStore::open(options, StoreOptions::default()).await
     }
 
-    async fn open(options: SqliteConnectOptions) -> StoreResult<SqliteStore> {
+    async fn open(options: SqliteConnectOptions, store: StoreOptions) -> StoreResult<SqliteStore> {
         let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
-        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let mut writer = SqlitePoolOptions::new().max_connections(1);
+        if store.publications {
+            // Every write goes through this connection, so its TEMP triggers
+            // see every transition (see `store::publications`).
+            writer = writer.after_connect(|conn, _| Box::pin(super::publications::sqlite_triggers(conn)));
+        }
+        let writer = writer.connect_with(options.clone()).await?;
         let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()) })
+        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), store })
     }
 }
 
@@ -81,7 +92,31 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         super::backfill::sqlite(&self.writer).await?;
+        if self.store.publications {
+            // A file created by this process had no tables when the writer
+            // connected; now it has.
+            let mut conn = self.writer.acquire().await?;
+            super::publications::sqlite_triggers(&mut conn).await?;
+        }
         Ok(())
+    }
+
+    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
+        // One writer: nothing to skip.
+        let rows = sqlx::query_as(concat!(
+            "UPDATE publications SET leased_until = $1 + $3
+             WHERE msg_id IN (SELECT msg_id FROM publications
+                              WHERE published_at IS NULL AND (leased_until IS NULL OR leased_until <= $1)
+                              ORDER BY at LIMIT $2)
+             RETURNING ",
+            super::publications::publication_columns!()
+        ))
+        .bind(claim.now_us)
+        .bind(i64::from(claim.limit))
+        .bind(claim.lease_us)
+        .fetch_all(&self.writer)
+        .await?;
+        Ok(rows)
     }
 
     async fn schema_state(&self) -> StoreResult<SchemaState> {

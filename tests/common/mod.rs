@@ -82,7 +82,11 @@ impl TestDb {
     }
 
     pub async fn store(&self) -> Arc<dyn herald::store::Store> {
-        let store = herald::store::connect(&self.url).await.expect("connect");
+        self.store_with(herald::store::StoreOptions::default()).await
+    }
+
+    pub async fn store_with(&self, options: herald::store::StoreOptions) -> Arc<dyn herald::store::Store> {
+        let store = herald::store::connect_with(&self.url, options).await.expect("connect");
         store.migrate().await.expect("migrate");
         store
     }
@@ -149,6 +153,11 @@ impl FakeSms {
         self.state.lock().unwrap().scripts.insert(to.to_string(), replies.into());
     }
 
+    /// Every request it received, to any number.
+    pub fn calls(&self) -> usize {
+        self.state.lock().unwrap().requests.len()
+    }
+
     pub fn sent_to(&self, to: &str) -> Vec<SmsRequest> {
         let s = self.state.lock().unwrap();
         s.requests.iter().filter(|r| r.body["to"] == to).cloned().collect()
@@ -198,6 +207,7 @@ pub struct TestApp {
     clock: Option<Arc<dyn Clock>>,
     redis: Option<String>,
     public_url: Option<String>,
+    mode: Option<&'static str>,
     extra: String,
 }
 
@@ -239,6 +249,7 @@ impl TestApp {
             clock: None,
             redis: None,
             public_url: None,
+            mode: None,
             extra: String::new(),
         }
     }
@@ -292,6 +303,12 @@ impl TestApp {
         self
     }
 
+    /// The deployment's `mode` (`live` or `shadow`).
+    pub fn with_mode(mut self, mode: &'static str) -> TestApp {
+        self.mode = Some(mode);
+        self
+    }
+
     /// Extra TOML appended to the config.
     pub fn with_toml(mut self, toml: &str) -> TestApp {
         self.extra.push_str(toml);
@@ -309,6 +326,7 @@ shutdown_grace = "5s"
 {templates}
 {redis}
 {public_url}
+{mode}
 [retry]
 attempts = {attempts}
 base = "{base}"
@@ -328,6 +346,7 @@ channels = ["sms", "in_app"]
             disabled = !self.workers,
             redis = self.redis.as_ref().map(|r| format!("redis_url = {r:?}")).unwrap_or_default(),
             public_url = self.public_url.as_ref().map(|u| format!("public_url = {u:?}")).unwrap_or_default(),
+            mode = self.mode.map(|m| format!("mode = {m:?}")).unwrap_or_default(),
             templates = self
                 .templates_dir
                 .as_ref()

@@ -84,3 +84,79 @@ impl TestStream {
         let _ = self.js.delete_stream(&self.stream).await;
     }
 }
+
+/// A stream of a test's own for `[publish.nats]`, with its own subject prefix.
+pub struct TestPublications {
+    pub url: String,
+    pub js: jetstream::Context,
+    pub stream: String,
+    pub prefix: String,
+}
+
+/// One publication as the stream stored it.
+#[derive(Debug)]
+pub struct Published {
+    pub subject: String,
+    pub msg_id: String,
+    pub body: serde_json::Value,
+}
+
+impl TestPublications {
+    pub async fn new() -> Option<TestPublications> {
+        let bus = TestStream::new().await?;
+        let id = bus.stream.trim_start_matches("herald_test_").to_string();
+        Some(TestPublications {
+            url: bus.url,
+            js: bus.js,
+            stream: format!("herald_pub_{id}"),
+            prefix: format!("hpub_{id}"),
+        })
+    }
+
+    /// The `[publish.nats]` section, polling every `interval`.
+    pub fn toml(&self, interval: &str) -> String {
+        format!(
+            "[publish.nats]\nurl = {:?}\nstream = {:?}\nsubject_prefix = {:?}\ninterval = {interval:?}\nlease = \"1s\"\n",
+            self.url, self.stream, self.prefix
+        )
+    }
+
+    /// How many messages the stream holds (0 before Herald created it).
+    pub async fn stored(&self) -> u64 {
+        match self.js.get_stream(&self.stream).await {
+            Ok(mut s) => s.info().await.expect("stream info").state.messages,
+            Err(_) => 0,
+        }
+    }
+
+    /// Waits until the stream holds `n` messages, then returns them all.
+    pub async fn wait_for(&self, n: u64) -> Vec<Published> {
+        for _ in 0..400 {
+            if self.stored().await >= n {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let stored = self.stored().await;
+        assert!(stored >= n, "the stream holds {stored} publications, not {n}");
+        let stream = self.js.get_stream(&self.stream).await.expect("stream");
+        let mut out = Vec::new();
+        for seq in 1..=stored {
+            let m = stream.get_raw_message(seq).await.expect("stored message");
+            out.push(Published {
+                subject: m.subject.to_string(),
+                msg_id: m
+                    .headers
+                    .get(async_nats::header::NATS_MESSAGE_ID)
+                    .map(|v| v.as_str().to_string())
+                    .unwrap_or_default(),
+                body: serde_json::from_slice(&m.payload).expect("a JSON body"),
+            });
+        }
+        out
+    }
+
+    pub async fn cleanup(self) {
+        let _ = self.js.delete_stream(&self.stream).await;
+    }
+}

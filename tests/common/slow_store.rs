@@ -188,6 +188,23 @@ impl Store for SlowRecording {
     async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
         self.inner.rejected_get(tenant, id).await
     }
+    async fn rejected_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.rejected_summary(tenant, since_us, until_us).await
+    }
+    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
+        self.inner.publications_claim(claim).await
+    }
+    async fn publications_mark(&self, msg_ids: &[String], now_us: i64) -> StoreResult<u64> {
+        self.inner.publications_mark(msg_ids, now_us).await
+    }
+    async fn publications_backlog(&self) -> StoreResult<PublicationBacklog> {
+        self.inner.publications_backlog().await
+    }
     async fn bounces_by_domain(
         &self,
         tenant: Option<&str>,

@@ -14,6 +14,7 @@ pub(crate) mod inbox;
 pub(crate) mod ingest;
 pub(crate) mod intents;
 pub(crate) mod ops;
+pub(crate) mod publications;
 pub(crate) mod queue;
 pub(crate) mod receipts;
 pub(crate) mod rejected;
@@ -41,7 +42,7 @@ macro_rules! intent_columns {
         "i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
          i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
          i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base"
+         i.retry_base, i.mode"
     };
 }
 pub(crate) use intent_columns;
@@ -90,6 +91,7 @@ macro_rules! shared_queries {
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
+        crate::store::queries::publications::publications_queries!($db, $in_keys, $keys_arg);
 
         /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
         fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
@@ -130,7 +132,8 @@ pub struct Ended {
     /// None keeps the planner's decision.
     pub decision: Option<Decision>,
     pub state: State,
-    pub reason: Reason,
+    /// None: ended without a reason to give (shadowed, as live would have sent it).
+    pub reason: Option<Reason>,
     /// The intent that superseded it.
     pub link_key: Option<String>,
 }

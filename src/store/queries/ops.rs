@@ -253,7 +253,7 @@ macro_rules! ops_queries {
                 .rows_affected(),
                 PruneStep::Intents => {
                     let candidates: Vec<String> = sqlx::query_scalar(
-                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested') LIMIT $2",
+                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') LIMIT $2",
                     )
                     .bind(cutoff_us)
                     .bind(batch)
@@ -265,7 +265,7 @@ macro_rules! ops_queries {
                         Vec::new()
                     } else {
                         sqlx::query_scalar(concat!(
-                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested') AND key ",
+                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') AND key ",
                             $in_keys,
                             " RETURNING key"
                         ))
@@ -385,6 +385,15 @@ macro_rules! ops_queries {
                 PruneStep::RejectedBodies => sqlx::query(
                     "UPDATE rejected_messages SET body = NULL WHERE id IN (
                          SELECT id FROM rejected_messages WHERE body IS NOT NULL AND created_at < $1 LIMIT $2)",
+                )
+                .bind(cutoff_us)
+                .bind(batch)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+                PruneStep::Publications => sqlx::query(
+                    "DELETE FROM publications WHERE msg_id IN (
+                         SELECT msg_id FROM publications WHERE published_at IS NOT NULL AND published_at < $1 LIMIT $2)",
                 )
                 .bind(cutoff_us)
                 .bind(batch)

@@ -8,7 +8,9 @@ macro_rules! queue_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
         /// After the backend has leased `keys`: record the lapsed attempts
         /// among them as `unknown`, end the jobs the rules end, start the next
-        /// attempt of the rest and return them with their content.
+        /// attempt of the rest and return them with their content (state
+        /// `sending`). Returned too, already ended: shadowed jobs (no attempt)
+        /// and jobs a rescue ended, so that the worker counts and logs them.
         pub async fn claim_keys(tx: &mut Tx<'_>, keys: &[String], claim: &Claim) -> StoreResult<Vec<ClaimedJob>> {
             use crate::deliver::rules::{self, OnClaim};
             let now_us = claim.now_us;
@@ -47,29 +49,50 @@ macro_rules! queue_queries {
                 .collect();
             let newer = newer_versions(tx, &versioned).await?;
 
-            let (mut ended, mut started) = (Vec::new(), Vec::new());
+            let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
             for c in candidates {
-                match rules::on_claim(&c, &newer, claim) {
-                    OnClaim::Start => started.push(c),
-                    OnClaim::Dead(reason) => ended.push(Ended {
-                        key: c.intent.key,
+                let end = match rules::on_claim(&c, &newer, claim) {
+                    OnClaim::Start => {
+                        started.push(c);
+                        continue;
+                    }
+                    OnClaim::Dead(reason) => Ended {
+                        key: c.intent.key.clone(),
                         decision: None,
                         state: State::Dead,
-                        reason,
+                        reason: Some(reason),
                         link_key: None,
-                    }),
-                    OnClaim::Superseded { by } => ended.push(Ended {
-                        key: c.intent.key,
+                    },
+                    OnClaim::Superseded { by } => Ended {
+                        key: c.intent.key.clone(),
                         decision: Some(Decision::Suppress),
                         state: State::Suppressed,
-                        reason: Reason::Superseded,
+                        reason: Some(Reason::Superseded),
                         link_key: Some(by),
-                    }),
+                    },
+                    OnClaim::Shadowed => Ended {
+                        key: c.intent.key.clone(),
+                        decision: None,
+                        state: State::Shadowed,
+                        reason: None,
+                        link_key: None,
+                    },
+                };
+                // Reported back, ended: a shadowed intent (for the worker to
+                // count) and one whose lapsed attempt was rescued (to log it).
+                if end.state == State::Shadowed || c.lease_lapsed {
+                    let mut intent = c.intent.clone();
+                    intent.state = end.state;
+                    intent.reason = end.reason.map(|r| r.as_str().to_string()).or(intent.reason);
+                    intent.updated_at = now_us;
+                    let rescued = c.lease_lapsed.then_some(c.intent.attempts);
+                    reported.push(ClaimedJob { intent, content: None, rescued });
                 }
+                ended.push(end);
             }
             intents_end(tx, &ended, now_us).await?;
             if started.is_empty() {
-                return Ok(Vec::new());
+                return Ok(reported);
             }
             let keys: Vec<String> = started.iter().map(|c| c.intent.key.clone()).collect();
             sqlx::query(concat!("UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key ", $in_keys))
@@ -86,16 +109,15 @@ macro_rules! queue_queries {
             .bind(now_us)
             .execute(&mut **tx)
             .await?;
-            Ok(started
-                .into_iter()
-                .map(|c| {
-                    let mut intent = c.intent;
-                    intent.attempts += 1;
-                    intent.state = State::Sending;
-                    intent.updated_at = now_us;
-                    ClaimedJob { intent, content: c.content }
-                })
-                .collect())
+            reported.extend(started.into_iter().map(|c| {
+                let rescued = c.lease_lapsed.then_some(c.intent.attempts);
+                let mut intent = c.intent;
+                intent.attempts += 1;
+                intent.state = State::Sending;
+                intent.updated_at = now_us;
+                ClaimedJob { intent, content: c.content, rescued }
+            }));
+            Ok(reported)
         }
 
         /// Every newer version of these intents' entities for the same
@@ -130,7 +152,7 @@ macro_rules! queue_queries {
                         e.key,
                         e.decision.map(|d| d.as_str()),
                         e.state.as_str(),
-                        e.reason.as_str(),
+                        e.reason.map(|r| r.as_str()),
                         e.link_key
                     ])
                 })

@@ -52,6 +52,27 @@ macro_rules! rejected_queries {
             Ok(page(&mut items, limit, |r| Cursor::new(r.created_at, &r.id)))
         }
 
+        /// (code, count) of bus messages rejected in [since, until), most
+        /// first; every tenant when `tenant` is None.
+        pub async fn rejected_summary(
+            pool: &Pool<$db>,
+            tenant: Option<&str>,
+            since_us: i64,
+            until_us: i64,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            let rows = sqlx::query_as(
+                "SELECT code, COUNT(*) FROM rejected_messages
+                 WHERE ($1 IS NULL OR tenant = $1) AND created_at >= $2 AND created_at < $3
+                 GROUP BY code ORDER BY 2 DESC, 1",
+            )
+            .bind(tenant)
+            .bind(since_us)
+            .bind(until_us)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
         pub async fn rejected_get(pool: &Pool<$db>, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
             let row = sqlx::query_as(concat!(
                 "SELECT ",
