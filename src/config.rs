@@ -33,12 +33,14 @@ sink = "herald-outbox"
 mod bus;
 mod email;
 mod failover;
+mod console;
 mod load;
 mod mode;
 mod receipts;
 mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
+pub use console::ConsoleConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -112,6 +114,9 @@ pub struct Config {
     /// Where intents' transitions are published: `[publish.nats]`.
     #[serde(default)]
     pub publish: PublishConfig,
+    /// The operator console at `/console`.
+    #[serde(default)]
+    pub console: ConsoleConfig,
 }
 
 /// `[tracing]`: where spans go and what share of notifications is traced.
@@ -768,6 +773,7 @@ impl Config {
         }
         self.validate_ops()?;
         self.validate_retention()?;
+        self.console.validate()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));
         }

@@ -11,6 +11,7 @@ pub mod app;
 pub mod channel;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod deliver;
 pub mod event;
 pub mod ingest;

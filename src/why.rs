@@ -48,7 +48,7 @@ pub async fn history(
 /// ends up saying how it ended (`retries_exhausted`, `hard_bounce`); only a
 /// suppression's reason is the decision's own, and a hold is always for quiet
 /// hours. A send or a digest has no reason of its own.
-fn decision_reason<'r>(decision: &str, reason: Option<&'r str>) -> Option<&'r str> {
+pub fn decision_reason<'r>(decision: &str, reason: Option<&'r str>) -> Option<&'r str> {
     match decision {
         "suppress" => reason,
         "hold" => Some("quiet_hours"),

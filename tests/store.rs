@@ -1631,6 +1631,12 @@ async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across()
         let later = store.dead_letters_summary(None, T0 + 2, T0 + 4).await.unwrap();
         assert_eq!(later, vec![("rejected".into(), 1), ("template_error".into(), 1)], "[since, until)");
 
+        let groups = store.dead_letters_groups("acme").await.unwrap();
+        let group = |reason: &str, count, oldest_at| DeadLetterGroup { reason: reason.into(), count, oldest_at };
+        assert_eq!(groups, vec![group("rejected", 2, T0 + 1), group("template_error", 1, T0 + 3)]);
+        assert_eq!(store.dead_letters_groups("globex").await.unwrap(), vec![group("rejected", 1, T0 + 4)]);
+        assert!(store.dead_letters_groups("initech").await.unwrap().is_empty());
+
         let examples = |tenant: Option<&'static str>, limit: u32| {
             let store = store.clone();
             async move {

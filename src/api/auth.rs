@@ -87,6 +87,30 @@ impl TokenTable {
         }
         found
     }
+
+    /// The caller a presented token stands for, with a fingerprint of its hash
+    /// that a console session carries: a token replaced under the same name
+    /// ends the sessions opened with the old one.
+    pub fn caller_of(&self, presented: &str) -> Option<(Caller, String)> {
+        self.find(presented).map(|t| (t.caller(), t.fingerprint()))
+    }
+
+    /// The caller a console session names, while its token is still configured.
+    pub fn caller_named(&self, name: &str, fingerprint: &str) -> Option<Caller> {
+        self.tokens.iter().find(|t| t.name == name && t.fingerprint() == fingerprint).map(Token::caller)
+    }
+}
+
+impl Token {
+    fn caller(&self) -> Caller {
+        Caller { tenant: self.tenant.clone(), name: Some(self.name.clone()), scopes: Some(self.scopes.clone()) }
+    }
+
+    /// Eight bytes of the hash: enough to tell two tokens apart, and the hash
+    /// is not a secret anyway (the config holds it).
+    fn fingerprint(&self) -> String {
+        hex::encode(&self.sha256[..8])
+    }
 }
 
 /// Who is calling: their tenant and what they may do.
@@ -98,6 +122,15 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Every scope, for the `default` tenant: what anyone is when no tokens are configured.
+    pub fn unauthenticated() -> Caller {
+        Caller { tenant: Tenant::default_tenant(), name: None, scopes: None }
+    }
+
+    pub fn has(&self, scope: Scope) -> bool {
+        self.scopes.as_ref().is_none_or(|s| s.contains(&scope))
+    }
+
     pub fn require(&self, scope: Scope) -> Result<(), ApiError> {
         match &self.scopes {
             None => Ok(()),
@@ -112,7 +145,7 @@ impl FromRequestParts<AppState> for Caller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
         if !state.tokens.enabled() {
-            return Ok(Caller { tenant: Tenant::default_tenant(), name: None, scopes: None });
+            return Ok(Caller::unauthenticated());
         }
         let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let presented = header

@@ -19,6 +19,7 @@ mod suppressions;
 mod views;
 
 pub use auth::{Caller, Scope, TokenTable};
+pub use dead_letters::REPLAY_LIMIT;
 pub use error::ApiError;
 pub use events::checked_idempotency_key;
 pub use openapi::document as openapi_document;
@@ -72,6 +73,8 @@ pub struct AppState {
     pub breakers: Arc<crate::channel::failover::Breakers>,
     /// SNS signing certificates, cached, and subscription confirmations.
     pub sns: Arc<crate::receipt::sns::Sns>,
+    /// Signs the operator console's session cookies.
+    pub console: Arc<crate::console::SessionKeys>,
 }
 
 impl AppState {
@@ -95,7 +98,9 @@ impl AppState {
             fastpath,
             destinations.clone(),
         ));
+        let console = Arc::new(crate::console::SessionKeys::from_config(&config));
         AppState {
+            console,
             store,
             config,
             templates,
@@ -132,10 +137,13 @@ pub fn routes_by_event(config: &Config) -> Arc<HashMap<String, Route>> {
 pub fn router(state: AppState) -> Router {
     let limit = state.config.max_body_bytes;
     let (routes, _) = described_routes().split_for_parts();
+    // The console is merged after the API's layers: its errors are pages, not JSON.
+    let console = crate::console::router(state.config.console.enabled);
     routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
+        .merge(console)
         .with_state(state)
 }
 

@@ -119,6 +119,10 @@ macro_rules! store_impl {
                 q::dead_letters_summary(&self.$reader, tenant, since_us, until_us).await
             }
 
+            async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
+                q::dead_letters_groups(&self.$reader, tenant).await
+            }
+
             async fn dead_letters_examples(&self, tenant: Option<&str>, reason: &str, since_us: i64, until_us: i64, limit: u32) -> StoreResult<Vec<IntentRow>> {
                 q::dead_letters_examples(&self.$reader, tenant, reason, since_us, until_us, limit).await
             }

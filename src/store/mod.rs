@@ -186,6 +186,9 @@ pub trait Store: Send + Sync + 'static {
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>>;
 
+    /// One tenant's dead letters by reason: how many, and since when.
+    async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>>;
+
     /// The newest dead letters of one reason: one tenant's, or every tenant's.
     async fn dead_letters_examples(
         &self,

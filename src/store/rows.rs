@@ -493,6 +493,14 @@ pub struct DeadLetterFilter {
 
 /// A dead intent with what an operator needs to read it: the original event
 /// and the frozen content (attempts come separately).
+/// Dead letters of one reason: how many, and when the oldest died.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DeadLetterGroup {
+    pub reason: String,
+    pub count: i64,
+    pub oldest_at: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetter {
     #[sqlx(flatten)]

@@ -120,6 +120,9 @@ impl Store for SlowRecording {
     ) -> StoreResult<Vec<(String, i64)>> {
         self.inner.dead_letters_summary(tenant, since_us, until_us).await
     }
+    async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
+        self.inner.dead_letters_groups(tenant).await
+    }
     async fn dead_letters_examples(
         &self,
         tenant: Option<&str>,

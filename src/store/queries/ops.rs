@@ -50,6 +50,20 @@ macro_rules! ops_queries {
             Ok(rows)
         }
 
+        /// One tenant's dead letters by reason, with the oldest's time: the
+        /// console's groups (the `intents_dead` index answers it).
+        pub async fn dead_letters_groups(pool: &Pool<$db>, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
+            let rows = sqlx::query_as(
+                "SELECT COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
+                 FROM intents WHERE state = 'dead' AND tenant = $1
+                 GROUP BY 1 ORDER BY 2 DESC, 1",
+            )
+            .bind(tenant)
+            .fetch_all(pool)
+            .await?;
+            Ok(rows)
+        }
+
         /// The newest dead letters of one reason, every tenant: the digest's examples.
         pub async fn dead_letters_examples(
             pool: &Pool<$db>,
