@@ -31,9 +31,9 @@ sink = "herald-outbox"
 "#;
 
 mod bus;
+mod console;
 mod email;
 mod failover;
-mod console;
 mod load;
 mod mode;
 mod receipts;
