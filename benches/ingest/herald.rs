@@ -98,6 +98,10 @@ impl Herald {
         lines[lines.len().saturating_sub(20)..].join("\n")
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The process's peak resident set since it started (`VmHWM`).
     pub fn peak_rss_bytes(&self) -> anyhow::Result<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))?;

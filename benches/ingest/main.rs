@@ -24,6 +24,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod cpu;
 mod db;
 mod herald;
 mod limit;
@@ -253,13 +254,15 @@ async fn measure_limit(
     let db = backend.fresh_migrated().await?;
     let measured = async {
         let target = limit::Target::connect(&db.url, connections).await?;
+        let meter = cpu::Meter::start(std::process::id(), &db.url).await;
         let measured = limit::run(&target, rows, connections, per_tx).await;
+        let cpu = meter.stop(events).await;
         target.close().await;
-        measured
+        measured.map(|m| (m, cpu))
     }
     .await;
     db.dispose().await;
-    let mut m = measured?;
+    let (mut m, cpu) = measured?;
     let figures = LimitFigures {
         connections,
         events_per_tx: per_tx,
@@ -267,6 +270,7 @@ async fn measure_limit(
         events_per_s: events as f64 / m.elapsed.as_secs_f64(),
         p50_ms: m.latencies.percentile_ms(50.0),
         p99_ms: m.latencies.percentile_ms(99.0),
+        cpu: Some(cpu),
     };
     eprintln!(
         "{}: limit, {per_tx} event(s)/transaction, {connections} connection(s): {:.0} events/s, p50 {:.2} ms, p99 {:.2} ms",

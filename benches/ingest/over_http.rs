@@ -2,6 +2,7 @@
 //! whose SMS channel points at the fake provider, and what came out the other
 //! end. Each run gets a fresh database, a fresh provider and a fresh Herald.
 
+use crate::cpu::Meter;
 use crate::db::{Backend, FreshDb};
 use crate::herald::Herald;
 use crate::provider::FakeProvider;
@@ -142,6 +143,11 @@ impl Setup {
         self.herald.as_ref().expect("running until finish")
     }
 
+    /// Herald's CPU and its database's from now on.
+    async fn meter(&self) -> Meter {
+        Meter::start(self.herald().pid(), &self.db.as_ref().expect("kept until finish").url).await
+    }
+
     async fn finish(mut self) {
         drop(self.herald.take());
         if let Some(db) = self.db.take() {
@@ -161,8 +167,10 @@ pub struct Measured<T> {
 pub async fn distinct(backend: &Backend, connections: usize, events: usize) -> anyhow::Result<Measured<HeraldFigures>> {
     let setup = Setup::new(backend, 0.0).await?;
     let result = async {
+        let meter = setup.meter().await;
         let mut posted = post(&setup.herald().base, connections, events, event_body).await?;
         let last = setup.provider.wait_accepted(events, STALL).await;
+        let cpu = meter.stop(events).await;
         let rss = setup.herald().peak_rss_bytes()?;
         setup.provider.wait_quiet(QUIET, STALL).await;
         let tally = setup.provider.tally();
@@ -185,6 +193,7 @@ pub async fn distinct(backend: &Backend, connections: usize, events: usize) -> a
             peak_rss_mib: mib(rss),
             delivered: tally.accepted_keys,
             duplicates: tally.duplicates,
+            cpu: Some(cpu),
         };
         anyhow::Ok(Measured { figures, problems })
     }
@@ -198,8 +207,10 @@ pub async fn distinct(backend: &Backend, connections: usize, events: usize) -> a
 pub async fn storm(backend: &Backend, connections: usize, posts: usize) -> anyhow::Result<Measured<StormFigures>> {
     let setup = Setup::new(backend, 0.0).await?;
     let result = async {
+        let meter = setup.meter().await;
         let mut posted = post(&setup.herald().base, connections, posts, |_| event_body(0)).await?;
         setup.provider.wait_accepted(1, STALL).await?;
+        let cpu = meter.stop(posts).await;
         let rss = setup.herald().peak_rss_bytes()?;
         setup.provider.wait_quiet(QUIET, STALL).await;
         let tally = setup.provider.tally();
@@ -224,6 +235,7 @@ pub async fn storm(backend: &Backend, connections: usize, posts: usize) -> anyho
             replayed: posted.count(200),
             provider_calls: tally.calls,
             peak_rss_mib: mib(rss),
+            cpu: Some(cpu),
         };
         anyhow::Ok(Measured { figures, problems })
     }

@@ -2,6 +2,7 @@
 //! targets, and written as JSON with `--json FILE` (the same figures, so a run
 //! after a change can be read against a run before it with `--baseline FILE`).
 
+use crate::cpu::CpuFigures;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize)]
@@ -39,6 +40,9 @@ pub struct LimitFigures {
     /// Per transaction.
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Per event: this process (the client and, on SQLite, the database) and Postgres's backends.
+    #[serde(default)]
+    pub cpu: Option<CpuFigures>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -59,6 +63,9 @@ pub struct HeraldFigures {
     pub peak_rss_mib: f64,
     pub delivered: usize,
     pub duplicates: usize,
+    /// Per notification, first POST to the last acceptance: Herald's process and Postgres's backends.
+    #[serde(default)]
+    pub cpu: Option<CpuFigures>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -73,6 +80,9 @@ pub struct StormFigures {
     pub replayed: usize,
     pub provider_calls: u64,
     pub peak_rss_mib: f64,
+    /// Per post.
+    #[serde(default)]
+    pub cpu: Option<CpuFigures>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -118,15 +128,24 @@ impl BackendReport {
             report.cores
         );
         out += &format!(
-            "{:<36} {:>5} {:>10} {:>8} {:>8}   {:<16} {:>8}\n",
-            "", "conns", "per s", "p50 ms", "p99 ms", "Herald ÷ limit", "peak RSS"
+            "{:<36} {:>5} {:>10} {:>8} {:>8}   {:<16} {:>8}   {:>13}\n",
+            "", "conns", "per s", "p50 ms", "p99 ms", "Herald ÷ limit", "peak RSS", "CPU ms/event"
         );
-        let row = |what: &str, c: usize, rate: f64, p50: String, p99: String, ratio: String, rss: String| {
-            let line = format!("{what:<36} {c:>5} {:>10} {p50:>8} {p99:>8}   {ratio:<16} {rss:>8}", thousands(rate));
-            format!("{}\n", line.trim_end())
-        };
+        let row =
+            |what: &str, c: usize, rate: f64, p50: String, p99: String, ratio: String, rss: String, cpu: String| {
+                let line = format!(
+                    "{what:<36} {c:>5} {:>10} {p50:>8} {p99:>8}   {ratio:<16} {rss:>8}   {cpu:>13}",
+                    thousands(rate)
+                );
+                format!("{}\n", line.trim_end())
+            };
         let ms = |x: f64| format!("{x:.1}");
         let mib = |x: f64| format!("{x:.0} MiB");
+        let cpu = |c: Option<CpuFigures>| match c {
+            Some(CpuFigures { process_ms, database_ms: Some(db) }) => format!("{process_ms:.3} + {db:.3}"),
+            Some(CpuFigures { process_ms, database_ms: None }) => format!("{process_ms:.3}"),
+            None => String::new(),
+        };
         let mut connections: Vec<usize> = self.limit.iter().map(|l| l.connections).collect();
         connections.dedup();
         for c in connections {
@@ -136,7 +155,16 @@ impl BackendReport {
                     l.events_per_tx,
                     if l.events_per_tx == 1 { "" } else { "s" }
                 );
-                out += &row(&what, c, l.events_per_s, ms(l.p50_ms), ms(l.p99_ms), String::new(), String::new());
+                out += &row(
+                    &what,
+                    c,
+                    l.events_per_s,
+                    ms(l.p50_ms),
+                    ms(l.p99_ms),
+                    String::new(),
+                    String::new(),
+                    cpu(l.cpu),
+                );
             }
             if let Some(h) = self.herald.iter().find(|h| h.connections == c) {
                 let ratio = format!("{:.2}× / {:.2}×", h.vs_limit, h.vs_batched);
@@ -148,6 +176,7 @@ impl BackendReport {
                     ms(h.p99_ms),
                     ratio,
                     mib(h.peak_rss_mib),
+                    String::new(),
                 );
                 out += &row(
                     "Herald: end to end (notifications)",
@@ -157,6 +186,7 @@ impl BackendReport {
                     "".into(),
                     "".into(),
                     "".into(),
+                    cpu(h.cpu),
                 );
             }
         }
@@ -169,6 +199,7 @@ impl BackendReport {
             ms(s.p99_ms),
             String::new(),
             mib(s.peak_rss_mib),
+            cpu(s.cpu),
         );
         let f = &self.failures;
         out += &row(
@@ -179,11 +210,15 @@ impl BackendReport {
             "".into(),
             "".into(),
             mib(f.peak_rss_mib),
+            String::new(),
         );
         out += &format!(
             "\nHerald ÷ limit: Herald's ingest rate over the limit's at the same connections, 1 / {} events per transaction.\n",
             super::limit::BATCH
         );
+        out += "CPU ms/event: user + system CPU per event (per notification end to end, per post in the storm) of the\n\
+                 process — this benchmark's for the limit, Herald's otherwise — + the Postgres backends serving the run's\n\
+                 database (on SQLite the database runs inside the process). Far less disturbed by a busy machine than a rate.\n";
         out += &format!(
             "Storm: {} posts of one event → {} created, {} replayed, {} provider call(s).\n",
             thousands(s.posts as f64),
