@@ -401,6 +401,7 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             ("/v1/suppressions", "/v1/suppressions".into()),
             ("/v1/rejected", "/v1/rejected".into()),
             ("/v1/rejected/{id}", format!("/v1/rejected/{rejected_id}")),
+            ("/v1/shadow/report", "/v1/shadow/report".into()),
         ];
         let listed: std::collections::BTreeSet<String> = paths.iter().map(|(route, _)| route.to_string()).collect();
         assert_eq!(listed, get_routes_in_the_router(), "a GET route this test does not walk (or walks in vain)");
