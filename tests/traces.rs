@@ -40,7 +40,11 @@ fn hex(trace_id: opentelemetry::trace::TraceId) -> String {
     format!("{trace_id:032x}")
 }
 
-/// The finished spans of one trace, once `until` holds for them.
+/// The finished spans of one trace, once `until` holds for them. Wait for
+/// every span a test reads, not only for the last one it expects: once, in
+/// CI on a loaded machine, a trace's attempt was exported and its `ingest`
+/// span not yet (a span is exported when its last handle closes; which
+/// handle outlived the answer was not pinned down).
 async fn spans_of(trace_id: &str, until: impl Fn(&[SpanData]) -> bool) -> Vec<SpanData> {
     let (_, exporter) = exporter();
     let mut last = Vec::new();
@@ -101,7 +105,7 @@ async fn one_notification_is_one_trace_from_ingest_to_the_recorded_outcome() {
         let key = body["intents"][0]["key"].as_str().unwrap().to_string();
         app.wait_state(&key, &["sent"]).await;
 
-        let spans = spans_of(trace_id, |s| has(s, "record", 1)).await;
+        let spans = spans_of(trace_id, |s| has(s, "record", 1) && has(s, "ingest", 1)).await;
         let one = |name: &str| {
             let found = named(&spans, name);
             assert_eq!(
@@ -186,7 +190,7 @@ async fn unknown_outcomes_terminal_failures_and_mismatches_are_errors_and_retrie
         let key = body["intents"][0]["key"].as_str().unwrap().to_string();
         app.wait_state(&key, &["sent"]).await;
         let trace_id = TraceParent::derived(&format!("default|key:{k}")).trace_id_hex();
-        let spans = spans_of(&trace_id, |s| has(s, "record", 2)).await;
+        let spans = spans_of(&trace_id, |s| has(s, "record", 2) && has(s, "ingest", 1)).await;
         let ingest = named(&spans, "ingest")[0];
         let mut attempts = named(&spans, "attempt");
         attempts.sort_by_key(|s| attr(s, "herald.attempt"));
@@ -239,7 +243,7 @@ async fn an_invalid_traceparent_starts_a_trace_of_its_own() {
     let (status, body) = post(&app, &sms_event("PO-BAD-TP", "+15550003001"), Some("bad-tp"), Some(bad)).await;
     assert_eq!(status, 202, "{body}");
     let trace_id = TraceParent::derived("default|key:bad-tp").trace_id_hex();
-    let spans = spans_of(&trace_id, |s| has(s, "attempt", 1)).await;
+    let spans = spans_of(&trace_id, |s| has(s, "attempt", 1) && has(s, "ingest", 1)).await;
     let ingest = named(&spans, "ingest")[0];
     assert!(!ingest.parent_span_is_remote);
     assert_eq!(ingest.parent_span_id, opentelemetry::trace::SpanId::INVALID);
