@@ -309,8 +309,15 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         c.call("get", "/metrics", "/metrics", None, None).await;
         c.call("get", "/metrics", "/metrics?x=1", t, None).await;
 
+        // Quiet hours that begin two hours from now in the recipient's zone, so
+        // the walk's SMS is sent whatever the time of day the test runs (a fixed
+        // 21:00–07:00 held it from 15:15 to 01:15 UTC).
+        let kathmandu = jiff::tz::TimeZone::get("Asia/Kathmandu").unwrap();
+        let local = jiff::Timestamp::now().to_zoned(kathmandu);
+        let hour =
+            |h: i64| local.checked_add(jiff::SignedDuration::from_hours(h)).unwrap().strftime("%H:00").to_string();
         let prefs = json!({"phone": "+15550000100", "locale": "en", "timezone": "Asia/Kathmandu", "email": "u@example.com",
-            "preferences": {"channels": {"email": false}, "quiet_hours": {"start": "21:00", "end": "07:00"}, "digest": false}});
+            "preferences": {"channels": {"email": false}, "quiet_hours": {"start": hour(2), "end": hour(3)}, "digest": false}});
         let rec = "/v1/recipients/{id}";
         let (s, _, _) = c.call("put", rec, "/v1/recipients/u-1", t, Some(&prefs)).await;
         assert_eq!(s, 200);
