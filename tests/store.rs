@@ -1916,10 +1916,11 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
         claimed.sort_by(|a, b| a.msg_id.cmp(&b.msg_id));
         let ids: Vec<&str> = claimed.iter().map(|p| p.msg_id.as_str()).collect();
         let want = [
-            format!("{}:delivered:1", key(1)),
+            // Each intent's publications numbered 1, 2, … in the order they happened.
+            format!("{}:delivered:2", key(1)),
             format!("{}:sent:1", key(1)),
-            format!("{}:held:0", key(2)),
-            format!("{}:suppressed:0", key(3)),
+            format!("{}:held:1", key(2)),
+            format!("{}:suppressed:1", key(3)),
             format!("{}:dead:2", key(4)),
             format!("{}:unknown:1", key(4)),
         ];
@@ -2020,4 +2021,73 @@ async fn a_replayed_dead_letter_continues_the_replays_trace_linked_to_its_origin
         );
     })
     .await;
+}
+
+/// A replayed dead letter can end again without another attempt: a late
+/// receipt for the try it already had ends the wait (dead again on a bounce,
+/// sent again on a complaint). Each of those transitions is its own
+/// publication, with its own `Nats-Msg-Id`; the same transition offered again
+/// keeps its id, so the stream's duplicate window still drops a re-publication.
+#[tokio::test]
+async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again() {
+    use herald::receipt::DeliveryStatus;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store_with(StoreOptions { publications: true }).await;
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let receipt = |status: DeliveryStatus, at: i64| NewReceipt {
+            target: ReceiptTarget::Key(key(1)),
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("m-1".into()),
+            status,
+            provider_status: status.as_str().into(),
+            reason: None,
+            now_us: at,
+        };
+        let replay = |at: i64| Replay {
+            tenant: "default".into(),
+            selector: ReplaySelector::Ids(vec![key(1)]),
+            now_us: at,
+            requested_by: Some("ops".into()),
+            limit: 10,
+            traceparent: None,
+        };
+        let state = || async { store.intent_get("default", &key(1)).await.unwrap().unwrap().intent };
+
+        // sent → dead (undelivered) → replayed → dead (hard_bounce) → replayed → sent (complained)
+        store.receipt_record(receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
+        store.dead_letters_replay(replay(T0 + 30)).await.unwrap();
+        store.receipt_record(receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
+        let again = state().await;
+        assert_eq!((again.state, again.reason.as_deref(), again.attempts), (State::Dead, Some("hard_bounce"), 1));
+        store.dead_letters_replay(replay(T0 + 50)).await.unwrap();
+        store.receipt_record(receipt(DeliveryStatus::Complained, T0 + 60)).await.unwrap();
+        let last = state().await;
+        assert_eq!((last.state, last.attempts), (State::Sent, 1), "{backend:?}");
+
+        let claim = |now_us| PublicationClaim { now_us, lease_us: 0, limit: 100 };
+        let mut rows = store.publications_claim(claim(T0 + 100)).await.unwrap();
+        rows.sort_by_key(|p| p.at);
+        let seen: Vec<(&str, Option<&str>, i64)> =
+            rows.iter().map(|p| (p.state.as_str(), p.reason.as_deref(), p.at)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("sent", None, T0 + 10),
+                ("dead", Some("undelivered"), T0 + 20),
+                ("dead", Some("hard_bounce"), T0 + 40),
+                ("sent", None, T0 + 60),
+            ],
+            "{backend:?}: every transition is a publication"
+        );
+        let ids: HashSet<&str> = rows.iter().map(|p| p.msg_id.as_str()).collect();
+        assert_eq!(ids.len(), 4, "{backend:?}: each transition its own msg_id: {ids:?}");
+        // Offered again (the lease lapsed): the same transitions, the same ids.
+        let offered_again = store.publications_claim(claim(T0 + 200)).await.unwrap();
+        let ids_again: HashSet<&str> = offered_again.iter().map(|p| p.msg_id.as_str()).collect();
+        assert_eq!(ids_again, ids, "{backend:?}");
+    }
 }
