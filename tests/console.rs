@@ -473,7 +473,7 @@ async fn the_health_page_shows_open_circuits_and_in_shadow_mode_the_shadow_repor
     let mut user = User::new(&app.base);
     user.sign_in(OPS_A).await;
     let page = user.get("/console/health").await;
-    assert!(page.body.contains("Shadow report, the last day"), "{}", page.body);
+    assert!(page.body.contains("Shadow report, the last hour"), "{}", page.body);
     let report = page.body.split("<pre class=\"data\" id=\"shadow-report\">").nth(1).unwrap();
     assert!(report.starts_with("shadow report, tenant acme,"), "the command's table: {report}");
     let would_send = report.lines().find(|l| l.trim_start().starts_with("sms ") && l.contains("would send")).unwrap();

@@ -24,7 +24,6 @@ use axum::response::Response;
 use minijinja::context;
 
 const HOUR_US: i64 = 3_600_000_000;
-const DAY_US: i64 = 24 * HOUR_US;
 /// Rejected bus messages listed (the newest).
 const REJECTED: u32 = 20;
 
@@ -68,7 +67,9 @@ pub async fn health(State(app): State<AppState>, op: Operator) -> Result<Respons
     };
 
     let shadow = if app.config.any_shadow() {
-        let report = shadow_report::build(app.store.as_ref(), tenant, now_us - DAY_US, now_us).await?;
+        // The last hour, as the rest of the page: `herald shadow report` or
+        // GET /v1/shadow/report covers any range.
+        let report = shadow_report::build(app.store.as_ref(), tenant, now_us - HOUR_US, now_us).await?;
         Some(
             context! { table => shadow_report::table(&report), would_send => report.would_send, events => report.events_received },
         )
