@@ -27,6 +27,7 @@ const OPS_A: &str = "tok-ops-acme";
 const WRITER_A: &str = "tok-writer-acme";
 const WRITER_B: &str = "tok-writer-globex";
 const READER: &str = "tok-reader-acme";
+const ADMIN: &str = "tok-admin";
 
 fn wanted() -> bool {
     std::env::var("HERALD_TEST_BROWSER").is_ok_and(|v| !v.is_empty() && v != "0")
@@ -138,6 +139,7 @@ async fn the_console_works_in_a_real_browser() {
             ("erp-acme", "acme", WRITER_A, &["events:write", "intents:read"]),
             ("erp-globex", "globex", WRITER_B, &["events:write", "intents:read"]),
             ("reader-acme", "acme", READER, &["intents:read"]),
+            ("admin", "acme", ADMIN, &["admin", "ops"]),
         ])
     );
     let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
@@ -288,6 +290,14 @@ async fn the_console_works_in_a_real_browser() {
     c.wait().for_element(Locator::Css("#token")).await.expect("back at the sign-in form");
     c.goto(&format!("{base}/console/dead-letters")).await.unwrap();
     c.wait().for_element(Locator::Css("#token")).await.expect("signed out: sent to sign in");
+
+    // The deployment operator reads every tenant's, each row naming its tenant.
+    sign_in(&c, &base, ADMIN).await;
+    assert_eq!(text_of(&c, "#admin").await, "admin: every tenant");
+    c.goto(&format!("{base}/console/search?q=purchase_order%3APO-9")).await.unwrap();
+    let results = text_of(&c, "#results").await;
+    assert!(results.contains("globex") && results.contains("PO-9"), "{results}");
+    screenshot(&c, "admin-search").await;
 
     c.close().await.unwrap();
     app.running.stop().await;

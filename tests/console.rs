@@ -351,19 +351,21 @@ async fn a_template_over_its_budget_fails_on_the_page_naming_the_culprit() {
     for name in ["email.subject.j2", "email.txt.j2"] {
         std::fs::write(t.join("en").join(name), "{{ po.number }}").unwrap();
     }
-    let db = TestDb::new(backends()[0]).await;
-    let app = TestApp::new(&db).with_templates_dir(dir.path()).with_toml(&tokens()).spawn().await;
-    let mut user = User::new(&app.base);
-    user.sign_in(OPS_A).await;
-    let page = user.get("/console/templates").await;
-    assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.body.contains("1 message would fail"), "{}", page.body);
-    let sms = &page.body[page.body.find("id=\"po_approved-en-sms\"").unwrap()..];
-    let sms = &sms[..sms.find("</tr>").unwrap()];
-    assert!(sms.contains("FAIL") && sms.contains("2 segments over a budget of 1"), "{sms}");
-    assert!(sms.contains("it<mark title=\"U+2019 forced UCS-2\">’<span class=\"visually-hidden\">"), "{sms}");
-    assert!(sms.contains("U+2019 &#x27;’&#x27; at 7"), "{sms}");
-    app.running.stop().await;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).with_templates_dir(dir.path()).with_toml(&tokens()).spawn().await;
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let page = user.get("/console/templates").await;
+        assert_eq!(page.status, 200, "{backend:?}: {}", page.body);
+        assert!(page.body.contains("1 message would fail"), "{}", page.body);
+        let sms = &page.body[page.body.find("id=\"po_approved-en-sms\"").unwrap()..];
+        let sms = &sms[..sms.find("</tr>").unwrap()];
+        assert!(sms.contains("FAIL") && sms.contains("2 segments over a budget of 1"), "{sms}");
+        assert!(sms.contains("it<mark title=\"U+2019 forced UCS-2\">’<span class=\"visually-hidden\">"), "{sms}");
+        assert!(sms.contains("U+2019 &#x27;’&#x27; at 7"), "{sms}");
+        app.running.stop().await;
+    }
 }
 
 #[tokio::test]
@@ -441,7 +443,13 @@ async fn the_health_page_shows_the_queue_attempts_by_outcome_and_the_daily_diges
 
 #[tokio::test]
 async fn the_health_page_shows_open_circuits_and_in_shadow_mode_the_shadow_report() {
-    let db = TestDb::new(backends()[0]).await;
+    for backend in backends() {
+        health_with_breakers_and_shadow(backend).await;
+    }
+}
+
+async fn health_with_breakers_and_shadow(backend: common::Backend) {
+    let db = TestDb::new(backend).await;
     let backup = FakeSms::start().await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let primary = format!("http://{}/sms", closed.local_addr().unwrap());
@@ -464,7 +472,7 @@ async fn the_health_page_shows_open_circuits_and_in_shadow_mode_the_shadow_repor
     assert!(page.body.contains("<th scope=\"row\">backup</th><td class=\"\">closed</td>"), "{}", page.body);
     app.running.stop().await;
 
-    let db = TestDb::new(backends()[0]).await;
+    let db = TestDb::new(backend).await;
     let sms = FakeSms::start().await;
     let app = TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_toml(&tokens()).spawn().await;
     let posted = post_event(&app.base, WRITER, &sms_event("PO-41", "+9779800000041")).await;
