@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod digest;
 pub mod nats;
 pub mod peer;
