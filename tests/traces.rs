@@ -373,6 +373,7 @@ async fn a_digest_is_sent_in_a_trace_of_its_own_linked_to_its_members_requests()
 mod otlp {
     //! Two `herald serve` processes export to a receiver in this test.
 
+    use super::common::serve::Serve;
     use super::common::{FakeSms, TestDb, backends};
     use axum::body::Bytes;
     use axum::extract::State;
@@ -382,8 +383,6 @@ mod otlp {
     use opentelemetry_proto::tonic::trace::v1::Span;
     use prost::Message;
     use serde_json::Value;
-    use std::io::BufRead;
-    use std::process::{Child, Command, Stdio};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -438,53 +437,6 @@ mod otlp {
             AnyValue::IntValue(n) => n.to_string(),
             other => format!("{other:?}"),
         })
-    }
-
-    /// A `herald serve` whose stderr is read for its address.
-    struct Process {
-        child: Child,
-        addr: String,
-    }
-
-    impl Process {
-        fn start(config: &std::path::Path, env: &[(&str, &str)]) -> Process {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-            cmd.args(["serve", "--config"]).arg(config).stdout(Stdio::null()).stderr(Stdio::piped());
-            for name in
-                ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "HERALD_LOG"]
-            {
-                cmd.env_remove(name);
-            }
-            cmd.envs(env.iter().copied());
-            let mut child = cmd.spawn().expect("herald serve");
-            let stderr = child.stderr.take().unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                    if v["fields"]["message"] == "herald is listening" {
-                        let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
-                    }
-                }
-            });
-            let addr = rx.recv_timeout(Duration::from_secs(60)).expect("herald serve started listening");
-            Process { child, addr }
-        }
-
-        /// SIGTERM, as an orchestrator stops it, and its exit.
-        fn stop(mut self) {
-            let pid = self.child.id().to_string();
-            assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-            for _ in 0..300 {
-                if let Some(status) = self.child.try_wait().unwrap() {
-                    assert!(status.success(), "herald serve exited with {status}");
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            panic!("herald serve did not stop on SIGTERM");
-        }
     }
 
     fn config(
@@ -547,14 +499,19 @@ timeout = "1s"
                 &format!("[tracing]\notlp_endpoint = \"{collector}\"\n"),
             );
             let worker_config = config(dir.path(), "worker.toml", &db.url, &sms.url, true, "");
-            let api = Process::start(&api_config, &[]);
-            let worker = Process::start(&worker_config, &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str())]);
+            let mut api = Serve::start(&api_config, &dir.path().join("api.log"), &[]);
+            let mut worker = Serve::start(
+                &worker_config,
+                &dir.path().join("worker.log"),
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str())],
+            );
+            let (api_addr, worker_addr) = (api.addr().await, worker.addr().await);
 
             let trace_id = format!("{:032x}", 0x5ca1ab1e_u128 + backend as u128);
             let caller = format!("00-{trace_id}-1122334455667788-01");
             let client = reqwest::Client::new();
             let event = super::sms_event(&format!("PO-OTLP-{backend:?}"), "+15550004001");
-            let resp = (client.post(format!("http://{}/v1/events", api.addr)))
+            let resp = (client.post(format!("http://{api_addr}/v1/events")))
                 .header("traceparent", &caller)
                 .json(&event)
                 .send()
@@ -566,7 +523,7 @@ timeout = "1s"
             let mut state = String::new();
             for _ in 0..300 {
                 let got: Value = client
-                    .get(format!("http://{}/v1/intents/{key}", api.addr))
+                    .get(format!("http://{api_addr}/v1/intents/{key}"))
                     .send()
                     .await
                     .unwrap()
@@ -583,13 +540,8 @@ timeout = "1s"
 
             // Stopped at once: the spans reach the receiver through the
             // flush at shutdown, not the batch processor's timer.
-            let (api_addr, worker_addr) = (api.addr.clone(), worker.addr.clone());
-            tokio::task::spawn_blocking(move || {
-                api.stop();
-                worker.stop();
-            })
-            .await
-            .unwrap();
+            api.stop().await;
+            worker.stop().await;
             assert_ne!(api_addr, worker_addr);
 
             let spans = received.spans();
