@@ -160,7 +160,9 @@ pub trait Store: Send + Sync + 'static {
     /// The members of a digest window with their events and contents.
     async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
 
-    /// Turns a window into its digest intent, once, however many try.
+    /// Turns a window into its digest intent, once, however many try: its
+    /// members become `digested`, except those the close leaves out, which
+    /// end `shadowed`; the digest's job carries the close's trace and links.
     async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
 
     /// Puts an in-app message in the recipient's inbox; idempotent per intent.
@@ -207,7 +209,9 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<IntentRow>>;
 
-    /// Puts dead letters back on the queue with the same key and frozen content.
+    /// Puts dead letters back on the queue with the same key and frozen
+    /// content, their jobs in the replay's trace, linked to the trace that
+    /// planned each intent.
     async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>>;
 
     async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>>;

@@ -421,7 +421,8 @@ pub struct ClaimedJob {
     /// The frozen content (JSON).
     pub content: Option<String>,
     /// The trace the attempt continues: the W3C traceparent stored with the
-    /// job by the request that queued it.
+    /// job by what queued it — the request that planned the intent, a
+    /// dead-letter replay, a digest's closing.
     pub traceparent: Option<String>,
     /// Space-separated W3C traceparents the attempt's span links to: the
     /// original request of a replayed dead letter, the members' requests of
