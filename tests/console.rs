@@ -374,9 +374,12 @@ async fn the_health_page_shows_the_queue_attempts_by_outcome_and_the_daily_diges
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         sms.script("+9779800000031", vec![Reply::status(400, json!({"error": "rejected"}))]);
-        sms.script("+9779800000032", vec![Reply::status(503, json!({}))]);
+        // Retry-After is a floor (capped at retry.max): the retry waits 50
+        // minutes, so it stays in the queue while the test looks.
+        let mut busy = Reply::status(503, json!({}));
+        busy.retry_after = Some("3000".into());
+        sms.script("+9779800000032", vec![busy]);
         let digest = "[ops]\ndigest_webhook = \"http://127.0.0.1:9/ops\"\ndigest_at = \"08:30\"\ndigest_timezone = \"Asia/Kathmandu\"\n";
-        // A retry waits up to 50 minutes: it stays in the queue while the test looks.
         let app = TestApp::new(&db)
             .with_sms(&sms)
             .with_retry(2, "50m", "50m")
