@@ -98,7 +98,8 @@ pub struct Ingest {
     pub intents: Vec<NewIntent>,
     pub now_us: i64,
     /// The W3C trace context the request's jobs continue (see
-    /// [`crate::ops::trace`]); stored with each job it queues.
+    /// [`crate::ops::trace`]); stored with each job it queues, and with
+    /// each intent it creates (the trace later work links to).
     pub traceparent: Option<String>,
 }
 
@@ -148,6 +149,7 @@ pub struct IntentStatus {
     pub decision: Decision,
     pub reason: Option<String>,
     pub state: State,
+    pub mode: Mode,
 }
 
 /// What the database holds for a request identity that was seen before.
@@ -249,7 +251,8 @@ pub struct IntentDetail {
 
 #[derive(Debug, Clone, Default)]
 pub struct IntentFilter {
-    pub tenant: String,
+    /// None: every tenant's (an `admin` in the console).
+    pub tenant: Option<String>,
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
     pub state: Option<String>,
@@ -348,6 +351,8 @@ pub struct DigestMember {
     pub event_body: Option<String>,
     /// The member's own rendered content (JSON).
     pub content: Option<String>,
+    /// The trace of the request that planned it.
+    pub traceparent: Option<String>,
 }
 
 /// Everything closing a digest window writes.
@@ -359,6 +364,15 @@ pub struct DigestClose {
     pub member_keys: Vec<String>,
     /// The digest intent (its key is the window's key).
     pub intent: NewIntent,
+    /// Members planned in shadow that end `shadowed` on their own, outside
+    /// a digest that went live (see [`crate::deliver::digest`]); the others
+    /// become `digested`.
+    pub shadowed_members: Vec<String>,
+    /// The closing's trace context, which the digest's job continues and its
+    /// intent keeps; and the traces its attempts link to (its members'
+    /// requests, see [`crate::ops::trace::links_text`]).
+    pub traceparent: Option<String>,
+    pub links: Option<String>,
     /// The digest's "event": the list of its members, stored like an event.
     pub event_digest: String,
     pub event_body: String,
@@ -385,6 +399,8 @@ pub struct ClaimCandidate {
     pub lease_lapsed: bool,
     /// The trace context stored with the job.
     pub traceparent: Option<String>,
+    /// The traces its attempts link to (see [`ClaimedJob::links`]).
+    pub links: Option<String>,
 }
 
 /// A newer version of a claimed intent's entity, for the same recipient on
@@ -405,8 +421,13 @@ pub struct ClaimedJob {
     /// The frozen content (JSON).
     pub content: Option<String>,
     /// The trace the attempt continues: the W3C traceparent stored with the
-    /// job by the request that queued it.
+    /// job by what queued it — the request that planned the intent, a
+    /// dead-letter replay, a digest's closing.
     pub traceparent: Option<String>,
+    /// Space-separated W3C traceparents the attempt's span links to: the
+    /// original request of a replayed dead letter, the members' requests of
+    /// a digest. None for a job that continues the request that planned it.
+    pub links: Option<String>,
     /// The attempt (its `n`) this claim found unfinished under an expired
     /// lease and recorded `unknown`.
     #[sqlx(skip)]
@@ -496,6 +517,7 @@ pub struct DeadLetterFilter {
 /// Dead letters of one reason: how many, and when the oldest died.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetterGroup {
+    pub tenant: String,
     pub reason: String,
     pub count: i64,
     pub oldest_at: i64,
@@ -523,6 +545,9 @@ pub struct Replay {
     pub requested_by: Option<String>,
     /// The most a reason-wide replay takes in one call.
     pub limit: i64,
+    /// The replay request's trace context, which the replayed jobs continue
+    /// (see [`crate::ops::replay`]).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -581,6 +606,17 @@ pub struct QueueStats {
     /// Jobs in the queue, due or scheduled.
     pub total: i64,
     pub oldest_due_us: Option<i64>,
+}
+
+/// The last daily dead-letter digest posted: the range it covered, when it
+/// went, and how many dead letters it counted.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OpsDigestRow {
+    pub slot: String,
+    pub since: i64,
+    pub until: i64,
+    pub posted_at: i64,
+    pub total: i64,
 }
 
 /// Retention, in the order it runs: verbose attempt text first, then content
