@@ -2203,3 +2203,97 @@ async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again
         assert_eq!(ids_again, ids, "{backend:?}");
     }
 }
+
+/// Applies this checkout's migrations up to `last` only, as an older Herald
+/// would have left the database.
+async fn migrate_up_to(db: &TestDb, last: i64) {
+    let dialect = match db.backend {
+        common::Backend::Sqlite => "sqlite",
+        common::Backend::Postgres => "postgres",
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(format!("{}/migrations/{dialect}", env!("CARGO_MANIFEST_DIR"))).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let version: i64 = name.split('_').next().unwrap().parse().unwrap();
+        if version <= last {
+            std::fs::copy(&path, dir.path().join(&name)).unwrap();
+        }
+    }
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    match db.backend {
+        common::Backend::Sqlite => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new().filename(db.url.trim_start_matches("sqlite://"));
+            let pool = sqlx::SqlitePool::connect_with(options.create_if_missing(true)).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        }
+        common::Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+            pool.close().await;
+        }
+    }
+}
+
+/// Rows an older Herald published were numbered by the intent's attempt
+/// count (`key:dead:1`). After the upgrade (migration 0043) the intent's next
+/// transition takes a number above those, so it is not dropped as a repeat of
+/// an old one.
+#[tokio::test]
+async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it() {
+    use herald::receipt::DeliveryStatus;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        migrate_up_to(&db, 42).await;
+        // The old Herald: sent at the first try, then dead by a receipt, both published.
+        let old = herald::store::connect_with(&db.url, StoreOptions::default()).await.unwrap();
+        old.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        old.jobs_claim(claim(T0, 10)).await.unwrap();
+        old.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let receipt = |status: DeliveryStatus, at: i64| NewReceipt {
+            target: ReceiptTarget::Key(key(1)),
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("m-1".into()),
+            status,
+            provider_status: status.as_str().into(),
+            reason: None,
+            now_us: at,
+        };
+        old.receipt_record(receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
+        drop(old);
+        for (state, at) in [("sent", T0 + 10), ("dead", T0 + 20)] {
+            common::execute(
+                &db,
+                &format!(
+                    "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, channel,
+                                               recipient_id, state, attempts, at, published_at)
+                     VALUES ('{k}:{state}:1', 'default', '{k}', 'purchase_order', 'PO-1', 'sms', 'u-1', '{state}', 1,
+                             {at}, {at})",
+                    k = key(1)
+                ),
+            )
+            .await;
+        }
+
+        // The new Herald: the dead letter replayed, and a late bounce ends it again.
+        let store = db.store_with(StoreOptions { publications: true }).await;
+        let replay = Replay {
+            tenant: "default".into(),
+            selector: ReplaySelector::Ids(vec![key(1)]),
+            now_us: T0 + 30,
+            requested_by: Some("ops".into()),
+            limit: 10,
+            traceparent: None,
+        };
+        store.dead_letters_replay(replay).await.unwrap();
+        store.receipt_record(receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
+        let rows =
+            store.publications_claim(PublicationClaim { now_us: T0 + 100, lease_us: 0, limit: 100 }).await.unwrap();
+        let new: Vec<(&str, &str, Option<&str>)> =
+            rows.iter().map(|p| (p.msg_id.as_str(), p.state.as_str(), p.reason.as_deref())).collect();
+        let want = format!("{}:dead:2", key(1));
+        assert_eq!(new, vec![(want.as_str(), "dead", Some("hard_bounce"))], "{backend:?}");
+    }
+}
