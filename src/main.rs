@@ -521,8 +521,18 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
                 }
             };
             let now = jiff::Timestamp::now().as_microsecond();
-            let replay = Replay { tenant, selector, now_us: now, requested_by: Some("cli".into()), limit: 10_000 };
-            let results = store.dead_letters_replay(replay).await?;
+            let replay = Replay {
+                tenant,
+                selector,
+                now_us: now,
+                requested_by: Some("cli".into()),
+                limit: 10_000,
+                traceparent: None,
+            };
+            // A caller's trace in `TRACEPARENT`, as OpenTelemetry passes one
+            // to a process through its environment.
+            let caller = std::env::var("TRACEPARENT").ok().as_deref().and_then(herald::ops::trace::TraceParent::parse);
+            let results = herald::ops::replay::replay(store.as_ref(), replay, caller).await?;
             let mut queued = 0;
             let mut by_reason = std::collections::BTreeMap::<&str, usize>::new();
             for r in &results {

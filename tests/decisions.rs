@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::digest::{DIGEST_ROUTE, templates_with_digest};
 use common::{FakeSms, Reply, TestApp, TestClock, TestDb, backends, sms_event};
 use herald::clock::Clock;
 use herald::deliver::digest::DigestCloser;
@@ -15,37 +16,6 @@ use std::time::Duration;
 fn id_of(body: &Value) -> String {
     body["intents"][0]["id"].as_str().unwrap().to_string()
 }
-
-/// The repository's templates plus a digest template.
-fn templates_with_digest() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/po_approved");
-    for entry in
-        ["template.toml", "fixtures.json", "en/sms.j2", "en/in_app.j2", "en/email.subject.j2", "en/email.txt.j2"]
-    {
-        let to = dir.path().join("po_approved").join(entry);
-        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(src.join(entry), to).unwrap();
-    }
-    let digest = dir.path().join("po_digest/en");
-    std::fs::create_dir_all(&digest).unwrap();
-    std::fs::write(
-        dir.path().join("po_digest/template.toml"),
-        "revision = \"1\"\ndefault_locale = \"en\"\nsms_max_segments = 3\n",
-    )
-    .unwrap();
-    std::fs::write(digest.join("sms.j2"), "{{ count }} approved: {% for m in members %}{{ m.entity.id }} {% endfor %}")
-        .unwrap();
-    dir
-}
-
-const DIGEST_ROUTE: &str = r#"
-[[routes]]
-event = "purchase_order.batched"
-template = "po_approved"
-channels = ["sms"]
-digest = { window = "1h", key = "{{ entity.type }}", template = "po_digest" }
-"#;
 
 /// An app with the digest route, its templates, and a clock at 10:05.
 async fn digest_app(db: &TestDb, sms: &FakeSms, templates: &std::path::Path) -> (common::Spawned, Arc<TestClock>) {

@@ -187,3 +187,80 @@ async fn a_dry_run_refuses_what_a_real_post_refuses() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_dry_run_shows_each_intent_in_the_mode_a_real_post_would_plan_it() {
+    // In-app observed only, on every route; a second route observed whole;
+    // the deployment live.
+    let config = r#"
+[channels.in_app]
+mode = "shadow"
+[[routes]]
+event = "purchase_order.observed"
+template = "po_approved"
+channels = ["sms"]
+mode = "shadow"
+"#;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app =
+            TestApp::new(&db).without_workers().with_sms_url("http://127.0.0.1:9/sms").with_toml(config).spawn().await;
+        let mut ev = sms_event("PO-DRY-MODE", "+15550000131");
+        ev["channels"] = json!(["sms", "in_app"]);
+        let (status, body) = dry(&app, &ev, None, "dry_run=true").await;
+        assert_eq!(status, 200, "{body}");
+        let modes: Vec<(String, String)> = (body["intents"].as_array().unwrap().iter())
+            .map(|i| (i["channel"].as_str().unwrap().to_string(), i["mode"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!(modes, vec![("sms".into(), "live".into()), ("in_app".into(), "shadow".into())], "{backend:?}");
+
+        let mut observed = sms_event("PO-DRY-MODE-2", "+15550000132");
+        observed["type"] = json!("purchase_order.observed");
+        let (status, body) = dry(&app, &observed, None, "dry_run=true").await;
+        assert_eq!((status, body["intents"][0]["mode"].as_str()), (200, Some("shadow")), "{body}");
+        app.running.stop().await;
+
+        // The deployment in shadow, the SMS channel live: the channel, most
+        // specific, wins.
+        let sms_live = "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\ntimeout = \"1s\"\nmode = \"live\"\n";
+        let shadow = TestApp::new(&db).without_workers().with_mode("shadow").with_toml(sms_live).spawn().await;
+        let (status, body) = dry(&shadow, &ev, None, "dry_run=true").await;
+        assert_eq!(status, 200, "{body}");
+        let modes: Vec<&str> =
+            body["intents"].as_array().unwrap().iter().map(|i| i["mode"].as_str().unwrap()).collect();
+        assert_eq!(modes, vec!["live", "shadow"], "{backend:?}: {body}");
+        // Posted for real in shadow, the in-app intent exists in shadow mode.
+        let (status, _, _) = shadow.post_event(&ev, None).await;
+        assert_eq!(status, 202);
+        shadow.running.stop().await;
+
+        // Whatever the configuration says now, an intent that exists keeps
+        // the mode it was planned in.
+        let live = TestApp::new(&db).without_workers().with_sms_url("http://127.0.0.1:9/sms").spawn().await;
+        let mut wider = ev.clone();
+        wider["recipients"] = json!([ev["recipients"][0].clone(), {"id": "u-new", "phone": "+15550000133"}]);
+        let (status, body) = dry(&live, &wider, None, "dry_run=true").await;
+        assert_eq!(status, 200, "{body}");
+        let seen: Vec<(String, String, bool, String)> = (body["intents"].as_array().unwrap().iter())
+            .map(|i| {
+                (
+                    i["recipient_id"].as_str().unwrap().to_string(),
+                    i["channel"].as_str().unwrap().to_string(),
+                    i["exists"].as_bool().unwrap(),
+                    i["mode"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("u-PO-DRY-MODE".into(), "sms".into(), true, "live".into()),
+                ("u-PO-DRY-MODE".into(), "in_app".into(), true, "shadow".into()),
+                ("u-new".into(), "sms".into(), false, "live".into()),
+                ("u-new".into(), "in_app".into(), false, "live".into()),
+            ],
+            "{backend:?}"
+        );
+        live.running.stop().await;
+    }
+}

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{FakeSms, Spawned, TestApp, TestDb, backends};
+use common::digest::{DIGEST_ROUTE, templates_with_digest};
+use common::{FakeSms, Spawned, TestApp, TestClock, TestDb, backends, count, sms_event};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -279,6 +280,137 @@ async fn switching_to_live_sends_only_what_is_planned_afterwards() {
         assert_eq!((status, replay["intents"][0]["state"].as_str()), (200, Some("shadowed")));
         assert_eq!(sms.calls(), 1, "{backend:?}: only the intent planned live was sent");
         assert_eq!(sms.sent_to("+9779800000001")[0].idempotency_key.as_deref(), Some(c.as_str()));
+        live.running.stop().await;
+    }
+}
+
+/// A member of the digest route's window for `u-digest`, posted now.
+async fn post_member(app: &Spawned, entity: &str, phone: &str) -> String {
+    let mut ev = sms_event(entity, phone);
+    ev["type"] = json!("purchase_order.batched");
+    ev["recipients"] = json!([{"id": "u-digest", "phone": phone}]);
+    let (status, body, _) = app.post_event(&ev, None).await;
+    assert_eq!((status, body["intents"][0]["decision"].as_str()), (202, Some("digest")), "{body}");
+    body["intents"][0]["key"].as_str().unwrap().to_string()
+}
+
+/// `herald why` for one member of the digest route.
+async fn why(db: &TestDb, entity: &str) -> String {
+    let store = db.store().await;
+    let history =
+        herald::why::history(store.as_ref(), "default", ("purchase_order", entity), "u-digest").await.unwrap();
+    herald::why::timeline(("purchase_order", entity), "u-digest", &history)
+}
+
+#[tokio::test]
+async fn an_all_shadow_digest_closes_shadowed_with_no_provider_call_and_no_attempt() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_templates_dir(templates.path())
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE)
+            .with_mode("shadow")
+            .spawn()
+            .await;
+        let phone = "+15550000301";
+        let first = post_member(&app, "PO-SD1", phone).await;
+        clock.set("2026-06-01T10:06:00Z");
+        let second = post_member(&app, "PO-SD2", phone).await;
+        clock.set("2026-06-01T11:00:00Z");
+
+        let member = app.wait_state(&first, &["digested"]).await;
+        assert_eq!(member["mode"], "shadow");
+        let digest_id = member["digest_id"].as_str().expect("a link to the digest").to_string();
+        let digest = app.wait_state(&digest_id, &["shadowed", "queued", "sending", "sent"]).await;
+        assert_eq!(digest["state"], "shadowed", "{backend:?}: {digest}");
+        assert_eq!(digest["mode"], "shadow");
+        assert_eq!(digest["content"]["body"], "2 approved: PO-SD1 PO-SD2", "rendered and frozen as live would");
+        assert_eq!(digest["would_have_sent"]["to"], "+15550****01", "masked");
+        assert_eq!(digest["would_have_sent"]["payload_digest"], digest["payload_digest"]);
+        assert_eq!((digest["attempt_count"].as_i64(), digest["attempts"].clone()), (Some(0), json!([])));
+        assert_eq!(app.wait_state(&second, &["digested"]).await["digest_id"], digest_id.as_str());
+
+        // Nothing queued, nothing attempted, no provider called; give a
+        // worker that would take a job the time to do it.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM jobs").await, 0, "{backend:?}: a job was queued");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM attempts").await, 0, "{backend:?}: an attempt was made");
+        assert_eq!(sms.calls(), 0, "{backend:?}: a provider was called");
+        assert_eq!(app.get(&format!("/v1/intents/{digest_id}")).await.1["state"], "shadowed");
+
+        let text = why(&db, "PO-SD1").await;
+        assert!(
+            text.contains("in shadow mode") && text.contains(&format!("now digested, in digest {digest_id}")),
+            "{text}"
+        );
+        app.running.stop().await;
+    }
+}
+
+/// A window that was open when its route went from shadow to live: the
+/// member planned in shadow was sent by the system Herald shadowed, so the
+/// live digest carries only what was planned live, and the shadow member
+/// ends `shadowed`, never sent by Herald.
+#[tokio::test]
+async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = |mode: Option<&'static str>| {
+            let mut b = TestApp::new(&db)
+                .with_sms(&sms)
+                .with_templates_dir(templates.path())
+                .with_clock(clock.clone())
+                .with_toml(DIGEST_ROUTE);
+            if let Some(m) = mode {
+                b = b.with_mode(m);
+            }
+            b.spawn()
+        };
+        let phone = "+15550000302";
+        let shadow = app(Some("shadow")).await;
+        let observed = post_member(&shadow, "PO-MX1", phone).await;
+        shadow.running.stop().await;
+
+        let live = app(None).await;
+        clock.set("2026-06-01T10:06:00Z");
+        let sent_live = post_member(&live, "PO-MX2", phone).await;
+        clock.set("2026-06-01T11:00:00Z");
+
+        let member = live.wait_state(&sent_live, &["digested"]).await;
+        let digest_id = member["digest_id"].as_str().expect("a link to the digest").to_string();
+        let digest = live.wait_state(&digest_id, &["sent", "shadowed", "dead"]).await;
+        assert_eq!((digest["state"].as_str(), digest["mode"].as_str()), (Some("sent"), Some("live")), "{digest}");
+        assert_eq!(digest["content"]["body"], "1 approved: PO-MX2", "{backend:?}: the shadow member was sent");
+        assert_eq!(sms.calls(), 1);
+        assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-MX2"));
+
+        let shadowed = live.wait_state(&observed, &["shadowed", "digested"]).await;
+        assert_eq!(
+            (shadowed["state"].as_str(), shadowed["mode"].as_str()),
+            (Some("shadowed"), Some("shadow")),
+            "{backend:?}: {shadowed}"
+        );
+        assert_eq!(shadowed["digest_id"], digest_id.as_str(), "still linked to the window it joined");
+        assert_eq!(shadowed["would_have_sent"]["to"], "+15550****02");
+        assert_eq!(shadowed["attempt_count"], 0);
+
+        let text = why(&db, "PO-MX1").await;
+        for expected in [
+            "decided: digest",
+            "in shadow mode",
+            "shadow mode: would have sent sms to +15550****02; no provider was called",
+            &format!("now shadowed, in digest {digest_id}"),
+        ] {
+            assert!(text.contains(expected), "{backend:?}: missing {expected:?} in:\n{text}");
+        }
         live.running.stop().await;
     }
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{TestDb, backends};
-use herald::intent::{OutcomeClass, Reason, State};
+use herald::intent::{Mode, OutcomeClass, Reason, State};
 use herald::store::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -727,6 +727,9 @@ async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is
         let close = DigestClose {
             digest: closing,
             member_keys: vec![key(1)],
+            shadowed_members: vec![],
+            traceparent: None,
+            links: None,
             intent: digest_intent,
             event_digest: "digest-event".into(),
             event_body: "{}".into(),
@@ -797,6 +800,7 @@ async fn retention_forgets_a_dead_letter_replay_with_its_intent_or_by_age() {
             now_us: at,
             requested_by: Some("test".into()),
             limit: 10,
+            traceparent: None,
         };
         store.dead_letters_replay(replay(vec![key(1), key(2)], T0)).await.unwrap();
         // both die again: key 1 at once, key 2 much later
@@ -1515,6 +1519,9 @@ fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> Di
     DigestClose {
         digest: window,
         member_keys,
+        shadowed_members: vec![],
+        traceparent: None,
+        links: None,
         intent,
         event_digest: "digest-event".into(),
         event_body: r#"{"digest":"w"}"#.into(),
@@ -1652,7 +1659,14 @@ async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across()
 }
 
 fn replay(selector: ReplaySelector, tenant: &str, at: i64) -> Replay {
-    Replay { tenant: tenant.into(), selector, now_us: at, requested_by: Some("ops".into()), limit: 10 }
+    Replay {
+        tenant: tenant.into(),
+        selector,
+        now_us: at,
+        requested_by: Some("ops".into()),
+        limit: 10,
+        traceparent: None,
+    }
 }
 
 #[tokio::test]
@@ -1902,10 +1916,11 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
         claimed.sort_by(|a, b| a.msg_id.cmp(&b.msg_id));
         let ids: Vec<&str> = claimed.iter().map(|p| p.msg_id.as_str()).collect();
         let want = [
-            format!("{}:delivered:1", key(1)),
+            // Each intent's publications numbered 1, 2, … in the order they happened.
+            format!("{}:delivered:2", key(1)),
             format!("{}:sent:1", key(1)),
-            format!("{}:held:0", key(2)),
-            format!("{}:suppressed:0", key(3)),
+            format!("{}:held:1", key(2)),
+            format!("{}:suppressed:1", key(3)),
             format!("{}:dead:2", key(4)),
             format!("{}:unknown:1", key(4)),
         ];
@@ -1925,5 +1940,154 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
         assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 400, 100).await.unwrap(), 0);
         assert_eq!(store.retention_batch(PruneStep::Publications, T0 + 500, 100).await.unwrap(), 4);
         assert_eq!(store.publications_backlog().await.unwrap().unpublished, 2);
+    }
+}
+
+const TP_A: &str = "00-0000000000000000000000000000000a-000000000000000a-01";
+const TP_B: &str = "00-0000000000000000000000000000000b-000000000000000b-01";
+
+#[tokio::test]
+async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_trace_with_links() {
+    each_backend(|store| async move {
+        // Two requests in one batch (on Postgres, the set-wise path), each
+        // with its trace; one member planned in shadow.
+        let batch: Vec<Ingest> = [(1, TP_A, Mode::Shadow), (2, TP_B, Mode::Live)]
+            .into_iter()
+            .map(|(n, tp, mode)| {
+                let mut member = new_intent(&key(n), "email", None);
+                member.digest = Some(NewDigest {
+                    key: key(WINDOW),
+                    event_type: "comment.created".into(),
+                    channel: "email".into(),
+                    recipient_id: "u-1".into(),
+                    group_key: "PO-1".into(),
+                    destination: Some("a@example.com".into()),
+                    locale: Some("en".into()),
+                    window_start: T0,
+                    closes_at: T0 + DAY,
+                });
+                (member.decision, member.state, member.mode) = ("digest".into(), "held".into(), mode);
+                let mut ingest = ingest(&format!("r{n}"), &format!("fp{n}"), vec![member]);
+                (ingest.event_key, ingest.now_us, ingest.traceparent) =
+                    (format!("default|e|x|{n}|t"), T0 + i64::from(n), Some(tp.into()));
+                ingest
+            })
+            .collect();
+        for outcome in store.events_ingest_batch(batch).await {
+            assert!(matches!(outcome.unwrap(), IngestOutcome::Accepted { any_created: true, .. }));
+        }
+        let members = store.digest_members(&key(WINDOW)).await.unwrap();
+        let traces: Vec<Option<&str>> = members.iter().map(|m| m.traceparent.as_deref()).collect();
+        assert_eq!(traces, vec![Some(TP_A), Some(TP_B)], "each intent keeps the trace that planned it");
+
+        let window = store.digests_due(T0 + DAY, 10).await.unwrap().remove(0);
+        let close = DigestClose {
+            shadowed_members: vec![key(1)],
+            traceparent: Some("00-000000000000000000000000000000dd-00000000000000dd-01".into()),
+            links: Some(format!("{TP_A} {TP_B}")),
+            ..closing(window, vec![key(1), key(2)], new_intent(&key(WINDOW), "email", Some(T0 + DAY)))
+        };
+        assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
+        let state = |d: IntentDetail| (d.intent.state, d.intent.link_key);
+        let left_out = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("planned in shadow"));
+        assert_eq!(state(left_out), (State::Shadowed, Some(key(WINDOW))), "planned in shadow: never in a live digest");
+        let digested = store.intent_get("default", &key(2)).await.unwrap().unwrap();
+        assert_eq!(state(digested), (State::Digested, Some(key(WINDOW))));
+
+        let jobs = store.jobs_claim(claim(T0 + DAY, 10)).await.unwrap();
+        assert_eq!(jobs.len(), 1, "the digest alone");
+        assert_eq!(jobs[0].traceparent.as_deref(), Some("00-000000000000000000000000000000dd-00000000000000dd-01"));
+        assert_eq!(jobs[0].links, Some(format!("{TP_A} {TP_B}")));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_replayed_dead_letter_continues_the_replays_trace_linked_to_its_original() {
+    each_backend(|store| async move {
+        let mut dead = settled(&key(1), "sms", "dead", T0);
+        dead.traceparent = Some(TP_A.into());
+        store.events_ingest(dead).await.unwrap();
+        let replay =
+            Replay { traceparent: Some(TP_B.into()), ..replay(ReplaySelector::Ids(vec![key(1)]), "default", T0 + 10) };
+        let results = store.dead_letters_replay(replay).await.unwrap();
+        assert_eq!(results[0].outcome, ReplayOutcome::Queued);
+        let jobs = store.jobs_claim(claim(T0 + 10, 10)).await.unwrap();
+        assert_eq!(
+            (jobs[0].traceparent.as_deref(), jobs[0].links.as_deref()),
+            (Some(TP_B), Some(TP_A)),
+            "the replay's trace, linked to the request that planned it"
+        );
+    })
+    .await;
+}
+
+/// A replayed dead letter can end again without another attempt: a late
+/// receipt for the try it already had ends the wait (dead again on a bounce,
+/// sent again on a complaint). Each of those transitions is its own
+/// publication, with its own `Nats-Msg-Id`; the same transition offered again
+/// keeps its id, so the stream's duplicate window still drops a re-publication.
+#[tokio::test]
+async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again() {
+    use herald::receipt::DeliveryStatus;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store_with(StoreOptions { publications: true }).await;
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.jobs_claim(claim(T0, 10)).await.unwrap();
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let receipt = |status: DeliveryStatus, at: i64| NewReceipt {
+            target: ReceiptTarget::Key(key(1)),
+            channel: Some("sms".into()),
+            source: "twilio".into(),
+            provider_message_id: Some("m-1".into()),
+            status,
+            provider_status: status.as_str().into(),
+            reason: None,
+            now_us: at,
+        };
+        let replay = |at: i64| Replay {
+            tenant: "default".into(),
+            selector: ReplaySelector::Ids(vec![key(1)]),
+            now_us: at,
+            requested_by: Some("ops".into()),
+            limit: 10,
+            traceparent: None,
+        };
+        let state = || async { store.intent_get("default", &key(1)).await.unwrap().unwrap().intent };
+
+        // sent → dead (undelivered) → replayed → dead (hard_bounce) → replayed → sent (complained)
+        store.receipt_record(receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
+        store.dead_letters_replay(replay(T0 + 30)).await.unwrap();
+        store.receipt_record(receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
+        let again = state().await;
+        assert_eq!((again.state, again.reason.as_deref(), again.attempts), (State::Dead, Some("hard_bounce"), 1));
+        store.dead_letters_replay(replay(T0 + 50)).await.unwrap();
+        store.receipt_record(receipt(DeliveryStatus::Complained, T0 + 60)).await.unwrap();
+        let last = state().await;
+        assert_eq!((last.state, last.attempts), (State::Sent, 1), "{backend:?}");
+
+        let claim = |now_us| PublicationClaim { now_us, lease_us: 0, limit: 100 };
+        let mut rows = store.publications_claim(claim(T0 + 100)).await.unwrap();
+        rows.sort_by_key(|p| p.at);
+        let seen: Vec<(&str, Option<&str>, i64)> =
+            rows.iter().map(|p| (p.state.as_str(), p.reason.as_deref(), p.at)).collect();
+        assert_eq!(
+            seen,
+            vec![
+                ("sent", None, T0 + 10),
+                ("dead", Some("undelivered"), T0 + 20),
+                ("dead", Some("hard_bounce"), T0 + 40),
+                ("sent", None, T0 + 60),
+            ],
+            "{backend:?}: every transition is a publication"
+        );
+        let ids: HashSet<&str> = rows.iter().map(|p| p.msg_id.as_str()).collect();
+        assert_eq!(ids.len(), 4, "{backend:?}: each transition its own msg_id: {ids:?}");
+        // Offered again (the lease lapsed): the same transitions, the same ids.
+        let offered_again = store.publications_claim(claim(T0 + 200)).await.unwrap();
+        let ids_again: HashSet<&str> = offered_again.iter().map(|p| p.msg_id.as_str()).collect();
+        assert_eq!(ids_again, ids, "{backend:?}");
     }
 }

@@ -250,6 +250,118 @@ async fn an_invalid_traceparent_starts_a_trace_of_its_own() {
     app.running.stop().await;
 }
 
+/// The span ids a span links to, by trace id.
+fn links(span: &SpanData) -> Vec<(String, String)> {
+    (span.links.links.iter())
+        .map(|l| (hex(l.span_context.trace_id()), format!("{:016x}", l.span_context.span_id())))
+        .collect()
+}
+
+fn span_id(span: &SpanData) -> String {
+    format!("{:016x}", span.span_context.span_id())
+}
+
+#[tokio::test]
+async fn a_replayed_dead_letter_is_attempted_in_the_replay_requests_trace_linked_to_the_original() {
+    let _guard = traced();
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let phone = "+15550005001";
+        sms.script(phone, vec![Reply::status(503, json!({"error": "busy"})), Reply::ok("m-replayed")]);
+        let app = TestApp::new(&db).with_sms(&sms).with_retry(1, "10ms", "20ms").spawn().await;
+        let n = backend as u128;
+        let (original, replaying) = (format!("{:032x}", 0x0a11_u128 + n), format!("{:032x}", 0x0b22_u128 + n));
+        let (status, body) = post(
+            &app,
+            &sms_event(&format!("PO-REPLAY-{backend:?}"), phone),
+            None,
+            Some(&format!("00-{original}-00000000000000a1-01")),
+        )
+        .await;
+        assert_eq!(status, 202, "{body}");
+        let key = body["intents"][0]["key"].as_str().unwrap().to_string();
+        app.wait_state(&key, &["dead"]).await;
+        let first = spans_of(&original, |s| has(s, "record", 1) && has(s, "ingest", 1)).await;
+        let ingest = named(&first, "ingest")[0];
+
+        // The operator's replay, in a trace of the operator's own.
+        let resp = (app.client.post(format!("{}/v1/dead-letters/replay", app.base)))
+            .header("traceparent", format!("00-{replaying}-00000000000000b2-01"))
+            .json(&json!({"ids": [key]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        app.wait_state(&key, &["sent"]).await;
+        let spans = spans_of(&replaying, |s| has(s, "record", 1) && has(s, "replay", 1)).await;
+        let replay = named(&spans, "replay")[0];
+        assert_eq!(format!("{:016x}", replay.parent_span_id), "00000000000000b2", "the caller's span");
+        assert!(replay.parent_span_is_remote);
+        assert_eq!(attr(replay, "herald.replayed").as_deref(), Some("1"));
+        let attempt = named(&spans, "attempt")[0];
+        assert_eq!(attempt.parent_span_id, replay.span_context.span_id(), "{backend:?}: under the replay");
+        assert_eq!(attr(attempt, "herald.attempt").as_deref(), Some("2"));
+        assert_eq!(attr(attempt, "herald.outcome").as_deref(), Some("accepted"));
+        assert_eq!(links(attempt), vec![(original.clone(), span_id(ingest))], "linked to the request that planned it");
+        // Nothing of the replay landed in the original trace.
+        let first = spans_of(&original, |s| has(s, "attempt", 1)).await;
+        assert_eq!(named(&first, "attempt").len(), 1, "{backend:?}");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_digest_is_sent_in_a_trace_of_its_own_linked_to_its_members_requests() {
+    use common::digest::{DIGEST_ROUTE, templates_with_digest};
+    let _guard = traced();
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        let clock = common::TestClock::at("2026-06-01T10:05:00Z");
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_templates_dir(templates.path())
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE)
+            .spawn()
+            .await;
+        let phone = "+15550005002";
+        let mut members = Vec::new();
+        for (m, entity) in ["PO-DT1", "PO-DT2"].iter().enumerate() {
+            clock.set(&format!("2026-06-01T10:0{}:00Z", 5 + m));
+            let trace_id = format!("{:032x}", 0x0d00_u128 + 16 * m as u128 + backend as u128);
+            let mut ev = sms_event(entity, phone);
+            ev["type"] = json!("purchase_order.batched");
+            // A window per backend: the digest's trace is derived from its key.
+            ev["recipients"] = json!([{"id": format!("u-digest-{backend:?}"), "phone": phone}]);
+            let (status, body) = post(&app, &ev, None, Some(&format!("00-{trace_id}-00000000000000c3-01"))).await;
+            assert_eq!((status, body["intents"][0]["decision"].as_str()), (202, Some("digest")), "{body}");
+            let ingest = spans_of(&trace_id, |s| has(s, "ingest", 1)).await;
+            members.push((trace_id, span_id(named(&ingest, "ingest")[0]), body["intents"][0]["key"].clone()));
+        }
+        clock.set("2026-06-01T11:00:00Z");
+        let member = app.wait_state(members[0].2.as_str().unwrap(), &["digested"]).await;
+        let digest_key = member["digest_id"].as_str().unwrap().to_string();
+        app.wait_state(&digest_key, &["sent"]).await;
+
+        let trace_id = TraceParent::derived(&format!("digest|{digest_key}")).trace_id_hex();
+        let spans = spans_of(&trace_id, |s| has(s, "record", 1) && has(s, "digest", 1)).await;
+        let digest = named(&spans, "digest")[0];
+        assert_eq!(digest.parent_span_id, opentelemetry::trace::SpanId::INVALID, "a root");
+        assert_eq!(attr(digest, "herald.outcome").as_deref(), Some("closed"));
+        assert_eq!(attr(digest, "herald.members").as_deref(), Some("2"));
+        let expected: Vec<(String, String)> = members.iter().map(|(t, s, _)| (t.clone(), s.clone())).collect();
+        assert_eq!(links(digest), expected, "{backend:?}: the closing links to its members' requests");
+        let attempt = named(&spans, "attempt")[0];
+        assert_eq!(attempt.parent_span_id, digest.span_context.span_id(), "the send continues the closing");
+        assert_eq!(attr(attempt, "herald.intent_key").as_deref(), Some(digest_key.as_str()));
+        assert_eq!(links(attempt), expected, "{backend:?}: the send links to its members' requests");
+        app.running.stop().await;
+    }
+}
+
 mod otlp {
     //! Two `herald serve` processes export to a receiver in this test.
 

@@ -12,6 +12,7 @@ use crate::store::{AttemptRow, DeadLetterFilter, ReceiptRow, Replay, ReplaySelec
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -180,6 +181,9 @@ pub async fn summary(
 /// `{"ids": [...]}` or `{"reason": "...", "since": "..."}`.
 /// Put dead letters back on the queue: the same intents, same key, same frozen content.
 #[utoipa::path(post, path = "/v1/dead-letters/replay", operation_id = "replay_dead_letters", tag = "dead letters", security(("bearer" = ["ops"])),
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context: the replayed notifications' \
+        attempts continue this trace, each linked to the trace of the request that first planned it. Invalid or \
+        absent: a trace of its own.")),
     request_body(content = crate::api::openapi::doc::ReplayRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "What was queued again and what was skipped, and why.", body = crate::api::openapi::doc::ReplayResult),
@@ -189,7 +193,12 @@ pub async fn summary(
         (status = 413, response = crate::api::openapi::doc::PayloadTooLarge),
         (status = 500, response = crate::api::openapi::doc::Internal),
     ))]
-pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn replay(
+    State(app): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
     let v = read_strict(&body)?;
     let obj = v.as_object().ok_or_else(|| ApiError::bad_request("body must be a JSON object"))?;
@@ -221,16 +230,15 @@ pub async fn replay(State(app): State<AppState>, caller: Caller, body: Bytes) ->
         }
         _ => return Err(ApiError::bad_request("give either \"ids\" or \"reason\" (with an optional \"since\")")),
     };
-    let results = app
-        .store
-        .dead_letters_replay(Replay {
-            tenant: caller.tenant.as_str().to_string(),
-            selector,
-            now_us: micros(app.clock.now()),
-            requested_by: caller.name.clone(),
-            limit: REPLAY_LIMIT,
-        })
-        .await?;
+    let replay = Replay {
+        tenant: caller.tenant.as_str().to_string(),
+        selector,
+        now_us: micros(app.clock.now()),
+        requested_by: caller.name.clone(),
+        limit: REPLAY_LIMIT,
+        traceparent: None,
+    };
+    let results = crate::ops::replay::replay(app.store.as_ref(), replay, super::events::trace_of(&headers)).await?;
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();

@@ -59,11 +59,7 @@ pub async fn post_event(
         }
     })?;
     let key = idempotency_key(&headers)?;
-    // W3C trace context: an invalid header is ignored, as the recommendation
-    // asks, and the request starts a trace of its own.
-    let trace = (headers.get(crate::ops::trace::TRACEPARENT))
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::ops::trace::TraceParent::parse);
+    let trace = trace_of(&headers);
     let request = Request { tenant: &caller.tenant, idempotency_key: key.as_deref(), body: &body, trace };
     if query.dry_run == Some(true) {
         let dry = app.ingest.dry_run(request).await?;
@@ -106,9 +102,11 @@ fn dry_run_view(dry: &DryRun) -> Value {
         .iter()
         .map(|i| {
             let existing = dry.existing.iter().find(|e| e.key == i.key);
-            let (decision, reason, state) = match existing {
-                Some(e) => (e.decision.as_str(), &e.reason, e.state.as_str()),
-                None => (i.decision.as_str(), &i.reason, i.state.as_str()),
+            // Shadow or live as the deployment, route and channel decide it
+            // now; an intent that exists keeps the mode it was planned in.
+            let (decision, reason, state, mode) = match existing {
+                Some(e) => (e.decision.as_str(), &e.reason, e.state.as_str(), e.mode),
+                None => (i.decision.as_str(), &i.reason, i.state.as_str(), i.mode),
             };
             let (digest, content) = match &i.payload {
                 Some((digest, text)) => (Some(digest.as_str()), serde_json::from_str(text).unwrap_or(Value::Null)),
@@ -123,6 +121,7 @@ fn dry_run_view(dry: &DryRun) -> Value {
                 "reason": reason,
                 "detail": i.detail,
                 "state": state,
+                "mode": mode,
                 "destination": i.destination.as_deref().map(|d| mask_for_channel(&i.channel, d)),
                 "template": {"id": i.template_id, "revision": i.template_revision, "locale": i.locale},
                 "payload_digest": digest,
@@ -137,6 +136,14 @@ fn replayed(response: IngestResponse) -> Response {
     let mut resp = (StatusCode::OK, Json(IngestResponse { replayed: true, ..response })).into_response();
     resp.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
     resp
+}
+
+/// The caller's W3C trace context. An invalid header is ignored, as the
+/// recommendation asks, and the request starts a trace of its own.
+pub(super) fn trace_of(headers: &HeaderMap) -> Option<crate::ops::trace::TraceParent> {
+    (headers.get(crate::ops::trace::TRACEPARENT))
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::ops::trace::TraceParent::parse)
 }
 
 /// `application/json`, or any `application/…+json`.

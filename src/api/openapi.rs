@@ -362,6 +362,10 @@ pub mod doc {
         /// A template error's message, when rendering failed.
         pub detail: Option<String>,
         pub state: StateName,
+        /// `shadow`: a real post would plan it observe-only (it would end `shadowed`
+        /// where live sends), as the deployment's, route's and channel's `mode`
+        /// decide; an intent that exists shows the mode it was planned in.
+        pub mode: ModeName,
         /// Masked, e.g. a***@example.com, +97798******00.
         pub destination: Option<String>,
         pub template: TemplateRef,

@@ -169,16 +169,15 @@ pub async fn replay(
     op.check_csrf(&app.console, &sel.csrf)?;
     may_replay(&op)?;
     let selector = sel.selector()?;
-    let results = app
-        .store
-        .dead_letters_replay(Replay {
-            tenant: op.tenant().to_string(),
-            selector,
-            now_us: micros(app.clock.now()),
-            requested_by: Some(format!("console:{}", op.name())),
-            limit: REPLAY_LIMIT,
-        })
-        .await?;
+    let replay = Replay {
+        tenant: op.tenant().to_string(),
+        selector,
+        now_us: micros(app.clock.now()),
+        requested_by: Some(format!("console:{}", op.name())),
+        limit: REPLAY_LIMIT,
+        traceparent: None,
+    };
+    let results = crate::ops::replay::replay(app.store.as_ref(), replay, None).await?;
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     for r in results {

@@ -3,6 +3,17 @@
 //! intent, which is queued like any other; the members become `digested`,
 //! linked to it. Any number of processes may run this: the store lets exactly
 //! one close a window.
+//!
+//! Shadow mode: a window whose members were all planned in shadow closes
+//! into a `shadowed` digest (rendered and frozen, never queued). A window
+//! open across the switch of its route from shadow to live holds both: the
+//! digest goes live with only the members planned live, and each member
+//! planned in shadow ends `shadowed` on its own — the system Herald shadowed
+//! sent it, and Herald sends only what was planned live.
+//!
+//! Each close runs in a `digest` span of its own trace (derived from the
+//! window's key), linked to the traces of its members' requests; the digest's
+//! job continues it, and its attempts link to those traces too.
 
 use crate::clock::Clock;
 use crate::config::Route;
@@ -10,6 +21,7 @@ use crate::event::identity::sha256_hex;
 use crate::event::{Channel, OccurredAt, canonical_json};
 use crate::intent::{Decision, Mode, Reason, State};
 use crate::ops::log::TemplateRef;
+use crate::ops::trace::{self, TraceParent};
 use crate::render::TemplateSet;
 use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, Store, StoreResult};
 use serde_json::{Value, json};
@@ -17,6 +29,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 pub struct DigestCloser {
     pub store: Arc<dyn Store>,
@@ -25,11 +39,15 @@ pub struct DigestCloser {
     pub clock: Arc<dyn Clock>,
 }
 
-/// A digest is shadowed when every member was planned in shadow; one live
-/// member (the route was switched to live within the window) makes it live,
-/// since the system Herald shadowed never saw that member.
-fn digest_mode(members: &[DigestMember]) -> Mode {
-    if !members.is_empty() && members.iter().all(|m| m.intent.mode == Mode::Shadow) { Mode::Shadow } else { Mode::Live }
+/// What a window's members make of its digest: shadowed when every member
+/// was planned in shadow, else live with only the members planned live (the
+/// route was switched to live within the window: the system Herald shadowed
+/// has sent the others, and never sees the live ones). Returns the mode,
+/// the members the digest is made of, and those that end `shadowed` alone.
+fn split(members: &[DigestMember]) -> (Mode, Vec<&DigestMember>, Vec<&DigestMember>) {
+    let (live, shadow): (Vec<&DigestMember>, Vec<&DigestMember>) =
+        members.iter().partition(|m| m.intent.mode == Mode::Live);
+    if live.is_empty() && !shadow.is_empty() { (Mode::Shadow, shadow, Vec::new()) } else { (Mode::Live, live, shadow) }
 }
 
 fn parse_json(text: Option<&str>) -> Value {
@@ -69,14 +87,53 @@ impl DigestCloser {
         Ok(closed)
     }
 
+    /// One try at closing a window, in its `digest` span.
     async fn close_one(&self, digest: &DigestRow, now_us: i64) -> StoreResult<DigestCloseOutcome> {
         let members = self.store.digest_members(&digest.key).await?;
-        let close = self.prepare(digest, &members, now_us);
+        let span = tracing::info_span!(
+            parent: None,
+            "digest",
+            herald.intent_key = %digest.key,
+            herald.channel = %digest.channel,
+            herald.members = members.len(),
+            herald.mode = Empty,
+            herald.outcome = Empty,
+        );
+        let links = trace::links_text(members.iter().filter_map(|m| m.traceparent.as_deref()));
+        // Links first: the span is built when its trace is chosen.
+        trace::link(&span, &trace::parse_links(links.as_deref()));
+        let own = TraceParent::derived(&format!("digest|{}", digest.key));
+        trace::start_trace(&span, own.trace_id);
+        let mut close = self.prepare(digest, &members, now_us);
+        close.traceparent = Some(trace::traceparent_of(&span, own).to_string());
+        close.links = links;
+        span.record("herald.mode", close.intent.mode.as_str());
         let shadowed = (close.intent.state == State::Shadowed.as_str()).then(|| close.intent.clone());
-        let outcome = self.store.digest_close(close).await?;
+        let alone = close.shadowed_members.clone();
+        let outcome = match self.store.digest_close(close).instrument(span.clone()).await {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                trace::fail(&span, "the store failed");
+                return Err(e);
+            }
+        };
+        span.record(
+            "herald.outcome",
+            match outcome {
+                DigestCloseOutcome::Closed => "closed",
+                DigestCloseOutcome::AlreadyClosed => "already_closed",
+                DigestCloseOutcome::MembersChanged => "members_changed",
+            },
+        );
         if outcome == DigestCloseOutcome::Closed {
             tracing::info!(digest = %digest.key, members = members.len(), channel = %digest.channel, "digest closed");
             if let Some(i) = &shadowed {
+                let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
+                crate::ops::metrics::shadowed(&i.channel, template, "digest");
+                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
+            }
+            for m in members.iter().filter(|m| alone.contains(&m.intent.key)) {
+                let i = &m.intent;
                 let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
                 crate::ops::metrics::shadowed(&i.channel, template, "digest");
                 crate::ops::log::shadowed(&i.key, &i.channel, template, None);
@@ -86,12 +143,13 @@ impl DigestCloser {
     }
 
     /// Renders the digest intent from its members.
-    fn prepare(&self, d: &DigestRow, members: &[DigestMember], now_us: i64) -> DigestClose {
+    fn prepare(&self, d: &DigestRow, all: &[DigestMember], now_us: i64) -> DigestClose {
         let route = self.routes.get(&d.event_type);
         let template = route.and_then(|r| r.digest.as_ref()).map(|g| g.template.clone()).unwrap_or_default();
         let channel = Channel::parse(&d.channel).unwrap_or(Channel::Email);
         let locale = self.templates.resolve_locale(&template, d.locale.as_deref(), channel).unwrap_or_default();
         let closes = jiff::Timestamp::from_microsecond(d.closes_at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let (mode, members, alone) = split(all);
         let items: Vec<Value> = members
             .iter()
             .map(|m| {
@@ -125,12 +183,18 @@ impl DigestCloser {
             payload: None,
             decision: Decision::Send.as_str().into(),
             reason: None,
-            detail: Some(format!("digest of {} message(s)", members.len())),
+            detail: Some(match alone.len() {
+                0 => format!("digest of {} message(s)", members.len()),
+                n => format!(
+                    "digest of {} message(s); {n} planned in shadow mode before the switch to live left out (shadowed)",
+                    members.len()
+                ),
+            }),
             state: State::Queued.as_str().into(),
             run_at: Some(now_us),
             preferences_version: None,
             digest: None,
-            mode: digest_mode(members),
+            mode,
         };
         match self.templates.render_context(&template, channel, &locale, &ctx) {
             Ok(r) => {
@@ -149,11 +213,17 @@ impl DigestCloser {
                 intent.run_at = None;
             }
         }
-        let member_keys: Vec<String> = members.iter().map(|m| m.intent.key.clone()).collect();
-        let event_body = canonical_json(&json!({"digest": d.key, "members": member_keys}));
+        // The event: the members the digest is made of. Every member counts
+        // for the store's check that none joined meanwhile.
+        let rendered: Vec<&str> = members.iter().map(|m| m.intent.key.as_str()).collect();
+        let event_body = canonical_json(&json!({"digest": d.key, "members": rendered}));
+        let member_keys: Vec<String> = all.iter().map(|m| m.intent.key.clone()).collect();
         DigestClose {
             digest: d.clone(),
             member_keys,
+            shadowed_members: alone.iter().map(|m| m.intent.key.clone()).collect(),
+            traceparent: None,
+            links: None,
             intent,
             event_digest: sha256_hex(event_body.as_bytes()),
             event_body,

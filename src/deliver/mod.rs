@@ -213,9 +213,12 @@ impl Worker {
     }
 
     /// One attempt in its `attempt` span, which continues the trace stored
-    /// with the job (the ingest's), or for a job queued by no request a trace
-    /// derived from the intent key, the same on every retry. Returns the
-    /// span's context, which the outcome's `record` span goes under.
+    /// with the job — the request's that planned it, the replay request's
+    /// for a dead letter replayed, the closing's for a digest — or, for a job
+    /// queued before traces were stored, a trace derived from the intent key,
+    /// the same on every retry. The span links to the traces the job names
+    /// (a replayed intent's original request, a digest's members' requests).
+    /// Returns the span's context, which the outcome's `record` span goes under.
     async fn attempt(
         &self,
         job: ClaimedJob,
@@ -238,6 +241,8 @@ impl Worker {
             herald.provider_status = Empty,
             herald.next = Empty,
         );
+        // Links first: the span is built when its parent is read.
+        trace::link(&span, &trace::parse_links(job.links.as_deref()));
         let stored = job.traceparent.as_deref().and_then(TraceParent::parse);
         let own = TraceParent::derived(&format!("intent|{}", i.key));
         let parent = match stored {

@@ -110,6 +110,7 @@ mod tests {
             content: None,
             lease_lapsed,
             traceparent: None,
+            links: None,
         }
     }
 

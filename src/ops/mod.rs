@@ -5,6 +5,7 @@ pub mod dlq_digest;
 pub mod fastpath;
 pub mod log;
 pub mod metrics;
+pub mod replay;
 pub mod retention;
 pub mod shadow_report;
 pub mod trace;

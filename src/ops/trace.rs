@@ -93,9 +93,48 @@ impl TraceParent {
 
     /// This context as a remote parent.
     pub fn context(&self) -> Context {
+        Context::new().with_remote_span_context(self.span_context())
+    }
+
+    /// The span this context names, as a link or a remote parent sees it.
+    pub fn span_context(&self) -> SpanContext {
         let flags = if self.sampled { TraceFlags::SAMPLED } else { TraceFlags::default() };
-        let span = SpanContext::new(self.trace_id, self.parent_id, flags, true, TraceState::default());
-        Context::new().with_remote_span_context(span)
+        SpanContext::new(self.trace_id, self.parent_id, flags, true, TraceState::default())
+    }
+}
+
+/// The most links one span carries. A digest of many members links to the
+/// traces of its first ones: a span is not the place for an unbounded list
+/// (the intent view lists every member).
+pub const MAX_LINKS: usize = 32;
+
+/// Trace contexts as a job stores the links of its attempts: each valid one
+/// once, in order, at most [`MAX_LINKS`], separated by spaces. None for none.
+pub fn links_text<'a>(links: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut kept: Vec<TraceParent> = Vec::new();
+    for tp in links.into_iter().filter_map(TraceParent::parse) {
+        if kept.len() == MAX_LINKS {
+            break;
+        }
+        if !kept.contains(&tp) {
+            kept.push(tp);
+        }
+    }
+    let text: Vec<String> = kept.iter().map(TraceParent::to_string).collect();
+    (!text.is_empty()).then(|| text.join(" "))
+}
+
+/// The links stored with a job (see [`links_text`]); what does not parse is
+/// left out.
+pub fn parse_links(text: Option<&str>) -> Vec<TraceParent> {
+    text.unwrap_or_default().split_whitespace().filter_map(TraceParent::parse).take(MAX_LINKS).collect()
+}
+
+/// Links `span` (not started yet, so before [`continue_trace`] reads it) to
+/// other traces: the work it continues was caused there too.
+pub fn link(span: &Span, links: &[TraceParent]) {
+    for tp in links {
+        span.add_link(tp.span_context());
     }
 }
 
@@ -388,6 +427,20 @@ mod tests {
         let dropped = TraceParent { sampled: false, ..sampled };
         assert_eq!(decide(&sampler(0.0), Some(&sampled.context()), ids[0]), SamplingDecision::RecordAndSample);
         assert_eq!(decide(&sampler(1.0), Some(&dropped.context()), ids[0]), SamplingDecision::Drop);
+    }
+
+    #[test]
+    fn links_are_kept_once_each_in_order_and_bounded() {
+        let tps: Vec<String> = (0..MAX_LINKS + 5).map(|n| TraceParent::derived(&format!("m{n}")).to_string()).collect();
+        let mut given: Vec<&str> = vec![tps[1].as_str(), "not a traceparent", tps[0].as_str(), tps[1].as_str()];
+        given.extend(tps[2..].iter().map(String::as_str));
+        let text = links_text(given).unwrap();
+        let links = parse_links(Some(&text));
+        assert_eq!(links.len(), MAX_LINKS);
+        assert_eq!((links[0].to_string(), links[1].to_string()), (tps[1].clone(), tps[0].clone()));
+        assert!(!links.iter().skip(1).any(|l| l.to_string() == tps[1]), "each once");
+        assert_eq!(links_text(["", "00-bad"]), None);
+        assert!(parse_links(None).is_empty());
     }
 
     #[test]

@@ -3,10 +3,11 @@
 //! The outbox is the `publications` table ([`crate::store::Publication`]),
 //! whose rows are written in the transaction of each transition; this task
 //! only moves them out: claim a batch under a lease, publish each with
-//! `Nats-Msg-Id = key:state:n` and wait for JetStream's acks, then mark the
-//! acknowledged rows. A crash between the ack and the mark publishes a row
-//! again, which the stream's duplicate window drops; nothing is published
-//! inside a database transaction, and nothing committed is lost.
+//! `Nats-Msg-Id = key:state:n` (n: the intent's publication number) and wait
+//! for JetStream's acks, then mark the acknowledged rows. A crash between
+//! the ack and the mark publishes a row again, which the stream's duplicate
+//! window drops; nothing is published inside a database transaction, and
+//! nothing committed is lost.
 
 use crate::clock::{Clock, rfc3339};
 use crate::config::NatsPublishConfig;

@@ -183,12 +183,13 @@ async fn insert_intents(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest]) -> 
         "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
              channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
              payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-             preferences_version, link_key, mode)
-         SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md
+             preferences_version, link_key, mode, traceparent)
+         SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp
          FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
                      $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
-                     $16::text[], $17::text[], $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::text[])
-              AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md)
+                     $16::text[], $17::text[], $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::text[],
+                     $23::text[])
+              AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)
          ON CONFLICT (key) DO NOTHING
          RETURNING key",
     )
@@ -214,6 +215,7 @@ async fn insert_intents(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest]) -> 
     .bind(rows.iter().map(|(r, _)| r.now_us).collect::<Vec<_>>())
     .bind(rows.iter().map(|(_, i)| i.preferences_version).collect::<Vec<_>>())
     .bind(text(|_, i| i.mode.as_str()))
+    .bind(opt(|r, _| r.traceparent.as_deref()))
     .fetch_all(&mut **tx)
     .await?;
     Ok(created.into_iter().collect())
@@ -232,7 +234,7 @@ async fn existing_status(
         return Ok(HashMap::new());
     }
     let rows: Vec<IntentStatus> =
-        sqlx::query_as("SELECT key, decision, reason, state FROM intents WHERE key = ANY($1)")
+        sqlx::query_as("SELECT key, decision, reason, state, mode FROM intents WHERE key = ANY($1)")
             .bind(&keys)
             .fetch_all(&mut **tx)
             .await?;

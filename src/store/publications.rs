@@ -28,7 +28,9 @@ pub struct StoreOptions {
 /// One transition waiting to be (or already) published.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct Publication {
-    /// `key:state:n`, the bus's `Nats-Msg-Id`.
+    /// `key:state:n`, the bus's `Nats-Msg-Id`: n is the intent's publication
+    /// number (1 for its first, one more for each after), so every transition
+    /// has its own id and a re-publication of one keeps it.
     pub msg_id: String,
     pub tenant: String,
     pub intent_key: String,
@@ -69,31 +71,37 @@ pub(crate) use publication_columns;
 
 /// The SQLite triggers, created TEMP on the writer connection of a
 /// publishing process (TEMP triggers may watch the main schema's tables).
+/// Each numbers its publication first (`intents.publication_seq`, migration
+/// 0043), then writes the row under that number, in the statement's
+/// transaction. The numbering UPDATE sets no `state`, so it fires none of them.
 const SQLITE_TRIGGERS: [&str; 3] = [
     "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_insert AFTER INSERT ON intents
      WHEN NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
      BEGIN
+         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.key;
          INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
                                              channel, recipient_id, state, reason, attempts, at)
-         VALUES (NEW.key || ':' || NEW.state || ':' || NEW.attempts, NEW.tenant, NEW.key, NEW.entity_type,
-                 NEW.entity_id, NEW.entity_version, NEW.channel, NEW.recipient_id, NEW.state, NEW.reason,
-                 NEW.attempts, NEW.updated_at);
+         SELECT i.key || ':' || i.state || ':' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
+                i.entity_version, i.channel, i.recipient_id, i.state, i.reason, i.attempts, i.updated_at
+         FROM intents i WHERE i.key = NEW.key;
      END",
     "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_update AFTER UPDATE OF state ON intents
      WHEN NEW.state IS NOT OLD.state AND NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
      BEGIN
+         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.key;
          INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
                                              channel, recipient_id, state, reason, attempts, at)
-         VALUES (NEW.key || ':' || NEW.state || ':' || NEW.attempts, NEW.tenant, NEW.key, NEW.entity_type,
-                 NEW.entity_id, NEW.entity_version, NEW.channel, NEW.recipient_id, NEW.state, NEW.reason,
-                 NEW.attempts, NEW.updated_at);
+         SELECT i.key || ':' || i.state || ':' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
+                i.entity_version, i.channel, i.recipient_id, i.state, i.reason, i.attempts, i.updated_at
+         FROM intents i WHERE i.key = NEW.key;
      END",
     "CREATE TEMP TRIGGER IF NOT EXISTS receipts_publication_on_delivered AFTER INSERT ON receipts
      WHEN NEW.applied AND NEW.status = 'delivered'
      BEGIN
+         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.intent_key;
          INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
                                              channel, recipient_id, state, reason, attempts, at)
-         SELECT i.key || ':delivered:' || i.attempts, i.tenant, i.key, i.entity_type, i.entity_id,
+         SELECT i.key || ':delivered:' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
                 i.entity_version, i.channel, i.recipient_id, 'delivered', NULL, i.attempts, NEW.received_at
          FROM intents i WHERE i.key = NEW.intent_key;
      END",
@@ -103,8 +111,10 @@ const SQLITE_TRIGGERS: [&str; 3] = [
 /// tables they watch (a fresh file has none until it is migrated; the
 /// migration then calls this again).
 pub(crate) async fn sqlite_triggers(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    // The numbering column (0043) is the last thing the triggers need.
     let ready: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('intents', 'receipts', 'publications')",
+        "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('receipts', 'publications'))
+              + (SELECT COUNT(*) FROM pragma_table_info('intents') WHERE name = 'publication_seq')",
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -121,8 +131,8 @@ pub(crate) async fn sqlite_triggers(conn: &mut SqliteConnection) -> Result<(), s
 mod tests {
     #[test]
     fn the_sqlite_triggers_and_the_postgres_migration_watch_the_same_states() {
-        // 0042 made the Postgres triggers again with `shadowed`.
-        let postgres = include_str!("../../migrations/postgres/0042_publish_shadowed.sql");
+        // 0043 decides on Postgres which transitions are numbered, and so published.
+        let postgres = include_str!("../../migrations/postgres/0043_publication_seq.sql");
         let list = super::PUBLISHED_STATES.map(|s| format!("'{s}'")).join(", ");
         assert_eq!(postgres.matches(&list).count(), 2, "{list}");
         for sql in &super::SQLITE_TRIGGERS[..2] {

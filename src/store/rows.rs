@@ -98,7 +98,8 @@ pub struct Ingest {
     pub intents: Vec<NewIntent>,
     pub now_us: i64,
     /// The W3C trace context the request's jobs continue (see
-    /// [`crate::ops::trace`]); stored with each job it queues.
+    /// [`crate::ops::trace`]); stored with each job it queues, and with
+    /// each intent it creates (the trace later work links to).
     pub traceparent: Option<String>,
 }
 
@@ -148,6 +149,7 @@ pub struct IntentStatus {
     pub decision: Decision,
     pub reason: Option<String>,
     pub state: State,
+    pub mode: Mode,
 }
 
 /// What the database holds for a request identity that was seen before.
@@ -348,6 +350,8 @@ pub struct DigestMember {
     pub event_body: Option<String>,
     /// The member's own rendered content (JSON).
     pub content: Option<String>,
+    /// The trace of the request that planned it.
+    pub traceparent: Option<String>,
 }
 
 /// Everything closing a digest window writes.
@@ -359,6 +363,15 @@ pub struct DigestClose {
     pub member_keys: Vec<String>,
     /// The digest intent (its key is the window's key).
     pub intent: NewIntent,
+    /// Members planned in shadow that end `shadowed` on their own, outside
+    /// a digest that went live (see [`crate::deliver::digest`]); the others
+    /// become `digested`.
+    pub shadowed_members: Vec<String>,
+    /// The closing's trace context, which the digest's job continues and its
+    /// intent keeps; and the traces its attempts link to (its members'
+    /// requests, see [`crate::ops::trace::links_text`]).
+    pub traceparent: Option<String>,
+    pub links: Option<String>,
     /// The digest's "event": the list of its members, stored like an event.
     pub event_digest: String,
     pub event_body: String,
@@ -385,6 +398,8 @@ pub struct ClaimCandidate {
     pub lease_lapsed: bool,
     /// The trace context stored with the job.
     pub traceparent: Option<String>,
+    /// The traces its attempts link to (see [`ClaimedJob::links`]).
+    pub links: Option<String>,
 }
 
 /// A newer version of a claimed intent's entity, for the same recipient on
@@ -407,6 +422,10 @@ pub struct ClaimedJob {
     /// The trace the attempt continues: the W3C traceparent stored with the
     /// job by the request that queued it.
     pub traceparent: Option<String>,
+    /// Space-separated W3C traceparents the attempt's span links to: the
+    /// original request of a replayed dead letter, the members' requests of
+    /// a digest. None for a job that continues the request that planned it.
+    pub links: Option<String>,
     /// The attempt (its `n`) this claim found unfinished under an expired
     /// lease and recorded `unknown`.
     #[sqlx(skip)]
@@ -523,6 +542,9 @@ pub struct Replay {
     pub requested_by: Option<String>,
     /// The most a reason-wide replay takes in one call.
     pub limit: i64,
+    /// The replay request's trace context, which the replayed jobs continue
+    /// (see [`crate::ops::replay`]).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod digest;
 pub mod nats;
 pub mod peer;
 pub mod slow_store;

@@ -19,7 +19,7 @@ macro_rules! digests_queries {
             let rows = sqlx::query_as(concat!(
                 "SELECT ",
                 intent_columns!(),
-                ", e.body AS event_body, p.body AS content
+                ", e.body AS event_body, p.body AS content, i.traceparent
                  FROM intents i LEFT JOIN payloads e ON e.digest = i.event_digest
                  LEFT JOIN payloads p ON p.digest = i.payload_digest
                  WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key"
@@ -64,13 +64,20 @@ macro_rules! digests_queries {
                 event_body: close.event_body.clone(),
                 intents: Vec::new(),
                 now_us: close.now_us,
-                traceparent: None,
+                traceparent: close.traceparent.clone(),
             };
             payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
             if let Some((digest, body)) = &close.intent.payload {
                 payload_put(tx, digest, body, close.now_us).await?;
             }
             intent_insert(tx, &ingest, &close.intent).await?;
+            if close.links.is_some() {
+                sqlx::query("UPDATE jobs SET links = $2 WHERE intent_key = $1")
+                    .bind(&close.intent.key)
+                    .bind(&close.links)
+                    .execute(&mut **tx)
+                    .await?;
+            }
             if close.intent.payload.is_none() {
                 // The digest could not be rendered: rather than strand its
                 // members, each goes out on its own with the content it froze.
@@ -83,16 +90,37 @@ macro_rules! digests_queries {
                 .bind(close.now_us)
                 .fetch_all(&mut **tx)
                 .await?;
+                // Each continues the trace of the request that planned it.
                 for key in members {
-                    sqlx::query("INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2) ON CONFLICT (intent_key) DO NOTHING")
-                        .bind(&key)
-                        .bind(close.now_us)
-                        .execute(&mut **tx)
-                        .await?;
+                    sqlx::query(
+                        "INSERT INTO jobs (intent_key, run_at, traceparent)
+                         SELECT key, $2, traceparent FROM intents WHERE key = $1
+                         ON CONFLICT (intent_key) DO NOTHING",
+                    )
+                    .bind(&key)
+                    .bind(close.now_us)
+                    .execute(&mut **tx)
+                    .await?;
                 }
                 return Ok(DigestCloseOutcome::Closed);
             }
-            sqlx::query("UPDATE intents SET state = 'digested', updated_at = $2 WHERE link_key = $1 AND decision = 'digest'")
+            if !close.shadowed_members.is_empty() {
+                sqlx::query(concat!(
+                    "UPDATE intents SET state = 'shadowed', updated_at = $2,
+                         detail = 'planned in shadow mode: its digest went live with only the members planned live'
+                     WHERE decision = 'digest' AND link_key = $3 AND key ",
+                    $in_keys
+                ))
+                .bind($keys_arg(&close.shadowed_members))
+                .bind(close.now_us)
+                .bind(&d.key)
+                .execute(&mut **tx)
+                .await?;
+            }
+            sqlx::query(
+                "UPDATE intents SET state = 'digested', updated_at = $2
+                 WHERE link_key = $1 AND decision = 'digest' AND state <> 'shadowed'",
+            )
                 .bind(&d.key)
                 .bind(close.now_us)
                 .execute(&mut **tx)

@@ -219,7 +219,7 @@ macro_rules! ingest_queries {
             keys: &[String],
         ) -> StoreResult<Vec<IntentStatus>> {
             let rows = sqlx::query_as(concat!(
-                "SELECT key, decision, reason, state FROM intents WHERE tenant = $2 AND key ",
+                "SELECT key, decision, reason, state, mode FROM intents WHERE tenant = $2 AND key ",
                 $in_keys
             ))
             .bind($keys_arg(keys))
@@ -252,8 +252,8 @@ macro_rules! ingest_queries {
                 "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                      channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                      payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-                     preferences_version, link_key, mode)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20, $21, $22, $23)
+                     preferences_version, link_key, mode, traceparent)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20, $21, $22, $23, $24)
                  ON CONFLICT (key) DO NOTHING",
             )
             .bind(&it.key)
@@ -279,6 +279,7 @@ macro_rules! ingest_queries {
             .bind(it.preferences_version)
             .bind(it.digest.as_ref().map(|d| d.key.as_str()))
             .bind(it.mode)
+            .bind(ingest.traceparent.as_deref())
             .execute(&mut **tx)
             .await?
             .rows_affected()

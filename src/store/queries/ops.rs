@@ -135,12 +135,17 @@ macro_rules! ops_queries {
                         .bind(r.now_us)
                         .execute(&mut **tx)
                         .await?;
+                        // The replay request's trace, linked to the one that
+                        // planned the intent.
                         sqlx::query(
-                            "INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)
-                             ON CONFLICT (intent_key) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL",
+                            "INSERT INTO jobs (intent_key, run_at, traceparent, links)
+                             VALUES ($1, $2, $3, (SELECT traceparent FROM intents WHERE key = $1))
+                             ON CONFLICT (intent_key) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL,
+                                 traceparent = excluded.traceparent, links = excluded.links",
                         )
                         .bind(&key)
                         .bind(r.now_us)
+                        .bind(r.traceparent.as_deref())
                         .execute(&mut **tx)
                         .await?;
                         sqlx::query(

@@ -19,7 +19,8 @@ macro_rules! queue_queries {
                 intent_columns!(),
                 ", p.body AS content,
                    EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
-                   (SELECT j.traceparent FROM jobs j WHERE j.intent_key = i.key) AS traceparent
+                   (SELECT j.traceparent FROM jobs j WHERE j.intent_key = i.key) AS traceparent,
+                   (SELECT j.links FROM jobs j WHERE j.intent_key = i.key) AS links
                  FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
                 $in_keys
             ))
@@ -87,7 +88,13 @@ macro_rules! queue_queries {
                     intent.reason = end.reason.map(|r| r.as_str().to_string()).or(intent.reason);
                     intent.updated_at = now_us;
                     let rescued = c.lease_lapsed.then_some(c.intent.attempts);
-                    reported.push(ClaimedJob { intent, content: None, rescued, traceparent: c.traceparent.clone() });
+                    reported.push(ClaimedJob {
+                        intent,
+                        content: None,
+                        rescued,
+                        traceparent: c.traceparent.clone(),
+                        links: c.links.clone(),
+                    });
                 }
                 ended.push(end);
             }
@@ -116,7 +123,7 @@ macro_rules! queue_queries {
                 intent.attempts += 1;
                 intent.state = State::Sending;
                 intent.updated_at = now_us;
-                ClaimedJob { intent, content: c.content, rescued, traceparent: c.traceparent }
+                ClaimedJob { intent, content: c.content, rescued, traceparent: c.traceparent, links: c.links }
             }));
             Ok(reported)
         }
