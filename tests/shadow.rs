@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::capture::Capture;
 use common::digest::{DIGEST_ROUTE, templates_with_digest};
 use common::{FakeSms, Spawned, TestApp, TestClock, TestDb, backends, count, sms_event};
 use serde_json::{Value, json};
@@ -411,6 +412,71 @@ async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
         ] {
             assert!(text.contains(expected), "{backend:?}: missing {expected:?} in:\n{text}");
         }
+        live.running.stop().await;
+    }
+}
+
+/// A window open across the switch whose digest cannot be rendered: live
+/// Herald sends each member on its own then, so the live member goes out
+/// alone and the member planned in shadow ends `shadowed` right there — no
+/// job, no attempt, counted and logged as shadowed once, and its detail
+/// says what happened rather than that it was sent.
+#[tokio::test]
+async fn a_digest_open_across_the_switch_that_cannot_be_rendered_shadows_its_shadow_member_once() {
+    for backend in backends() {
+        // Keys derive from the event: each backend's lines apart.
+        let capture = Capture::default();
+        let _guard = capture.install(1.0);
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        // strict undefined: the digest's SMS fails to render at close
+        std::fs::write(templates.path().join("po_digest/en/sms.j2"), "{{ nope }}").unwrap();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = |mode: Option<&'static str>| {
+            let mut b = TestApp::new(&db)
+                .with_sms(&sms)
+                .with_templates_dir(templates.path())
+                .with_clock(clock.clone())
+                .with_toml(DIGEST_ROUTE);
+            if let Some(m) = mode {
+                b = b.with_mode(m);
+            }
+            b.spawn()
+        };
+        let phone = "+15550000303";
+        let shadow = app(Some("shadow")).await;
+        let observed = post_member(&shadow, "PO-UR1", phone).await;
+        shadow.running.stop().await;
+
+        let live = app(None).await;
+        clock.set("2026-06-01T10:06:00Z");
+        let planned_live = post_member(&live, "PO-UR2", phone).await;
+        clock.set("2026-06-01T11:00:00Z");
+
+        let sent = live.wait_state(&planned_live, &["sent", "dead"]).await;
+        assert_eq!(sent["state"], "sent", "{backend:?}: {sent}");
+        let digest_id = sent["digest_id"].as_str().expect("a link to the digest").to_string();
+        let digest = live.wait_state(&digest_id, &["dead"]).await;
+        assert_eq!(digest["reason"], "template_error", "{backend:?}: {digest}");
+
+        let shadowed = live.wait_state(&observed, &["shadowed", "sent", "dead"]).await;
+        assert_eq!(
+            (shadowed["state"].as_str(), shadowed["mode"].as_str(), shadowed["attempt_count"].as_i64()),
+            (Some("shadowed"), Some("shadow"), Some(0)),
+            "{backend:?}: {shadowed}"
+        );
+        let detail = shadowed["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("shadow") && !detail.contains("sent"), "{backend:?}: {detail}");
+        assert_eq!(sms.calls(), 1, "{backend:?}: only the member planned live");
+        assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-UR2"));
+        let jobs = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{observed}'");
+        assert_eq!(count(&db, &jobs).await, 0, "{backend:?}: a job was queued for the shadow member");
+
+        // Counted and logged once: the metric and the line go together.
+        let lines = capture.about(&observed);
+        let shadow_lines = lines.iter().filter(|l| l["outcome"] == "shadowed").count();
+        assert_eq!(shadow_lines, 1, "{backend:?}: {lines:#?}");
         live.running.stop().await;
     }
 }

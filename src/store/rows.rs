@@ -364,8 +364,9 @@ pub struct DigestClose {
     /// The digest intent (its key is the window's key).
     pub intent: NewIntent,
     /// Members planned in shadow that end `shadowed` on their own, outside
-    /// a digest that went live (see [`crate::deliver::digest`]); the others
-    /// become `digested`.
+    /// a digest that went live or could not be rendered (see
+    /// [`crate::deliver::digest`]); the others become `digested`, or are
+    /// queued on their own if it could not be rendered.
     pub shadowed_members: Vec<String>,
     /// The closing's trace context, which the digest's job continues and its
     /// intent keeps; and the traces its attempts link to (its members'

@@ -81,6 +81,21 @@ macro_rules! digests_queries {
             if close.intent.payload.is_none() {
                 // The digest could not be rendered: rather than strand its
                 // members, each goes out on its own with the content it froze.
+                // One planned in shadow ends `shadowed` here, where live
+                // would queue it: no job, so nothing counts it again.
+                if !close.shadowed_members.is_empty() {
+                    sqlx::query(concat!(
+                        "UPDATE intents SET decision = 'send', state = 'shadowed', updated_at = $2,
+                             detail = 'its digest could not be rendered; planned in shadow mode, it ends shadowed on its own'
+                         WHERE decision = 'digest' AND link_key = $3 AND key ",
+                        $in_keys
+                    ))
+                    .bind($keys_arg(&close.shadowed_members))
+                    .bind(close.now_us)
+                    .bind(&d.key)
+                    .execute(&mut **tx)
+                    .await?;
+                }
                 let members: Vec<String> = sqlx::query_scalar(
                     "UPDATE intents SET decision = 'send', state = 'queued', updated_at = $2,
                          detail = 'its digest could not be rendered; sent on its own'
