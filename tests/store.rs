@@ -158,6 +158,28 @@ async fn a_claimed_job_carries_its_requests_trace_on_every_retry() {
         let again = store.jobs_claim(claim(T0 + 2_000_000, 10)).await.unwrap();
         assert!(again.iter().all(|j| j.intent.attempts == 2));
         assert_eq!(trace_of(&again), expected);
+
+        // The intent keeps its request's trace too (on Postgres, the batch's
+        // two were written set-wise): a replay of the dead letter continues
+        // the replay's trace, linked to the request that planned it.
+        let dead: Vec<FinishedAttempt> = [2, 3]
+            .into_iter()
+            .map(|k| finished(&key(k), 2, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }))
+            .collect();
+        store.attempts_finish(&dead).await.unwrap();
+        let at = T0 + 3_000_000;
+        let replayed =
+            Replay { traceparent: Some(tp(9)), ..replay(ReplaySelector::Ids(vec![key(2), key(3)]), "default", at) };
+        store.dead_letters_replay(replayed).await.unwrap();
+        let mut links: Vec<_> = store
+            .jobs_claim(claim(at, 10))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.intent.key, j.traceparent, j.links))
+            .collect();
+        links.sort();
+        assert_eq!(links, vec![(key(2), Some(tp(9)), Some(tp(2))), (key(3), Some(tp(9)), Some(tp(3)))]);
     })
     .await;
 }
@@ -1949,8 +1971,10 @@ const TP_B: &str = "00-0000000000000000000000000000000b-000000000000000b-01";
 #[tokio::test]
 async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_trace_with_links() {
     each_backend(|store| async move {
-        // Two requests in one batch (on Postgres, the set-wise path), each
-        // with its trace; one member planned in shadow.
+        // Two requests in one batch, each with its trace (on Postgres, the
+        // savepoint path: digest members never go set-wise; the set-wise
+        // path is a_claimed_job_carries_its_requests_trace_on_every_retry's);
+        // one member planned in shadow.
         let batch: Vec<Ingest> = [(1, TP_A, Mode::Shadow), (2, TP_B, Mode::Live)]
             .into_iter()
             .map(|(n, tp, mode)| {
