@@ -355,8 +355,11 @@ async fn an_all_shadow_digest_closes_shadowed_with_no_provider_call_and_no_attem
 
 /// A window that was open when its route went from shadow to live: the
 /// member planned in shadow was sent by the system Herald shadowed, so the
-/// live digest carries only what was planned live, and the shadow member
-/// ends `shadowed`, never sent by Herald.
+/// live digest carries only what was planned live. A live Herald would have
+/// batched the shadow member into that digest, so it ends `digested`, in
+/// shadow mode, linked to the window and saying it was left out: not a
+/// message of its own that shadow "would have sent", and the shadow report
+/// counts the window's one SMS, not one more per shadow member.
 #[tokio::test]
 async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
     for backend in backends() {
@@ -393,25 +396,42 @@ async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
         assert_eq!(sms.calls(), 1);
         assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-MX2"));
 
-        let shadowed = live.wait_state(&observed, &["shadowed", "digested"]).await;
+        let left_out = live.wait_state(&observed, &["shadowed", "digested"]).await;
         assert_eq!(
-            (shadowed["state"].as_str(), shadowed["mode"].as_str()),
-            (Some("shadowed"), Some("shadow")),
-            "{backend:?}: {shadowed}"
+            (left_out["state"].as_str(), left_out["mode"].as_str()),
+            (Some("digested"), Some("shadow")),
+            "{backend:?}: {left_out}"
         );
-        assert_eq!(shadowed["digest_id"], digest_id.as_str(), "still linked to the window it joined");
-        assert_eq!(shadowed["would_have_sent"]["to"], "+15550****02");
-        assert_eq!(shadowed["attempt_count"], 0);
+        assert_eq!(left_out["digest_id"], digest_id.as_str(), "still linked to the window it joined");
+        assert!(left_out["detail"].as_str().unwrap_or_default().contains("left out of the live digest"), "{left_out}");
+        assert!(left_out.get("would_have_sent").is_none(), "{backend:?}: not a message of its own: {left_out}");
+        assert_eq!(left_out["attempt_count"], 0);
 
         let text = why(&db, "PO-MX1").await;
         for expected in [
             "decided: digest",
             "in shadow mode",
-            "shadow mode: would have sent sms to +15550****02; no provider was called",
-            &format!("now shadowed, in digest {digest_id}"),
+            "left out of the live digest",
+            &format!("now digested, in digest {digest_id}"),
         ] {
             assert!(text.contains(expected), "{backend:?}: missing {expected:?} in:\n{text}");
         }
+        assert!(!text.contains("would have sent"), "{backend:?}: {text}");
+
+        // The window cost one SMS, the live digest: not 1 + one per shadow member.
+        let (status, report) =
+            live.get("/v1/shadow/report?since=2026-06-01T00:00:00Z&until=2026-06-02T00:00:00Z").await;
+        assert_eq!(status, 200, "{report}");
+        assert_eq!(
+            report["sms"],
+            json!([{"encoding": "GSM-7", "messages": 1, "segments": 1}]),
+            "{backend:?}: {report:#}"
+        );
+        assert_eq!(
+            (report["sent"].clone(), report["would_send"].clone()),
+            (json!({"sms": 1}), json!({})),
+            "{report:#}"
+        );
         live.running.stop().await;
     }
 }

@@ -749,7 +749,7 @@ async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is
         let close = DigestClose {
             digest: closing,
             member_keys: vec![key(1)],
-            shadowed_members: vec![],
+            shadow_members: vec![],
             traceparent: None,
             links: None,
             intent: digest_intent,
@@ -1541,7 +1541,7 @@ fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> Di
     DigestClose {
         digest: window,
         member_keys,
-        shadowed_members: vec![],
+        shadow_members: vec![],
         traceparent: None,
         links: None,
         intent,
@@ -1969,7 +1969,7 @@ const TP_A: &str = "00-0000000000000000000000000000000a-000000000000000a-01";
 const TP_B: &str = "00-0000000000000000000000000000000b-000000000000000b-01";
 
 #[tokio::test]
-async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_trace_with_links() {
+async fn a_digest_close_marks_the_members_it_leaves_out_digested_and_queues_its_trace_with_links() {
     each_backend(|store| async move {
         // Two requests in one batch, each with its trace (on Postgres, the
         // savepoint path: digest members never go set-wise; the set-wise
@@ -2006,7 +2006,7 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
 
         let window = store.digests_due(T0 + DAY, 10).await.unwrap().remove(0);
         let close = DigestClose {
-            shadowed_members: vec![key(1)],
+            shadow_members: vec![key(1)],
             traceparent: Some("00-000000000000000000000000000000dd-00000000000000dd-01".into()),
             links: Some(format!("{TP_A} {TP_B}")),
             ..closing(window, vec![key(1), key(2)], new_intent(&key(WINDOW), "email", Some(T0 + DAY)))
@@ -2014,8 +2014,12 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
         assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
         let state = |d: IntentDetail| (d.intent.state, d.intent.link_key);
         let left_out = store.intent_get("default", &key(1)).await.unwrap().unwrap();
-        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("planned in shadow"));
-        assert_eq!(state(left_out), (State::Shadowed, Some(key(WINDOW))), "planned in shadow: never in a live digest");
+        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("left out of the live digest"));
+        assert_eq!(
+            state(left_out),
+            (State::Digested, Some(key(WINDOW))),
+            "planned in shadow: a live Herald would have batched it, no message of its own"
+        );
         let digested = store.intent_get("default", &key(2)).await.unwrap().unwrap();
         assert_eq!(state(digested), (State::Digested, Some(key(WINDOW))));
 
