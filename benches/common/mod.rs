@@ -36,6 +36,10 @@ impl Scratch {
         let name = format!("{prefix}_{}_{}", std::process::id(), SCRATCH_COUNT.fetch_add(1, Ordering::Relaxed));
         let mut admin = sqlx::PgConnection::connect(admin_url).await?;
         sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+        for (setting, value) in pg_settings()? {
+            sqlx::query(&format!("ALTER DATABASE {name} SET {setting} = '{value}'")).execute(&mut admin).await?;
+            eprintln!("scratch database {name}: {setting} = {value}");
+        }
         let url = format!("{}/{name}", admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b));
         Ok(Scratch { admin, name, url })
     }
@@ -46,6 +50,20 @@ impl Scratch {
             eprintln!("could not drop {}: {e}", self.name);
         }
     }
+}
+
+/// `HERALD_BENCH_PG_SETTINGS=name=value,…`: settings for every scratch
+/// database (`ALTER DATABASE … SET`), such as `log_min_duration_statement=0`
+/// to log every statement a run makes for `scripts/pg-statements` to count.
+fn pg_settings() -> anyhow::Result<Vec<(String, String)>> {
+    let Ok(all) = std::env::var("HERALD_BENCH_PG_SETTINGS") else { return Ok(Vec::new()) };
+    let plain = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    (all.split(',').filter(|s| !s.trim().is_empty()))
+        .map(|pair| match pair.trim().split_once('=') {
+            Some((name, value)) if plain(name) && plain(value) => Ok((name.to_string(), value.to_string())),
+            _ => anyhow::bail!("HERALD_BENCH_PG_SETTINGS: {pair:?} is not name=value (letters, digits, _ . -)"),
+        })
+        .collect()
 }
 
 /// Drops every database this process created with `prefix` and did not drop:

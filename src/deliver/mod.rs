@@ -91,8 +91,8 @@ impl Worker {
             // database grants.
             let lease_end = Instant::now() + this.lease;
             let claim_started = SystemTime::now();
-            let jobs = match this.claim(free).await {
-                Ok(jobs) => jobs,
+            let (jobs, leased) = match this.claim(free).await {
+                Ok(claimed) => claimed,
                 Err(e) => {
                     tracing::error!(error = %e, "claiming jobs failed; retrying after the poll interval");
                     drop(first);
@@ -100,14 +100,16 @@ impl Worker {
                     continue;
                 }
             };
-            busy = jobs.len() == free;
+            // A claim that leased fewer jobs than it asked for emptied what was
+            // due: the next claim waits for new work (an ingest's wake-up, kept
+            // by the store if it came during this claim) or the poll interval,
+            // rather than asking at once and finding nothing — at low load that
+            // empty claim was a transaction per job.
+            busy = leased == free;
             let claimed = Claimed { times: (claim_started, SystemTime::now()), batch: jobs.len() };
             if jobs.is_empty() {
                 drop(first);
-                tokio::select! {
-                    _ = this.store.wait_for_work(this.poll_interval) => {},
-                    _ = shutdown.changed() => {},
-                }
+                this.wait_for_work(&mut shutdown).await;
                 continue;
             }
             let mut first = Some(first);
@@ -127,6 +129,9 @@ impl Worker {
                     let _ = done.send(Done { attempt, lease_end, trace }).await;
                     drop(permit);
                 });
+            }
+            if !busy {
+                this.wait_for_work(&mut shutdown).await;
             }
         }
         // Stop claiming; wait (bounded) for the attempts in flight.
@@ -167,10 +172,19 @@ impl Worker {
         }
     }
 
-    /// The jobs to attempt now. The claim also reports jobs it ended itself:
-    /// intents planned in shadow mode (`shadowed`: counted and logged here, and
-    /// no provider is called) and attempts rescued after an expired lease.
-    async fn claim(&self, limit: usize) -> Result<Vec<ClaimedJob>, crate::store::StoreError> {
+    /// Until new work may be due, the poll interval passes or shutdown begins.
+    async fn wait_for_work(&self, shutdown: &mut watch::Receiver<bool>) {
+        tokio::select! {
+            _ = self.store.wait_for_work(self.poll_interval) => {},
+            _ = shutdown.changed() => {},
+        }
+    }
+
+    /// The jobs to attempt now, and how many jobs the claim leased. The claim
+    /// also reports jobs it ended itself: intents planned in shadow mode
+    /// (`shadowed`: counted and logged here, and no provider is called) and
+    /// attempts rescued after an expired lease.
+    async fn claim(&self, limit: usize) -> Result<(Vec<ClaimedJob>, usize), crate::store::StoreError> {
         let mut jobs = self
             .store
             .jobs_claim(Claim {
@@ -181,6 +195,7 @@ impl Worker {
                 supersede_types: self.supersede_types.clone(),
             })
             .await?;
+        let leased = jobs.len();
         jobs.retain(|job| {
             let i = &job.intent;
             let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
@@ -194,7 +209,7 @@ impl Worker {
             }
             i.state == State::Sending
         });
-        Ok(jobs)
+        Ok((jobs, leased))
     }
 
     /// One attempt in its `attempt` span, which continues the trace stored

@@ -3,7 +3,7 @@
 //! so a batch costs a handful of statements, not a handful per job.
 
 use super::postgres_batch::Pass;
-use super::queries::{applied_set, report, transition_columns};
+use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
@@ -31,6 +31,19 @@ mod q {
 pub struct PostgresStore {
     pool: PgPool,
     wake: Arc<Notify>,
+    /// Sent with this store's `pg_notify`, so that its own listener ignores
+    /// what its commits already woke in-process: the echo would wake the
+    /// worker a second time, for a claim that finds nothing.
+    wake_token: String,
+}
+
+/// A token no other store (in this process or another) sends: the process id,
+/// when the store started and a count of stores in this process.
+fn wake_token() -> String {
+    static STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let n = STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{}.{n}", std::process::id(), started.as_nanos())
 }
 
 impl PostgresStore {
@@ -40,9 +53,12 @@ impl PostgresStore {
     /// of new jobs when it commits.
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
+        let mut notified = false;
+        let wake = super::postgres_batch::Wake { channel: CHANNEL, token: &self.wake_token };
         let outcomes = match super::postgres_batch::fits(batch) {
-            true => match super::postgres_batch::write(&mut tx, batch).await? {
-                Pass::Decided(decided) => {
+            true => match super::postgres_batch::write(&mut tx, batch, wake).await? {
+                Pass::Decided(decided, queued) => {
+                    notified = queued;
                     let left: Vec<&Ingest> =
                         (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
                     let mut rest = q::ingest_batch(&mut tx, left).await?.into_iter();
@@ -64,9 +80,9 @@ impl PostgresStore {
             false => q::ingest_batch(&mut tx, batch).await?,
         };
         let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
-        if queued {
+        if queued && !notified {
             // Delivered to listeners when the transaction commits.
-            sqlx::query("SELECT pg_notify($1, '')").bind(CHANNEL).execute(&mut *tx).await?;
+            sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(&self.wake_token).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         if queued {
@@ -93,6 +109,7 @@ impl PostgresStore {
         }
         let pool = pool.connect(url).await?;
         let wake = Arc::new(Notify::new());
+        let wake_token = wake_token();
         // Other processes' new jobs wake this one through LISTEN; polling stays
         // the fallback if the listener's connection drops.
         match PgListener::connect_with(&pool).await {
@@ -100,18 +117,20 @@ impl PostgresStore {
                 if let Err(e) = listener.listen(CHANNEL).await {
                     tracing::warn!(error = %e, "LISTEN failed; workers will poll");
                 } else {
-                    let wake = wake.clone();
+                    let (wake, own) = (wake.clone(), wake_token.clone());
                     tokio::spawn(async move {
                         // try_recv reconnects after a lost connection (returning None once).
-                        while let Ok(_notification) = listener.try_recv().await {
-                            wake.notify_one();
+                        while let Ok(notification) = listener.try_recv().await {
+                            if notification.is_none_or(|n| n.payload() != own) {
+                                wake.notify_one();
+                            }
                         }
                     });
                 }
             }
             Err(e) => tracing::warn!(error = %e, "LISTEN unavailable; workers will poll"),
         }
-        Ok(PostgresStore { pool, wake })
+        Ok(PostgresStore { pool, wake, wake_token })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -209,74 +228,53 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
-        let mut tx = self.pool.begin().await?;
+        // One statement, so one round trip and atomic without a transaction
+        // around it (it was six: BEGIN, four writes, COMMIT). The attempts
+        // still unfinished are finished; only for those (`a`, by key and
+        // attempt number: an outcome that arrives after its attempt was
+        // rescued is stale and changes nothing) the intent takes its new
+        // state and the job is removed or rescheduled.
+        let columns: Vec<_> = finished.iter().map(|f| transition_columns(&f.transition)).collect();
         let applied: Vec<(String, i64)> = sqlx::query_as(
-                "UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+            "WITH u AS (
+                 SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
+                                      $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::boolean[],
+                                      $13::text[], $14::text[])
+                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error,
+                           retry_after, retry_at, provider, possible_duplicate, state, reason)),
+             a AS (
+                 UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
                         retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
                         possible_duplicate = u.possible_duplicate
-                 FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
-                             $9::bigint[], $10::bigint[], $11::text[], $12::boolean[])
-                      AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error, retry_after, retry_at,
-                           provider, possible_duplicate)
-                 WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
-                 RETURNING a.intent_key, a.n",
-            )
-            .bind(finished.iter().map(|f| f.key.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.error_class.map(|r| r.as_str())).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.provider_message_id.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.error.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| transition_columns(&f.transition).2).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.provider.clone()).collect::<Vec<_>>())
-            .bind(finished.iter().map(|f| f.possible_duplicate).collect::<Vec<_>>())
-            .fetch_all(&mut *tx)
-            .await?;
-
-        let (mut keys, mut states, mut reasons, mut at) = (vec![], vec![], vec![], vec![]);
-        let (mut done, mut retry_keys, mut retry_at) = (vec![], vec![], vec![]);
-        // By (key, n): a stale outcome for an attempt that was rescued must not
-        // ride along with the new attempt's outcome for the same intent.
-        let applied_now = applied_set(&applied);
-        for f in finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))) {
-            let (state, reason, run_at) = transition_columns(&f.transition);
-            keys.push(f.key.clone());
-            states.push(state.as_str());
-            reasons.push(reason);
-            at.push(f.finished_at_us);
-            match run_at {
-                Some(t) => {
-                    retry_keys.push(f.key.clone());
-                    retry_at.push(t);
-                }
-                None => done.push(f.key.clone()),
-            }
-        }
-        sqlx::query(
-            "UPDATE intents i SET state = u.state, reason = u.reason, updated_at = u.at
-                 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[]) AS u(k, state, reason, at)
-                 WHERE i.key = u.k",
+                 FROM u WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
+                 RETURNING u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason),
+             i AS (
+                 UPDATE intents i SET state = a.state, reason = a.reason, updated_at = a.finished_at
+                 FROM a WHERE i.key = a.k),
+             done AS (
+                 DELETE FROM jobs j USING a WHERE j.intent_key = a.k AND a.retry_at IS NULL),
+             retry AS (
+                 UPDATE jobs j SET run_at = a.retry_at, locked_until = NULL
+                 FROM a WHERE j.intent_key = a.k AND a.retry_at IS NOT NULL)
+             SELECT k, n FROM a",
         )
-        .bind(&keys)
-        .bind(&states)
-        .bind(&reasons)
-        .bind(&at)
-        .execute(&mut *tx)
+        .bind(finished.iter().map(|f| f.key.as_str()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.outcome.as_str()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.error_class.map(|r| r.as_str())).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.provider_status).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.provider_message_id.as_deref()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.error.as_deref()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
+        .bind(columns.iter().map(|c| c.2).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.provider.as_deref()).collect::<Vec<_>>())
+        .bind(finished.iter().map(|f| f.possible_duplicate).collect::<Vec<_>>())
+        .bind(columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>())
+        .bind(columns.iter().map(|c| c.1).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
         .await?;
-        sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)").bind(&done).execute(&mut *tx).await?;
-        sqlx::query(
-            "UPDATE jobs j SET run_at = u.run_at, locked_until = NULL
-                 FROM UNNEST($1::text[], $2::bigint[]) AS u(k, run_at) WHERE j.intent_key = u.k",
-        )
-        .bind(&retry_keys)
-        .bind(&retry_at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
         Ok(report(finished, &applied))
     }
 });

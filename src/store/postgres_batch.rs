@@ -11,12 +11,13 @@ use super::*;
 use sqlx::{Postgres, Transaction};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-/// Whether the batch can go set-wise: more than one request, each with its
-/// own identity, event and intent keys, and no digest member (a window row is
-/// locked and may turn a member into a send of its own).
+/// Whether the batch can go set-wise: each request with its own identity,
+/// event and intent keys, and no digest member (a window row is locked and may
+/// turn a member into a send of its own). A batch of one goes set-wise too:
+/// that is six statements where its savepoint is nine.
 pub fn fits(batch: &[Ingest]) -> bool {
     let (mut identities, mut events, mut keys) = (HashSet::new(), HashSet::new(), HashSet::new());
-    batch.len() > 1
+    !batch.is_empty()
         && batch.iter().all(|r| {
             identities.insert((r.tenant.as_str(), r.identity.as_str()))
                 && events.insert(r.event_key.as_str())
@@ -27,14 +28,22 @@ pub fn fits(batch: &[Ingest]) -> bool {
 /// What the set-wise pass made of a batch.
 pub enum Pass {
     /// Per request, in order: its outcome, or None for a request seen before
-    /// (a replay or a mismatch), left to the savepoint path.
-    Decided(Vec<Option<IngestOutcome>>),
+    /// (a replay or a mismatch), left to the savepoint path; and whether the
+    /// pass queued jobs, and so already notified listeners (at commit).
+    Decided(Vec<Option<IngestOutcome>>, bool),
     /// Another transaction recorded one of these identities meanwhile: the
     /// transaction must be rolled back and the batch decided request by request.
     Raced,
 }
 
-pub async fn write(tx: &mut Transaction<'_, Postgres>, batch: &[Ingest]) -> StoreResult<Pass> {
+/// Where the listeners of new jobs are told: the channel, and the payload that
+/// names the store that sent it.
+pub struct Wake<'a> {
+    pub channel: &'a str,
+    pub token: &'a str,
+}
+
+pub async fn write(tx: &mut Transaction<'_, Postgres>, batch: &[Ingest], wake: Wake<'_>) -> StoreResult<Pass> {
     let seen = seen(tx, batch).await?;
     let mut out: Vec<Option<IngestOutcome>> = vec![None; batch.len()];
     let fresh: Vec<usize> = (0..batch.len()).filter(|i| !seen.contains(i)).collect();
@@ -44,13 +53,13 @@ pub async fn write(tx: &mut Transaction<'_, Postgres>, batch: &[Ingest]) -> Stor
     }
     let new: Vec<usize> = fresh.into_iter().filter(|i| !conflicts.contains(i) && !vanished.contains(i)).collect();
     if new.is_empty() {
-        return Ok(Pass::Decided(out));
+        return Ok(Pass::Decided(out, false));
     }
     let requests: Vec<&Ingest> = new.iter().map(|&i| &batch[i]).collect();
     put_payloads(tx, &requests).await?;
     let created = insert_intents(tx, &requests).await?;
     let existing = existing_status(tx, &requests, &created).await?;
-    queue_jobs(tx, &requests, &created).await?;
+    let notified = queue_jobs(tx, &requests, &created, wake).await?;
     let answers: Vec<(usize, IngestResponse, bool)> = (new.iter())
         .map(|&i| {
             let (response, any_created) = response(&batch[i], &created, &existing);
@@ -63,7 +72,7 @@ pub async fn write(tx: &mut Transaction<'_, Postgres>, batch: &[Ingest]) -> Stor
     for (i, response, any_created) in answers {
         out[i] = Some(IngestOutcome::Accepted { response, any_created });
     }
-    Ok(Pass::Decided(out))
+    Ok(Pass::Decided(out, notified))
 }
 
 /// The requests whose identity has a record already.
@@ -232,26 +241,37 @@ async fn existing_status(
     Ok(rows.into_iter().map(|s| (s.key.clone(), s)).collect())
 }
 
-/// A job for each new intent that is to be sent, with its request's trace.
-async fn queue_jobs(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest], created: &HashSet<String>) -> StoreResult<()> {
+/// A job for each new intent that is to be sent, with its request's trace,
+/// and in the same statement the notification of listeners (delivered when
+/// the transaction commits); true when there were jobs to queue.
+async fn queue_jobs(
+    tx: &mut Transaction<'_, Postgres>,
+    new: &[&Ingest],
+    created: &HashSet<String>,
+    wake: Wake<'_>,
+) -> StoreResult<bool> {
     let mut jobs: Vec<(&str, i64, Option<&str>)> = (new.iter())
         .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
         .filter(|(_, i)| created.contains(&i.key))
         .filter_map(|(r, i)| Some((i.key.as_str(), i.run_at?, r.traceparent.as_deref())))
         .collect();
     if jobs.is_empty() {
-        return Ok(());
+        return Ok(false);
     }
     jobs.sort_unstable();
     sqlx::query(
-        "INSERT INTO jobs (intent_key, run_at, traceparent) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[])",
+        "WITH queued AS (
+             INSERT INTO jobs (intent_key, run_at, traceparent) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[]))
+         SELECT pg_notify($4, $5)",
     )
     .bind(jobs.iter().map(|j| j.0).collect::<Vec<_>>())
     .bind(jobs.iter().map(|j| j.1).collect::<Vec<_>>())
     .bind(jobs.iter().map(|j| j.2).collect::<Vec<_>>())
+    .bind(wake.channel)
+    .bind(wake.token)
     .execute(&mut **tx)
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// A request's answer: its intents in the order it planned them.

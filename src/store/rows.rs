@@ -251,7 +251,8 @@ pub struct IntentDetail {
 
 #[derive(Debug, Clone, Default)]
 pub struct IntentFilter {
-    pub tenant: String,
+    /// None: every tenant's (an `admin` in the console).
+    pub tenant: Option<String>,
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
     pub state: Option<String>,
@@ -517,6 +518,7 @@ pub struct DeadLetterFilter {
 /// Dead letters of one reason: how many, and when the oldest died.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetterGroup {
+    pub tenant: String,
     pub reason: String,
     pub count: i64,
     pub oldest_at: i64,
@@ -605,6 +607,17 @@ pub struct QueueStats {
     /// Jobs in the queue, due or scheduled.
     pub total: i64,
     pub oldest_due_us: Option<i64>,
+}
+
+/// The last daily dead-letter digest posted: the range it covered, when it
+/// went, and how many dead letters it counted.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OpsDigestRow {
+    pub slot: String,
+    pub since: i64,
+    pub until: i64,
+    pub posted_at: i64,
+    pub total: i64,
 }
 
 /// Retention, in the order it runs: verbose attempt text first, then content
