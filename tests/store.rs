@@ -158,6 +158,28 @@ async fn a_claimed_job_carries_its_requests_trace_on_every_retry() {
         let again = store.jobs_claim(claim(T0 + 2_000_000, 10)).await.unwrap();
         assert!(again.iter().all(|j| j.intent.attempts == 2));
         assert_eq!(trace_of(&again), expected);
+
+        // The intent keeps its request's trace too (on Postgres, the batch's
+        // two were written set-wise): a replay of the dead letter continues
+        // the replay's trace, linked to the request that planned it.
+        let dead: Vec<FinishedAttempt> = [2, 3]
+            .into_iter()
+            .map(|k| finished(&key(k), 2, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }))
+            .collect();
+        store.attempts_finish(&dead).await.unwrap();
+        let at = T0 + 3_000_000;
+        let replayed =
+            Replay { traceparent: Some(tp(9)), ..replay(ReplaySelector::Ids(vec![key(2), key(3)]), "default", at) };
+        store.dead_letters_replay(replayed).await.unwrap();
+        let mut links: Vec<_> = store
+            .jobs_claim(claim(at, 10))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.intent.key, j.traceparent, j.links))
+            .collect();
+        links.sort();
+        assert_eq!(links, vec![(key(2), Some(tp(9)), Some(tp(2))), (key(3), Some(tp(9)), Some(tp(3)))]);
     })
     .await;
 }
@@ -727,7 +749,7 @@ async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is
         let close = DigestClose {
             digest: closing,
             member_keys: vec![key(1)],
-            shadowed_members: vec![],
+            shadow_members: vec![],
             traceparent: None,
             links: None,
             intent: digest_intent,
@@ -1522,7 +1544,7 @@ fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> Di
     DigestClose {
         digest: window,
         member_keys,
-        shadowed_members: vec![],
+        shadow_members: vec![],
         traceparent: None,
         links: None,
         intent,
@@ -2059,10 +2081,12 @@ const TP_A: &str = "00-0000000000000000000000000000000a-000000000000000a-01";
 const TP_B: &str = "00-0000000000000000000000000000000b-000000000000000b-01";
 
 #[tokio::test]
-async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_trace_with_links() {
+async fn a_digest_close_marks_the_members_it_leaves_out_digested_and_queues_its_trace_with_links() {
     each_backend(|store| async move {
-        // Two requests in one batch (on Postgres, the set-wise path), each
-        // with its trace; one member planned in shadow.
+        // Two requests in one batch, each with its trace (on Postgres, the
+        // savepoint path: digest members never go set-wise; the set-wise
+        // path is a_claimed_job_carries_its_requests_trace_on_every_retry's);
+        // one member planned in shadow.
         let batch: Vec<Ingest> = [(1, TP_A, Mode::Shadow), (2, TP_B, Mode::Live)]
             .into_iter()
             .map(|(n, tp, mode)| {
@@ -2094,7 +2118,7 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
 
         let window = store.digests_due(T0 + DAY, 10).await.unwrap().remove(0);
         let close = DigestClose {
-            shadowed_members: vec![key(1)],
+            shadow_members: vec![key(1)],
             traceparent: Some("00-000000000000000000000000000000dd-00000000000000dd-01".into()),
             links: Some(format!("{TP_A} {TP_B}")),
             ..closing(window, vec![key(1), key(2)], new_intent(&key(WINDOW), "email", Some(T0 + DAY)))
@@ -2102,8 +2126,12 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
         assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
         let state = |d: IntentDetail| (d.intent.state, d.intent.link_key);
         let left_out = store.intent_get("default", &key(1)).await.unwrap().unwrap();
-        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("planned in shadow"));
-        assert_eq!(state(left_out), (State::Shadowed, Some(key(WINDOW))), "planned in shadow: never in a live digest");
+        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("left out of the live digest"));
+        assert_eq!(
+            state(left_out),
+            (State::Digested, Some(key(WINDOW))),
+            "planned in shadow: a live Herald would have batched it, no message of its own"
+        );
         let digested = store.intent_get("default", &key(2)).await.unwrap().unwrap();
         assert_eq!(state(digested), (State::Digested, Some(key(WINDOW))));
 

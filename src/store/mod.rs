@@ -161,8 +161,10 @@ pub trait Store: Send + Sync + 'static {
     async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
 
     /// Turns a window into its digest intent, once, however many try: its
-    /// members become `digested`, except those the close leaves out, which
-    /// end `shadowed`; the digest's job carries the close's trace and links.
+    /// members become `digested` (those the close leaves out too, saying so),
+    /// or, if it could not be rendered, are queued on their own (those it
+    /// leaves out end `shadowed`); the digest's job carries the close's trace
+    /// and links.
     async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
 
     /// Puts an in-app message in the recipient's inbox; idempotent per intent.

@@ -364,10 +364,11 @@ pub struct DigestClose {
     pub member_keys: Vec<String>,
     /// The digest intent (its key is the window's key).
     pub intent: NewIntent,
-    /// Members planned in shadow that end `shadowed` on their own, outside
-    /// a digest that went live (see [`crate::deliver::digest`]); the others
-    /// become `digested`.
-    pub shadowed_members: Vec<String>,
+    /// Members planned in shadow, left out of a digest that went live (see
+    /// [`crate::deliver::digest`]): they become `digested` like the others,
+    /// with a detail saying so; if the digest could not be rendered they end
+    /// `shadowed` on their own, where the others are queued on their own.
+    pub shadow_members: Vec<String>,
     /// The closing's trace context, which the digest's job continues and its
     /// intent keeps; and the traces its attempts link to (its members'
     /// requests, see [`crate::ops::trace::links_text`]).

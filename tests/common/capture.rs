@@ -7,7 +7,7 @@
 use herald::ops::log::SampleRoutine;
 use serde_json::Value;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use tracing_subscriber::layer::SubscriberExt;
 
 #[derive(Clone, Default)]
@@ -37,6 +37,14 @@ impl Capture {
     /// has the size it has in production.
     pub fn install(&self, sample_accepted: f64) -> tracing::subscriber::DefaultGuard {
         use tracing_subscriber::Layer;
+        // tracing keeps one interest per line of code for the whole process.
+        // While a single dispatcher is registered, the thread that reaches a
+        // line first decides it against its own subscriber: a test on another
+        // thread with none pins the line to "never", and this capture never
+        // sees it. A second dispatcher, kept for the life of the process,
+        // makes tracing ask every registered one, this capture included.
+        static ANCHOR: OnceLock<tracing::Dispatch> = OnceLock::new();
+        ANCHOR.get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
         let events = tracing_subscriber::filter::filter_fn(|m| m.is_event());
         let subscriber = tracing_subscriber::registry()
             .with(tracing_subscriber::filter::LevelFilter::INFO)
