@@ -295,6 +295,49 @@ async fn post_member(app: &Spawned, entity: &str, phone: &str) -> String {
     body["intents"][0]["key"].as_str().unwrap().to_string()
 }
 
+/// A digest window open across its route's switch from shadow to live.
+struct Switched {
+    /// The live Herald, still running, its clock past the window's close.
+    live: Spawned,
+    /// The member a Herald in shadow mode planned, before the switch.
+    shadow_member: String,
+    /// The member the live Herald planned, after it.
+    live_member: String,
+}
+
+/// Posts one member of `u-digest`'s window (opened 10:05) from a Herald in
+/// shadow mode, stops it, starts a live one that posts the second member at
+/// 10:06, and moves the clock to 11:00, past the window's close.
+async fn across_the_switch(
+    db: &TestDb,
+    sms: &FakeSms,
+    templates: &std::path::Path,
+    phone: &str,
+    (first, second): (&str, &str),
+) -> Switched {
+    let clock = TestClock::at("2026-06-01T10:05:00Z");
+    let app = |mode: Option<&'static str>| {
+        let mut b = TestApp::new(db)
+            .with_sms(sms)
+            .with_templates_dir(templates)
+            .with_clock(clock.clone())
+            .with_toml(DIGEST_ROUTE);
+        if let Some(m) = mode {
+            b = b.with_mode(m);
+        }
+        b.spawn()
+    };
+    let shadow = app(Some("shadow")).await;
+    let shadow_member = post_member(&shadow, first, phone).await;
+    shadow.running.stop().await;
+
+    let live = app(None).await;
+    clock.set("2026-06-01T10:06:00Z");
+    let live_member = post_member(&live, second, phone).await;
+    clock.set("2026-06-01T11:00:00Z");
+    Switched { live, shadow_member, live_member }
+}
+
 /// `herald why` for one member of the digest route.
 async fn why(db: &TestDb, entity: &str) -> String {
     let store = db.store().await;
@@ -366,27 +409,9 @@ async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let templates = templates_with_digest();
-        let clock = TestClock::at("2026-06-01T10:05:00Z");
-        let app = |mode: Option<&'static str>| {
-            let mut b = TestApp::new(&db)
-                .with_sms(&sms)
-                .with_templates_dir(templates.path())
-                .with_clock(clock.clone())
-                .with_toml(DIGEST_ROUTE);
-            if let Some(m) = mode {
-                b = b.with_mode(m);
-            }
-            b.spawn()
-        };
         let phone = "+15550000302";
-        let shadow = app(Some("shadow")).await;
-        let observed = post_member(&shadow, "PO-MX1", phone).await;
-        shadow.running.stop().await;
-
-        let live = app(None).await;
-        clock.set("2026-06-01T10:06:00Z");
-        let sent_live = post_member(&live, "PO-MX2", phone).await;
-        clock.set("2026-06-01T11:00:00Z");
+        let Switched { live, shadow_member: observed, live_member: sent_live } =
+            across_the_switch(&db, &sms, templates.path(), phone, ("PO-MX1", "PO-MX2")).await;
 
         let member = live.wait_state(&sent_live, &["digested"]).await;
         let digest_id = member["digest_id"].as_str().expect("a link to the digest").to_string();
@@ -452,27 +477,9 @@ async fn a_digest_open_across_the_switch_that_cannot_be_rendered_shadows_its_sha
         let templates = templates_with_digest();
         // strict undefined: the digest's SMS fails to render at close
         std::fs::write(templates.path().join("po_digest/en/sms.j2"), "{{ nope }}").unwrap();
-        let clock = TestClock::at("2026-06-01T10:05:00Z");
-        let app = |mode: Option<&'static str>| {
-            let mut b = TestApp::new(&db)
-                .with_sms(&sms)
-                .with_templates_dir(templates.path())
-                .with_clock(clock.clone())
-                .with_toml(DIGEST_ROUTE);
-            if let Some(m) = mode {
-                b = b.with_mode(m);
-            }
-            b.spawn()
-        };
         let phone = "+15550000303";
-        let shadow = app(Some("shadow")).await;
-        let observed = post_member(&shadow, "PO-UR1", phone).await;
-        shadow.running.stop().await;
-
-        let live = app(None).await;
-        clock.set("2026-06-01T10:06:00Z");
-        let planned_live = post_member(&live, "PO-UR2", phone).await;
-        clock.set("2026-06-01T11:00:00Z");
+        let Switched { live, shadow_member: observed, live_member: planned_live } =
+            across_the_switch(&db, &sms, templates.path(), phone, ("PO-UR1", "PO-UR2")).await;
 
         let sent = live.wait_state(&planned_live, &["sent", "dead"]).await;
         assert_eq!(sent["state"], "sent", "{backend:?}: {sent}");

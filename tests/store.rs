@@ -1724,6 +1724,20 @@ fn replay(selector: ReplaySelector, tenant: &str, at: i64) -> Replay {
     }
 }
 
+/// An SMS provider's receipt for the first test intent (`key(1)`, message `m-1`).
+fn sms_receipt(status: herald::receipt::DeliveryStatus, at: i64) -> NewReceipt {
+    NewReceipt {
+        target: ReceiptTarget::Key(key(1)),
+        channel: Some("sms".into()),
+        source: "twilio".into(),
+        provider_message_id: Some("m-1".into()),
+        status,
+        provider_status: status.as_str().into(),
+        reason: None,
+        now_us: at,
+    }
+}
+
 #[tokio::test]
 async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_rest() {
     each_backend(|store| async move {
@@ -2177,34 +2191,17 @@ async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         store.jobs_claim(claim(T0, 10)).await.unwrap();
         store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
-        let receipt = |status: DeliveryStatus, at: i64| NewReceipt {
-            target: ReceiptTarget::Key(key(1)),
-            channel: Some("sms".into()),
-            source: "twilio".into(),
-            provider_message_id: Some("m-1".into()),
-            status,
-            provider_status: status.as_str().into(),
-            reason: None,
-            now_us: at,
-        };
-        let replay = |at: i64| Replay {
-            tenant: "default".into(),
-            selector: ReplaySelector::Ids(vec![key(1)]),
-            now_us: at,
-            requested_by: Some("ops".into()),
-            limit: 10,
-            traceparent: None,
-        };
+        let replay = |at: i64| replay(ReplaySelector::Ids(vec![key(1)]), "default", at);
         let state = || async { store.intent_get("default", &key(1)).await.unwrap().unwrap().intent };
 
         // sent → dead (undelivered) → replayed → dead (hard_bounce) → replayed → sent (complained)
-        store.receipt_record(receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
+        store.receipt_record(sms_receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
         store.dead_letters_replay(replay(T0 + 30)).await.unwrap();
-        store.receipt_record(receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
+        store.receipt_record(sms_receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
         let again = state().await;
         assert_eq!((again.state, again.reason.as_deref(), again.attempts), (State::Dead, Some("hard_bounce"), 1));
         store.dead_letters_replay(replay(T0 + 50)).await.unwrap();
-        store.receipt_record(receipt(DeliveryStatus::Complained, T0 + 60)).await.unwrap();
+        store.receipt_record(sms_receipt(DeliveryStatus::Complained, T0 + 60)).await.unwrap();
         let last = state().await;
         assert_eq!((last.state, last.attempts), (State::Sent, 1), "{backend:?}");
 
@@ -2279,17 +2276,7 @@ async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it
         old.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         old.jobs_claim(claim(T0, 10)).await.unwrap();
         old.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
-        let receipt = |status: DeliveryStatus, at: i64| NewReceipt {
-            target: ReceiptTarget::Key(key(1)),
-            channel: Some("sms".into()),
-            source: "twilio".into(),
-            provider_message_id: Some("m-1".into()),
-            status,
-            provider_status: status.as_str().into(),
-            reason: None,
-            now_us: at,
-        };
-        old.receipt_record(receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
+        old.receipt_record(sms_receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
         drop(old);
         for (state, at) in [("sent", T0 + 10), ("dead", T0 + 20)] {
             common::execute(
@@ -2307,16 +2294,8 @@ async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it
 
         // The new Herald: the dead letter replayed, and a late bounce ends it again.
         let store = db.store_with(StoreOptions { publications: true }).await;
-        let replay = Replay {
-            tenant: "default".into(),
-            selector: ReplaySelector::Ids(vec![key(1)]),
-            now_us: T0 + 30,
-            requested_by: Some("ops".into()),
-            limit: 10,
-            traceparent: None,
-        };
-        store.dead_letters_replay(replay).await.unwrap();
-        store.receipt_record(receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
+        store.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(1)]), "default", T0 + 30)).await.unwrap();
+        store.receipt_record(sms_receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
         let rows =
             store.publications_claim(PublicationClaim { now_us: T0 + 100, lease_us: 0, limit: 100 }).await.unwrap();
         let new: Vec<(&str, &str, Option<&str>)> =
