@@ -158,6 +158,74 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         Ok(SchemaState::compare(&MIGRATOR, &applied))
     }
 
+    async fn recipients_and_suppressions(
+        &self,
+        tenant: &str,
+        ids: &[String],
+        hashes: &[String],
+    ) -> StoreResult<(Vec<RecipientRow>, Vec<SuppressionRow>)> {
+        // One statement, the two kinds of row in columns of the same types.
+        type Row = (
+            bool,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i64,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT TRUE, tenant, id, email, phone, locale, timezone, webhook_url, preferences, updated_at,
+                    preferences_version
+             FROM recipients WHERE tenant = $1 AND id = ANY($2)
+             UNION ALL
+             SELECT FALSE, tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at,
+                    NULL
+             FROM suppressions WHERE tenant = $1 AND address_hash = ANY($3)",
+        )
+        .bind(tenant)
+        .bind(ids)
+        .bind(hashes)
+        .fetch_all(&self.pool)
+        .await?;
+        let (mut recipients, mut suppressions) = (Vec::new(), Vec::new());
+        let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
+        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
+            if recipient {
+                recipients.push(RecipientRow {
+                    tenant,
+                    id,
+                    email: c3,
+                    phone: c4,
+                    locale: c5,
+                    timezone: c6,
+                    webhook_url: c7,
+                    preferences: c8.ok_or_else(|| missing("recipients"))?,
+                    preferences_version: version.ok_or_else(|| missing("recipients"))?,
+                    updated_at: at,
+                });
+            } else {
+                let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
+                suppressions.push(SuppressionRow {
+                    tenant,
+                    address_hash: id,
+                    channel: required(c3)?,
+                    masked: required(c4)?,
+                    domain: c5,
+                    reason: required(c6)?,
+                    source_intent: required(c7)?,
+                    detail: c8,
+                    created_at: at,
+                });
+            }
+        }
+        Ok((recipients, suppressions))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
