@@ -28,6 +28,27 @@ mod q {
     );
 }
 
+/// The next attempt of each of these intents: its count goes up, it is
+/// `sending`, and its attempt row is written — one statement.
+async fn start_attempts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    keys: &[String],
+    now_us: i64,
+) -> StoreResult<()> {
+    sqlx::query(
+        "WITH started AS (
+             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key = ANY($1)
+             RETURNING key, attempts)
+         INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM started",
+    )
+    .bind(keys)
+    .bind(now_us)
+    .bind(crate::intent::State::Sending.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 pub struct PostgresStore {
     pool: PgPool,
     wake: Arc<Notify>,
@@ -237,27 +258,35 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         // leased by the database's: one clock for every process, so a process
         // whose clock runs ahead cannot see another's lease as expired, nor
         // one whose clock lags hold a lease longer than asked.
-        let keys: Vec<String> = sqlx::query_scalar(
+        // The lease and the read of what the rules need, in one statement.
+        let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
             "WITH due AS (
                      SELECT intent_key FROM jobs
                      WHERE run_at <= $1
                        AND (locked_until IS NULL OR locked_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
                      ORDER BY run_at LIMIT $2
-                     FOR UPDATE SKIP LOCKED)
-                 UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
-                 WHERE jobs.intent_key = due.intent_key
-                 RETURNING jobs.intent_key",
-        )
+                     FOR UPDATE SKIP LOCKED),
+                 leased AS (
+                     UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
+                     WHERE jobs.intent_key = due.intent_key
+                     RETURNING jobs.intent_key, jobs.traceparent, jobs.links)
+             SELECT ",
+            super::queries::intent_columns!(),
+            ", p.body AS content,
+                    EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
+                    l.traceparent, l.links
+             FROM leased l JOIN intents i ON i.key = l.intent_key LEFT JOIN payloads p ON p.digest = i.payload_digest"
+        ))
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
         .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
-        if keys.is_empty() {
+        if candidates.is_empty() {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
+        let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }
