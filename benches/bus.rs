@@ -5,19 +5,26 @@
 //! N distinct single-SMS events (the ingest benchmark's workload) reach
 //! Herald (`herald serve` in its own process, its SMS channel on a fake
 //! provider on loopback, every run on emptied tables of one scratch Postgres
-//! database) four ways:
-//! over HTTP from `--connections` clients, to one process and to two; and
-//! published to a JetStream stream that one process, then two, consume through
-//! one durable consumer. For each it reports events/s until every intent is
-//! committed (read from the database) and until the provider has accepted
-//! every SMS, and checks that each was accepted exactly once. Postgres comes
+//! database) four ways: over HTTP from `--connections` clients, to one
+//! process and to two; and published to a JetStream stream that one process,
+//! then two, consume through one durable consumer. For each it reports
+//! events/s until every intent is committed (read from the database) and
+//! until the provider has accepted every SMS, and checks that each was
+//! accepted exactly once. Beside the rates: the CPU each party spent per event
+//! until the last acceptance (Herald's processes, the Postgres backends
+//! serving them, nats-server, this load generator), read from `/proc`, the
+//! figure a shared machine distorts least; and the Postgres transactions per
+//! event, which say how well the writes were batched. Postgres comes
 //! from `--pg`, else `HERALD_BENCH_DATABASE_URL`, else the local one; NATS from
 //! `--nats`, else `HERALD_TEST_NATS_URL`, else the local one. It exits
 //! non-zero only when a notification was lost or doubled, never on a figure;
-//! `--smoke` (100 events, about 15 s) is CI's check that the path works.
+//! `--smoke` (100 events, about 10 s) is CI's check that the path works.
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "ingest/cpu.rs"]
+#[allow(dead_code)]
+mod cpu;
 #[path = "ingest/db.rs"]
 #[allow(dead_code)]
 mod db;
@@ -63,7 +70,59 @@ struct Run {
     processes: usize,
     committed_per_s: f64,
     accepted_per_s: f64,
+    cpu: CpuPerEvent,
+    /// Postgres transactions per event, from start-up to shutdown.
+    transactions_per_event: f64,
     problems: Vec<String>,
+}
+
+/// CPU milliseconds per event, by who spent them. `None` where that party
+/// does not run on this host (no `/proc` entry to read).
+#[derive(Clone, Copy, Default)]
+struct CpuPerEvent {
+    herald: f64,
+    postgres: Option<f64>,
+    nats: Option<f64>,
+    load: f64,
+}
+
+/// CPU used so far by each party of a run.
+struct CpuSnapshot {
+    herald: Duration,
+    postgres: Option<cpu::Backends>,
+    nats: Option<Duration>,
+    load: Duration,
+}
+
+impl CpuSnapshot {
+    /// `poller` is the backend of the benchmark's own polling connection.
+    async fn take(heralds: &[u32], nats: Option<u32>, db_url: &str, poller: u32) -> CpuSnapshot {
+        CpuSnapshot {
+            herald: heralds.iter().filter_map(|pid| cpu::process(*pid)).sum(),
+            postgres: cpu::Backends::read(db_url).await.map(|b| b.without(poller)),
+            nats: nats.and_then(cpu::process),
+            load: cpu::process(std::process::id()).unwrap_or_default(),
+        }
+    }
+
+    fn per_event_since(&self, before: &CpuSnapshot, events: usize) -> CpuPerEvent {
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0 / events.max(1) as f64;
+        CpuPerEvent {
+            herald: ms(self.herald.saturating_sub(before.herald)),
+            postgres: self.postgres.as_ref().zip(before.postgres.as_ref()).map(|(now, was)| ms(now.since(was))),
+            nats: self.nats.zip(before.nats).map(|(now, was)| ms(now.saturating_sub(was))),
+            load: ms(self.load.saturating_sub(before.load)),
+        }
+    }
+}
+
+/// The local nats-server's process id, when it runs on this host.
+fn nats_server_pid() -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+        (comm.trim_end() == "nats-server").then_some(pid)
+    })
 }
 
 fn options() -> Result<Options, String> {
@@ -129,7 +188,10 @@ async fn run(options: &Options) -> anyhow::Result<Vec<Run>> {
     let client =
         async_nats::connect(&options.nats).await.map_err(|e| anyhow::anyhow!("NATS at {}: {e}", options.nats))?;
     let js = jetstream::new(client);
-    let db = Backend::Postgres { admin_url: options.pg.clone() }.fresh_migrated().await?;
+    // Not migrated here: the first `herald serve` does it. A store opened
+    // here would keep connections to it open (its listener holds them) that
+    // the transaction count would have to tell from Herald's.
+    let db = Backend::Postgres { admin_url: options.pg.clone() }.fresh().await?;
     let runs = all_runs(options, &js, &db.url).await;
     db.dispose().await;
     runs
@@ -159,7 +221,8 @@ fn door_name(door: Door) -> &'static str {
 }
 
 /// Empties every table of the run's database but the migrations' record, so
-/// that each run starts from nothing on the schema already migrated. A fresh
+/// that each run starts from nothing on the schema already migrated (nothing
+/// to do before the first run, whose Herald migrates the new database). A fresh
 /// database per run did the same at the price of a DROP DATABASE, which waits
 /// for a checkpoint (1–2 s each on a busy machine, a third of a smoke run);
 /// TRUNCATE gives the tables new files and throws the old pages away unwritten.
@@ -171,8 +234,46 @@ async fn empty_tables(db_url: &str) -> anyhow::Result<()> {
     )
     .fetch_all(&mut conn)
     .await?;
-    sqlx::query(&format!("TRUNCATE {} RESTART IDENTITY", tables.join(", "))).execute(&mut conn).await?;
+    if !tables.is_empty() {
+        sqlx::query(&format!("TRUNCATE {} RESTART IDENTITY", tables.join(", "))).execute(&mut conn).await?;
+    }
+    conn.close().await?;
     Ok(())
+}
+
+/// Transactions committed or rolled back in the run's database so far, read
+/// once every other client connection to it has closed: a backend reports
+/// its counts when it exits, and otherwise only every few seconds.
+/// (Autovacuum workers may come and go meanwhile; their work is not counted.)
+async fn transactions_settled(db_url: &str) -> anyhow::Result<i64> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(db_url).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        if others == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            eprintln!(
+                "{others} connections to the run's database still open after 10 s; transactions counted without them"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let n: i64 = sqlx::query_scalar(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()",
+    )
+    .fetch_one(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(n)
 }
 
 /// One run on emptied tables, a new provider and a new stream.
@@ -195,11 +296,20 @@ async fn measure(
         ),
     };
     let result = async {
+        let transactions_before = transactions_settled(db_url).await?;
         let mut heralds = Vec::new();
         for _ in 0..processes {
             heralds.push(Herald::start_with(db_url, &provider.url, &extra).await?);
         }
-        let pool = sqlx::PgPool::connect(db_url).await?;
+        // One connection, so that its backend can be left out of Postgres's CPU.
+        let mut poll = {
+            use sqlx::Connection;
+            sqlx::PgConnection::connect(db_url).await?
+        };
+        let poller: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut poll).await?;
+        let pids: Vec<u32> = heralds.iter().map(|h| h.pid()).collect();
+        let nats_pid = nats_server_pid();
+        let cpu_before = CpuSnapshot::take(&pids, nats_pid, db_url, poller as u32).await;
         let n = options.events;
         let started = Instant::now();
         match door {
@@ -212,8 +322,9 @@ async fn measure(
                 tokio::spawn(publish_all(js, subject.clone(), n));
             }
         }
-        let committed = wait_committed(&pool, n, started).await?;
+        let (committed, polls) = wait_committed(&mut poll, n, started).await?;
         let accepted = provider.wait_accepted(n, STALL).await?.duration_since(started);
+        let cpu = CpuSnapshot::take(&pids, nats_pid, db_url, poller as u32).await.per_event_since(&cpu_before, n);
         provider.wait_quiet(Duration::from_millis(500), Duration::from_secs(5)).await;
         let tally = provider.tally();
         let mut problems = Vec::new();
@@ -224,17 +335,21 @@ async fn measure(
         if tally.duplicates > 0 {
             problems.push(format!("{label}: {} notifications accepted twice", tally.duplicates));
         }
-        let intents: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents").fetch_one(&pool).await?;
+        let intents: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents").fetch_one(&mut poll).await?;
         if intents != n as i64 {
             problems.push(format!("{label}: {intents} intents for {n} events"));
         }
-        pool.close().await;
+        sqlx::Connection::close(poll).await?;
         drop(heralds);
+        // Herald's transactions: the database's, less this benchmark's polls.
+        let transactions = transactions_settled(db_url).await? - transactions_before - polls;
         anyhow::Ok(Run {
             door,
             processes,
             committed_per_s: n as f64 / committed.as_secs_f64(),
             accepted_per_s: n as f64 / accepted.as_secs_f64(),
+            cpu,
+            transactions_per_event: transactions as f64 / n as f64,
             problems,
         })
     }
@@ -294,13 +409,15 @@ async fn publish_all(js: jetstream::Context, subject: String, n: usize) {
     }
 }
 
-/// Waits until `n` intents are committed; the time since `started`.
-async fn wait_committed(pool: &sqlx::PgPool, n: usize, started: Instant) -> anyhow::Result<Duration> {
-    let (mut last, mut progress) = (0, Instant::now());
+/// Waits until `n` intents are committed; the time since `started`, and
+/// how many queries it took to see it.
+async fn wait_committed(conn: &mut sqlx::PgConnection, n: usize, started: Instant) -> anyhow::Result<(Duration, i64)> {
+    let (mut last, mut progress, mut polls) = (0, Instant::now(), 0);
     loop {
-        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents").fetch_one(pool).await?;
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM intents").fetch_one(&mut *conn).await?;
+        polls += 1;
         if count as usize >= n {
-            return Ok(started.elapsed());
+            return Ok((started.elapsed(), polls));
         }
         if count != last {
             (last, progress) = (count, Instant::now());
@@ -314,19 +431,25 @@ async fn wait_committed(pool: &sqlx::PgPool, n: usize, started: Instant) -> anyh
 fn table(options: &Options, runs: &[Run]) -> String {
     let mut out = format!(
         "{} distinct single-SMS events, one Postgres, HTTP from {} connections{}\n\n\
-         | front door | Herald processes | events/s to committed intents | events/s to provider acceptance |\n\
-         |---|---|---|---|\n",
+         | front door | Herald processes | events/s to committed intents | events/s to provider acceptance \
+         | CPU ms per event: Herald | Postgres | nats-server | load generator | Postgres transactions per event |\n\
+         |---|---|---|---|---|---|---|---|---|\n",
         options.events,
         options.connections,
         if options.smoke { " (smoke size: the figures mean little)" } else { "" }
     );
     for r in runs {
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {} | {:.2} | {:.2} |\n",
             door_name(r.door),
             r.processes,
             r.committed_per_s,
-            r.accepted_per_s
+            r.accepted_per_s,
+            r.cpu.herald,
+            r.cpu.postgres.map_or("–".into(), |ms| format!("{ms:.2}")),
+            r.cpu.nats.map_or("–".into(), |ms| format!("{ms:.2}")),
+            r.cpu.load,
+            r.transactions_per_event
         ));
     }
     out

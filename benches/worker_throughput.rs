@@ -126,7 +126,7 @@ async fn run(
             })
             .await?;
     }
-    let queued = store.queue_stats(i64::MAX).await?.total;
+    let queued = store.queue_stats(None, i64::MAX).await?.total;
     let checks = if supersede { ", each claim looking for newer versions" } else { "" };
     println!(
         "worker throughput: {queued} queued jobs, concurrency {concurrency}, a provider that accepts at once{checks}, {backend}"
@@ -147,7 +147,7 @@ async fn run(
     let started = Instant::now();
     let handle = tokio::spawn(worker.run(rx, Duration::from_secs(30)));
     loop {
-        if store.queue_stats(i64::MAX).await?.total == 0 {
+        if store.queue_stats(None, i64::MAX).await?.total == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -167,7 +167,7 @@ async fn run(
 /// How many intents were sent, counted through the store.
 async fn sent(store: &dyn Store, jobs: usize) -> anyhow::Result<usize> {
     let filter = herald::store::IntentFilter {
-        tenant: "default".into(),
+        tenant: Some("default".into()),
         state: Some("sent".into()),
         limit: u32::try_from(jobs + 1).unwrap_or(u32::MAX),
         ..Default::default()

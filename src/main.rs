@@ -610,7 +610,7 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
     let store = open_existing(&config).await?;
     match command {
         RejectedCommand::List { limit, .. } => {
-            let page = store.rejected_list(&tenant, None, limit).await?;
+            let page = store.rejected_list(Some(&tenant), None, limit).await?;
             outln!("{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  SUBJECT", "ID", "AT", "STREAM", "SEQ", "CODE")?;
             for r in &page.items {
                 let at = herald::clock::rfc3339(r.created_at).unwrap_or_default();

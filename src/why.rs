@@ -21,7 +21,7 @@ pub async fn history(
     loop {
         let page = store
             .intents_list(IntentFilter {
-                tenant: tenant.to_string(),
+                tenant: Some(tenant.to_string()),
                 entity: Some((entity.0.to_string(), entity.1.to_string())),
                 recipient_id: Some(recipient.to_string()),
                 state: None,

@@ -2,7 +2,9 @@
 //! (chromedriver), against a Herald this test starts: sign in, search an
 //! entity and read its timeline, replay a dead-letter group and see it leave
 //! the list, a token without `ops` refused, a form posted without its CSRF
-//! token refused, and one tenant unable to open another's intent by URL.
+//! token refused, one tenant unable to open another's intent by URL, a
+//! template's UCS-2 culprits highlighted (the page reached by keyboard), and
+//! the health page.
 //! Screenshots of the main pages go to `docs/console/`.
 //!
 //! Runs when `HERALD_TEST_BROWSER=1` (`.ci/run` installs Debian's `chromium`
@@ -13,6 +15,7 @@ mod common;
 mod support;
 
 use common::{Backend, FakeSms, Reply, TestApp, TestDb, sms_event};
+use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -24,6 +27,7 @@ const OPS_A: &str = "tok-ops-acme";
 const WRITER_A: &str = "tok-writer-acme";
 const WRITER_B: &str = "tok-writer-globex";
 const READER: &str = "tok-reader-acme";
+const ADMIN: &str = "tok-admin";
 
 fn wanted() -> bool {
     std::env::var("HERALD_TEST_BROWSER").is_ok_and(|v| !v.is_empty() && v != "0")
@@ -135,6 +139,7 @@ async fn the_console_works_in_a_real_browser() {
             ("erp-acme", "acme", WRITER_A, &["events:write", "intents:read"]),
             ("erp-globex", "globex", WRITER_B, &["events:write", "intents:read"]),
             ("reader-acme", "acme", READER, &["intents:read"]),
+            ("admin", "acme", ADMIN, &["admin", "ops"]),
         ])
     );
     let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
@@ -203,6 +208,8 @@ async fn the_console_works_in_a_real_browser() {
     screenshot(&c, "timeline-email").await;
     c.goto(&format!("{base}/console/intents/{sms_key}")).await.unwrap();
     assert_eq!(text_of(&c, "#sms-encoding").await, "UCS-2");
+    let marked = c.find_all(Locator::Css("#sms-text mark")).await.unwrap();
+    assert!(!marked.is_empty(), "the SMS as it went out marks what forced UCS-2");
     screenshot(&c, "timeline-sms").await;
 
     // Tenant A cannot open tenant B's intent by URL.
@@ -239,11 +246,58 @@ async fn the_console_works_in_a_real_browser() {
     let groups = text_of(&c, "#groups").await;
     assert!(!groups.contains("rejected") && groups.contains("retries_exhausted"), "{groups}");
 
+    // Templates: the Nepali SMS's UCS-2 culprits highlighted, each named
+    // for a screen reader; reached from the keyboard alone.
+    c.goto(&format!("{base}/console/search")).await.unwrap();
+    let body = c.find(Locator::Css("body")).await.unwrap();
+    body.send_keys(&Key::Tab.to_string()).await.unwrap();
+    assert_eq!(c.active_element().await.unwrap().text().await.unwrap(), "Skip to content", "the first stop");
+    let mut reached = false;
+    for _ in 0..8 {
+        c.active_element().await.unwrap().send_keys(&Key::Tab.to_string()).await.unwrap();
+        if c.active_element().await.unwrap().attr("href").await.unwrap().as_deref() == Some("/console/templates") {
+            c.active_element().await.unwrap().send_keys(&Key::Enter.to_string()).await.unwrap();
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the Templates link is reachable by Tab");
+    let verdict = text_of(&c, "#verdict").await;
+    assert!(verdict.contains("render within budget"), "{verdict}");
+    let ne = c.wait().for_element(Locator::Css("#po_approved-ne-sms")).await.unwrap();
+    assert!(ne.text().await.unwrap().contains("UCS-2"));
+    let first = ne.find(Locator::Css("mark")).await.expect("a culprit marked");
+    let title = first.attr("title").await.unwrap().unwrap_or_default();
+    assert!(title.starts_with("U+0938 U+094D") && title.ends_with(" forced UCS-2"), "{title}");
+    assert!(first.text().await.unwrap().starts_with("स्वीकृत"), "{:?}", first.text().await);
+    let style = "return getComputedStyle(document.querySelector('#po_approved-ne-sms mark')).backgroundColor";
+    assert_eq!(c.execute(style, vec![]).await.unwrap(), json!("rgb(255, 224, 138)"), "highlighted");
+    let hidden = ne.find(Locator::Css("mark .visually-hidden")).await.unwrap();
+    assert_eq!(hidden.html(true).await.unwrap(), format!(" ({title})"), "the culprits named for a screen reader");
+    let en = text_of(&c, "#po_approved-en-sms").await;
+    assert!(en.contains("GSM-7") && en.contains("ok"), "{en}");
+    screenshot(&c, "templates").await;
+
+    // Health: acme's queue and the last hour's attempts.
+    c.goto(&format!("{base}/console/health")).await.unwrap();
+    assert_eq!(text_of(&c, "#queue-due").await, "0");
+    let attempts = text_of(&c, "#attempts").await;
+    assert!(attempts.contains("accepted") && attempts.contains("permanent"), "{attempts}");
+    screenshot(&c, "health").await;
+
     // Sign out.
     c.find(Locator::Css("form.who button")).await.unwrap().click().await.unwrap();
     c.wait().for_element(Locator::Css("#token")).await.expect("back at the sign-in form");
     c.goto(&format!("{base}/console/dead-letters")).await.unwrap();
     c.wait().for_element(Locator::Css("#token")).await.expect("signed out: sent to sign in");
+
+    // The deployment operator reads every tenant's, each row naming its tenant.
+    sign_in(&c, &base, ADMIN).await;
+    assert_eq!(text_of(&c, "#admin").await, "admin: every tenant");
+    c.goto(&format!("{base}/console/search?q=purchase_order%3APO-9")).await.unwrap();
+    let results = text_of(&c, "#results").await;
+    assert!(results.contains("globex") && results.contains("PO-9"), "{results}");
+    screenshot(&c, "admin-search").await;
 
     c.close().await.unwrap();
     app.running.stop().await;

@@ -388,3 +388,27 @@ async fn a_publication_the_bus_does_not_ack_stays_in_the_outbox_until_it_does() 
         out.cleanup().await;
     }
 }
+
+/// Transitions stamped with the same time go out in the order of the
+/// intent's publication number, counted as a number: 9 before 10.
+#[test]
+fn a_batch_with_equal_times_is_published_in_publication_number_order() {
+    let row = |key: &str, state: &str, n: u32| herald::store::Publication {
+        msg_id: format!("{key}:{state}:{n}"),
+        tenant: "default".into(),
+        intent_key: key.into(),
+        entity_type: "purchase_order".into(),
+        entity_id: "PO-1".into(),
+        entity_version: Some(1),
+        channel: "sms".into(),
+        recipient_id: "u-1".into(),
+        state: state.into(),
+        reason: None,
+        attempts: 1,
+        at: 1_000,
+    };
+    let mut batch = vec![row("k", "delivered", 11), row("k", "sent", 10), row("k", "unknown", 9), row("j", "sent", 2)];
+    herald::publish::in_order(&mut batch);
+    let order: Vec<&str> = batch.iter().map(|p| p.msg_id.as_str()).collect();
+    assert_eq!(order, ["j:sent:2", "k:unknown:9", "k:sent:10", "k:delivered:11"]);
+}

@@ -7,9 +7,10 @@
 mod common;
 
 use common::nats::TestStream;
+use common::serve::Serve;
 use common::{FakeSms, TestDb, backends, count};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+
 use std::time::Duration;
 
 fn config(db: &TestDb, sms: &FakeSms, bus: &TestStream, workers: bool) -> String {
@@ -42,53 +43,23 @@ timeout = "1s"
     )
 }
 
-/// A child that is killed when the test ends, however it ends.
-struct Serving(Child);
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(config: &Path, log: &Path, crash_after_commit: bool) -> Serving {
-    let log = std::fs::File::create(log).expect("log file");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-    cmd.arg("serve").arg("--config").arg(config);
-    cmd.stdout(Stdio::null()).stderr(log);
-    if crash_after_commit {
-        cmd.env("HERALD_TEST_CRASH_AFTER_BUS_COMMIT", "1");
-    }
-    Serving(cmd.spawn().expect("herald serve starts"))
-}
-
-/// Waits up to `limit` for the child to exit.
-async fn exited(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    None
+fn serve(config: &Path, log: &Path, crash_after_commit: bool) -> Serve {
+    let crash: &[(&str, &str)] = if crash_after_commit { &[("HERALD_TEST_CRASH_AFTER_BUS_COMMIT", "1")] } else { &[] };
+    Serve::start(config, log, crash)
 }
 
 /// Waits until the child has created the durable consumer (it is ready to pull).
-async fn wait_consuming(bus: &TestStream, child: &mut Child, log: &Path) {
+async fn wait_consuming(bus: &TestStream, herald: &mut Serve) {
     for _ in 0..400 {
         if let Ok(stream) = bus.js.get_stream(&bus.stream).await
             && stream.get_consumer::<async_nats::jetstream::consumer::pull::Config>(&bus.consumer).await.is_ok()
         {
             return;
         }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("herald exited before consuming ({status}): {}", std::fs::read_to_string(log).unwrap_or_default());
-        }
+        herald.assert_running("consuming");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("herald never created its consumer: {}", std::fs::read_to_string(log).unwrap_or_default());
+    panic!("herald never created its consumer: {}", herald.log());
 }
 
 async fn wait_count(db: &TestDb, sql: &str, want: i64) {
@@ -115,15 +86,15 @@ async fn a_crash_between_commit_and_ack_is_answered_by_a_replay_on_redelivery() 
         let (log1, log2) = (dir.path().join("first.log"), dir.path().join("second.log"));
 
         let mut first = serve(&crashing, &log1, true);
-        wait_consuming(&bus, &mut first.0, &log1).await;
+        wait_consuming(&bus, &mut first).await;
         let phone = "+9779800000021";
         let body = serde_json::to_vec(&common::sms_event("PO-CRASH-1", phone)).unwrap();
         let seq = bus.publish(&body, None).await;
-        let Some(status) = exited(&mut first.0, Duration::from_secs(20)).await else {
-            panic!("herald did not die after the commit: {}", std::fs::read_to_string(&log1).unwrap_or_default());
+        let Some(status) = first.exited(Duration::from_secs(20)).await else {
+            panic!("herald did not die after the commit: {}", first.log());
         };
         assert!(!status.success(), "{status}");
-        let log = std::fs::read_to_string(&log1).unwrap_or_default();
+        let log = first.log();
         assert!(log.contains("dying between commit and ack"), "{log}");
         // Committed, and not acked.
         assert_eq!(count(&db, "SELECT COUNT(*) FROM intents").await, 1, "{backend:?}");

@@ -1,6 +1,7 @@
 //! The operator console over HTTP, on every backend: sign-in and its refusals,
 //! CSRF on every form that changes something, search and the timeline, dead
-//! letters grouped and replayed, and one tenant never seeing another's.
+//! letters grouped and replayed, one tenant never seeing another's (and an
+//! admin seeing every tenant's), the templates page and the health page.
 //! (tests/browser.rs drives the same pages in a real Chromium.)
 
 mod common;
@@ -275,4 +276,325 @@ async fn an_unknown_console_page_is_a_page_and_the_api_still_answers_json() {
     let css = user.get("/console/console.css").await;
     assert!(css.status == 200 && css.headers["content-type"].to_str().unwrap().starts_with("text/css"));
     app.running.stop().await;
+}
+
+const ADMIN: &str = "tok-admin";
+const ADMIN_ONLY: &str = "tok-admin-only";
+
+/// The tokens above, and a deployment operator's: `admin` (with `ops` in its
+/// own tenant, acme) and one with `admin` alone.
+fn tokens_with_admin() -> String {
+    format!(
+        "{}{}",
+        tokens(),
+        tokens_toml(&[
+            ("admin", "acme", ADMIN, &["admin", "ops", "intents:read"]),
+            ("admin-only", "hq", ADMIN_ONLY, &["admin"]),
+        ])
+    )
+}
+
+/// Polls an intent until it has `n` finished attempts.
+async fn wait_attempts(base: &str, token: &str, key: &str, n: usize) -> serde_json::Value {
+    for _ in 0..300 {
+        let it = wait_state(base, token, key, &["queued", "sending", "sent", "dead", "unknown"]).await;
+        let finished = it["attempts"].as_array().map_or(0, |a| a.iter().filter(|a| !a["outcome"].is_null()).count());
+        if finished >= n && it["state"] != "sending" {
+            return it;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("intent {key} never had {n} finished attempts");
+}
+
+#[tokio::test]
+async fn the_templates_page_renders_every_template_with_its_verdict_and_marks_what_forced_ucs2() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).with_toml(&tokens()).spawn().await;
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let page = user.get("/console/templates").await;
+        assert_eq!(page.status, 200, "{backend:?}: {}", page.body);
+        // The rows `herald templates check` prints for the built-in set.
+        let rows = herald::render::check::check(&herald::render::TemplateSet::built_in());
+        assert!(rows.len() >= 6, "{rows:?}");
+        for r in &rows {
+            assert!(page.body.contains(&format!("id=\"{}-{}-{}\"", r.template, r.locale, r.channel)), "{r:?}");
+        }
+        assert!(page.body.contains("All ") && page.body.contains("render within budget"), "{}", page.body);
+        // Nepali SMS: UCS-2, each Devanagari letter marked with its code point.
+        let ne = &page.body[page.body.find("id=\"po_approved-ne-sms\"").unwrap()..];
+        let ne = &ne[..ne.find("</tr>").unwrap()];
+        let marked = "<mark title=\"U+0938 U+094D U+0935 U+0940 U+0915 U+0943 U+0924 forced UCS-2\">स्वीकृत<span";
+        assert!(ne.contains("UCS-2") && ne.contains(marked), "{ne}");
+        assert!(ne.contains("Forced into UCS-2 by: U+0938 &#x27;स&#x27; at 8"), "the command's own list: {ne}");
+        let en = &page.body[page.body.find("id=\"po_approved-en-sms\"").unwrap()..];
+        let en = &en[..en.find("</tr>").unwrap()];
+        assert!(en.contains("GSM-7") && !en.contains("<mark") && en.contains("PO-4482 approved by Asha"), "{en}");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_template_over_its_budget_fails_on_the_page_naming_the_culprit() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("po_approved");
+    std::fs::create_dir_all(t.join("en")).unwrap();
+    std::fs::write(t.join("template.toml"), "revision = \"2\"\ndefault_locale = \"en\"\nsms_max_segments = 1\n")
+        .unwrap();
+    std::fs::write(t.join("fixtures.json"), r#"{"data": {"po": {"number": "PO-1"}}}"#).unwrap();
+    // A curly apostrophe turns 80 GSM-7 characters into two UCS-2 segments.
+    let long = format!("{{{{ po.number }}}} it’s approved {}", "x".repeat(60));
+    std::fs::write(t.join("en/sms.j2"), &long).unwrap();
+    std::fs::write(t.join("en/in_app.j2"), "{{ po.number }}").unwrap();
+    for name in ["email.subject.j2", "email.txt.j2"] {
+        std::fs::write(t.join("en").join(name), "{{ po.number }}").unwrap();
+    }
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).with_templates_dir(dir.path()).with_toml(&tokens()).spawn().await;
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let page = user.get("/console/templates").await;
+        assert_eq!(page.status, 200, "{backend:?}: {}", page.body);
+        assert!(page.body.contains("1 message would fail"), "{}", page.body);
+        let sms = &page.body[page.body.find("id=\"po_approved-en-sms\"").unwrap()..];
+        let sms = &sms[..sms.find("</tr>").unwrap()];
+        assert!(sms.contains("FAIL") && sms.contains("2 segments over a budget of 1"), "{sms}");
+        assert!(sms.contains("it<mark title=\"U+2019 forced UCS-2\">’<span class=\"visually-hidden\">"), "{sms}");
+        assert!(sms.contains("U+2019 &#x27;’&#x27; at 7"), "{sms}");
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn the_health_page_shows_the_queue_attempts_by_outcome_and_the_daily_digest() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        sms.script("+9779800000031", vec![Reply::status(400, json!({"error": "rejected"}))]);
+        // Retry-After is a floor (capped at retry.max): the retry waits 50
+        // minutes, so it stays in the queue while the test looks.
+        let mut busy = Reply::status(503, json!({}));
+        busy.retry_after = Some("3000".into());
+        sms.script("+9779800000032", vec![busy]);
+        let digest = "[ops]\ndigest_webhook = \"http://127.0.0.1:9/ops\"\ndigest_at = \"08:30\"\ndigest_timezone = \"Asia/Kathmandu\"\n";
+        let app = TestApp::new(&db)
+            .with_sms(&sms)
+            .with_retry(2, "50m", "50m")
+            .with_toml(&format!("{}{digest}", tokens_with_admin()))
+            .spawn()
+            .await;
+        let mut keys = Vec::new();
+        for (po, phone, token) in [
+            ("PO-30", "+9779800000030", WRITER),
+            ("PO-31", "+9779800000031", WRITER),
+            ("PO-32", "+9779800000032", WRITER),
+            ("PO-33", "+9779800000033", WRITER_B),
+        ] {
+            let posted = post_event(&app.base, token, &sms_event(po, phone)).await;
+            let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+            wait_attempts(&app.base, token, &key, 1).await;
+            keys.push(key);
+        }
+        // A daily digest posted yesterday, as the scheduler records it.
+        let store = db.store().await;
+        let now = jiff::Timestamp::now().as_microsecond();
+        let claim = herald::store::OpsDigestClaim {
+            slot: "2026-11-29".into(),
+            since_us: now - 48 * 3_600_000_000,
+            until_us: now - 24 * 3_600_000_000,
+            now_us: now,
+            lease_us: 60_000_000,
+        };
+        store.ops_digest_claim(claim).await.unwrap();
+        store.ops_digest_posted("2026-11-29", now - 3_600_000_000, 7).await.unwrap();
+
+        let mut acme = User::new(&app.base);
+        acme.sign_in(OPS_A).await;
+        let page = acme.get("/console/health").await;
+        assert_eq!(page.status, 200, "{backend:?}: {}", page.body);
+        assert!(page.body.contains("<dd id=\"queue-due\">0</dd>"), "{}", page.body);
+        assert!(page.body.contains("<dd id=\"queue-total\">1</dd>"), "the retry waits: {}", page.body);
+        assert!(page.body.contains("3 attempts finished"), "acme's three, not globex's: {}", page.body);
+        for outcome in ["accepted", "permanent", "retryable"] {
+            let row = format!("<tr id=\"outcome-{outcome}\"><th scope=\"row\">{outcome}</th><td>1</td></tr>");
+            assert!(page.body.contains(&row), "{row} missing: {}", page.body);
+        }
+        assert!(page.body.contains("every day at 08:30 Asia&#x2f;Kathmandu"), "{}", page.body);
+        assert!(page.body.contains("(1h 0m ago)"), "the last digest: {}", page.body);
+        assert!(!page.body.contains("7 dead letters"), "the deployment's total is the admin's to see");
+        let next = page.body.split("<dd id=\"digest-next\"><time>").nth(1).unwrap().split('<').next().unwrap();
+        let next: jiff::Timestamp = next.parse().unwrap_or_else(|e| panic!("{next}: {e}"));
+        assert!(
+            next > jiff::Timestamp::now() && next.to_string().ends_with("T02:45:00Z"),
+            "08:30 in Kathmandu: {next}"
+        );
+        assert!(page.body.contains("No failover providers are configured"));
+        assert!(!page.body.contains("Shadow report") && !page.body.contains("Rejected bus messages"), "not configured");
+
+        let mut admin = User::new(&app.base);
+        admin.sign_in(ADMIN).await;
+        let all = admin.get("/console/health").await;
+        assert!(all.body.contains("Every tenant's figures"), "{}", all.body);
+        assert!(all.body.contains("4 attempts finished"), "every tenant's: {}", all.body);
+        assert!(all.body.contains(": 7 dead letters"), "{}", all.body);
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn the_health_page_shows_open_circuits_and_in_shadow_mode_the_shadow_report() {
+    for backend in backends() {
+        health_with_breakers_and_shadow(backend).await;
+    }
+}
+
+async fn health_with_breakers_and_shadow(backend: common::Backend) {
+    let db = TestDb::new(backend).await;
+    let backup = FakeSms::start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let primary = format!("http://{}/sms", closed.local_addr().unwrap());
+    drop(closed);
+    let failover = format!(
+        "[channels.sms]\nproviders = [\"primary\", \"backup\"]\nbreaker_failures = 1\nbreaker_cool_down = \"10m\"\n\
+         [channels.sms.named.primary]\nurl = \"{primary}\"\ntimeout = \"300ms\"\n\
+         [channels.sms.named.backup]\nurl = \"{}\"\ntimeout = \"300ms\"\n",
+        backup.url
+    );
+    let app = TestApp::new(&db).with_toml(&format!("{}{failover}", tokens())).spawn().await;
+    let posted = post_event(&app.base, WRITER, &sms_event("PO-40", "+9779800000040")).await;
+    let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+    wait_state(&app.base, WRITER, &key, &["sent"]).await;
+    let mut user = User::new(&app.base);
+    user.sign_in(OPS_A).await;
+    let page = user.get("/console/health").await;
+    assert!(page.body.contains("<strong class=\"bad\">1 open</strong>"), "{}", page.body);
+    assert!(page.body.contains("<th scope=\"row\">primary</th><td class=\"bad\">open</td>"), "{}", page.body);
+    assert!(page.body.contains("<th scope=\"row\">backup</th><td class=\"\">closed</td>"), "{}", page.body);
+    app.running.stop().await;
+
+    let db = TestDb::new(backend).await;
+    let sms = FakeSms::start().await;
+    let app = TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_toml(&tokens()).spawn().await;
+    let posted = post_event(&app.base, WRITER, &sms_event("PO-41", "+9779800000041")).await;
+    let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+    wait_state(&app.base, WRITER, &key, &["shadowed"]).await;
+    let mut user = User::new(&app.base);
+    user.sign_in(OPS_A).await;
+    let page = user.get("/console/health").await;
+    assert!(page.body.contains("Shadow report, the last hour"), "{}", page.body);
+    let report = page.body.split("<pre class=\"data\" id=\"shadow-report\">").nth(1).unwrap();
+    assert!(report.starts_with("shadow report, tenant acme,"), "the command's table: {report}");
+    let would_send = report.lines().find(|l| l.trim_start().starts_with("sms ") && l.contains("would send")).unwrap();
+    assert!(would_send.contains("would send          1"), "{would_send}");
+    assert_eq!(sms.calls(), 0);
+    app.running.stop().await;
+}
+
+#[tokio::test]
+async fn with_bus_ingest_the_health_page_lists_rejected_messages_of_the_tenant() {
+    for backend in backends() {
+        let Some(bus) = common::nats::TestStream::new().await else {
+            eprintln!("HERALD_TEST_NATS_URL unset: the bus leg is skipped");
+            return;
+        };
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).with_toml(&format!("{}{}", tokens_with_admin(), bus.toml("acme", 5))).spawn().await;
+        let store = db.store().await;
+        for (tenant, seq) in [("acme", 1), ("globex", 2)] {
+            let row = herald::store::RejectedMessage {
+                id: herald::store::RejectedMessage::id_of(&bus.stream, seq),
+                tenant: tenant.into(),
+                stream: bus.stream.clone(),
+                consumer: bus.consumer.clone(),
+                subject: bus.subject.clone(),
+                stream_seq: seq,
+                deliveries: 1,
+                status: 400,
+                code: "malformed_json".into(),
+                message: format!("body is not JSON ({tenant})"),
+                body: Some("{not json".into()),
+                created_at: jiff::Timestamp::now().as_microsecond(),
+            };
+            store.rejected_record(row).await.unwrap();
+        }
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let page = user.get("/console/health").await;
+        assert!(page.body.contains("Rejected bus messages"), "{backend:?}: {}", page.body);
+        assert!(page.body.contains("400 malformed_json: body is not JSON (acme)"), "{}", page.body);
+        assert!(!page.body.contains("(globex)"), "another tenant's: {}", page.body);
+        assert!(!page.body.contains("{not json"), "bodies are left out");
+        let mut admin = User::new(&app.base);
+        admin.sign_in(ADMIN).await;
+        let all = admin.get("/console/health").await;
+        assert!(all.body.contains("(acme)") && all.body.contains("(globex)"), "{}", all.body);
+        assert!(all.body.contains("<td>globex</td>"), "the tenant is shown: {}", all.body);
+        app.running.stop().await;
+        bus.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn an_admin_sees_every_tenant_with_the_tenant_shown_and_an_ops_token_only_its_own() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        for phone in ["+9779800000051", "+9779800000052"] {
+            sms.script(phone, vec![Reply::status(400, json!({"error": "rejected"}))]);
+        }
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&tokens_with_admin()).spawn().await;
+        let a = post_event(&app.base, WRITER, &sms_event("PO-51", "+9779800000051")).await;
+        let b = post_event(&app.base, WRITER_B, &sms_event("PO-52", "+9779800000052")).await;
+        let (key_a, key_b) = (a["intents"][0]["key"].as_str().unwrap(), b["intents"][0]["key"].as_str().unwrap());
+        wait_state(&app.base, WRITER, key_a, &["dead"]).await;
+        wait_state(&app.base, WRITER_B, key_b, &["dead"]).await;
+
+        let mut admin = User::new(&app.base);
+        admin.sign_in(ADMIN).await;
+        let found = admin.get("/console/search?q=purchase_order%3APO-52").await;
+        assert!(
+            found.body.contains(key_b) && found.body.contains("<td class=\"tenant\">globex</td>"),
+            "{backend:?}: {}",
+            found.body
+        );
+        assert_eq!(
+            admin.get(&format!("/console/search?q={key_b}")).await.location(),
+            Some(format!("/console/intents/{key_b}").as_str())
+        );
+        let theirs = admin.get(&format!("/console/intents/{key_b}")).await;
+        assert_eq!(theirs.status, 200, "{}", theirs.body);
+        assert!(theirs.body.contains("tenant <strong id=\"intent-tenant\">globex</strong>"), "{}", theirs.body);
+        assert!(!theirs.body.contains("Replay this dead letter"), "replays stay in the admin's own tenant");
+        let groups = admin.get("/console/dead-letters").await;
+        assert!(
+            groups.body.contains("id=\"group-acme-rejected\"") && groups.body.contains("id=\"group-globex-rejected\""),
+            "{}",
+            groups.body
+        );
+        assert!(groups.body.contains("tenant <strong>globex</strong>") && groups.body.contains("across every tenant"));
+        assert_eq!(groups.body.matches("id=\"replay-rejected\"").count(), 1, "only acme's group offers a replay");
+        assert_eq!(admin.get(&format!("/console/dead-letters/replay?id={key_b}")).await.status, 404);
+
+        let mut admin_only = User::new(&app.base);
+        assert_eq!(admin_only.sign_in(ADMIN_ONLY).await.status, 303, "admin alone may read");
+        let groups = admin_only.get("/console/dead-letters").await;
+        assert!(groups.body.contains(key_a) && groups.body.contains(key_b), "{}", groups.body);
+        assert!(!groups.body.contains("id=\"replay-"), "no ops scope, no replay: {}", groups.body);
+
+        let mut acme = User::new(&app.base);
+        acme.sign_in(OPS_A).await;
+        let search = acme.get("/console/search?q=purchase_order%3APO-52").await;
+        assert!(!search.body.contains(key_b) && search.body.contains("No notification in tenant acme"));
+        assert!(!search.body.contains("class=\"tenant\""));
+        assert_eq!(acme.get(&format!("/console/intents/{key_b}")).await.status, 404);
+        let groups = acme.get("/console/dead-letters").await;
+        assert!(groups.body.contains(key_a) && !groups.body.contains(key_b), "{}", groups.body);
+        assert!(groups.body.contains("id=\"group-rejected\"") && !groups.body.contains("globex"));
+        let health = acme.get("/console/health").await;
+        assert!(health.body.contains("1 attempt finished"), "acme's only: {}", health.body);
+        app.running.stop().await;
+    }
 }

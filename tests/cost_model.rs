@@ -9,33 +9,10 @@
 
 mod common;
 
+use common::capture::Capture;
 use common::{Backend, FakeSms, Reply, TestApp, TestDb, backends, sms_event};
-use herald::ops::log::SampleRoutine;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-use tracing_subscriber::layer::SubscriberExt;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
 
 /// The kind of one `intent` or `attempt` line, as the budget counts it.
 fn kind(line: &Value) -> Option<String> {
@@ -54,11 +31,7 @@ const N: usize = 200;
 #[ignore = "prints the cost model's figures; run with --ignored --nocapture"]
 async fn measure_the_cost_model() {
     let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_subscriber::filter::LevelFilter::INFO)
-        .with(SampleRoutine::new(1.0))
-        .with(tracing_subscriber::fmt::layer().json().with_writer(capture.clone()));
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = capture.install(1.0);
 
     let backend = if backends().contains(&Backend::Postgres) { Backend::Postgres } else { Backend::Sqlite };
     let db = TestDb::new(backend).await;
@@ -86,7 +59,7 @@ async fn measure_the_cost_model() {
     app.running.stop().await;
 
     // Bytes per line (the JSON line and its newline), by kind.
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = capture.text();
     let mut lines: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     for raw in text.lines() {
         let Ok(v) = serde_json::from_str::<Value>(raw) else { continue };

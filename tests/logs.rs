@@ -9,52 +9,10 @@
 
 mod common;
 
+use common::capture::Capture;
 use common::{FakeSms, Reply, TestApp, TestDb, backends, sms_event};
-use herald::ops::log::SampleRoutine;
 use serde_json::{Value, json};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tracing_subscriber::layer::SubscriberExt;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
-impl Capture {
-    /// The `intent` and `attempt` lines, their fields with the level.
-    fn lines(&self) -> Vec<Value> {
-        let text = String::from_utf8(self.0.lock().unwrap().clone()).unwrap();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .map(|v| {
-                let mut f = v["fields"].clone();
-                f["level"] = v["level"].clone();
-                f
-            })
-            .collect()
-    }
-
-    fn about(&self, intent: &str) -> Vec<Value> {
-        self.lines().into_iter().filter(|l| l["intent"] == intent).collect()
-    }
-}
 
 fn key_of(body: &Value) -> String {
     body["intents"][0]["key"].as_str().unwrap().to_string()
@@ -63,11 +21,7 @@ fn key_of(body: &Value) -> String {
 #[tokio::test]
 async fn with_sample_accepted_zero_the_rare_paths_are_still_logged() {
     let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_subscriber::filter::LevelFilter::INFO)
-        .with(SampleRoutine::new(0.0))
-        .with(tracing_subscriber::fmt::layer().json().with_writer(capture.clone()));
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = capture.install(0.0);
 
     for backend in backends() {
         let db = TestDb::new(backend).await;
@@ -169,11 +123,7 @@ async fn with_sample_accepted_zero_the_rare_paths_are_still_logged() {
 #[tokio::test]
 async fn a_lease_rescue_logs_its_attempt_transition_whatever_the_sampling() {
     let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_subscriber::filter::LevelFilter::INFO)
-        .with(SampleRoutine::new(0.0))
-        .with(tracing_subscriber::fmt::layer().json().with_writer(capture.clone()));
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = capture.install(0.0);
 
     for backend in backends() {
         let db = TestDb::new(backend).await;

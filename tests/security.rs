@@ -3,6 +3,8 @@
 //! unless the deployment opts in.
 
 mod common;
+#[path = "console/support.rs"]
+mod support;
 
 use common::smtp::FakeSmtp;
 use common::webhook::FakeReceiver;
@@ -280,6 +282,19 @@ fn delivery(url: &str) -> Delivery {
     }
 }
 
+/// The console's GET routes, as written in `src/console/mod.rs` (the
+/// console is not in the OpenAPI document: it answers HTML).
+fn console_get_routes() -> std::collections::BTreeSet<String> {
+    let source = include_str!("../src/console/mod.rs");
+    source
+        .split(".route(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("\","))
+        .filter(|(_, handlers)| handlers.trim_start().starts_with("get("))
+        .map(|(path, _)| path.to_string())
+        .collect()
+}
+
 /// Every GET route of the router, as written in `src/api/mod.rs`.
 /// The GET routes, from the OpenAPI document the router is built from.
 fn get_routes_in_the_router() -> std::collections::BTreeSet<String> {
@@ -411,6 +426,37 @@ async fn no_json_endpoint_shows_a_raw_address_or_phone_number() {
             let resp = app.client.get(format!("{}{path}", app.base)).send().await.unwrap();
             assert_eq!(resp.status(), 200, "{path}");
             seen.push((route.to_string(), resp.text().await.unwrap()));
+        }
+        // The console's pages, as the local operator (no tokens) reads them.
+        let mut user = support::User::new(&app.base);
+        let form = user.get("/console/sign-in").await;
+        assert_eq!(user.post("/console/sign-in", &[("csrf", &form.csrf())]).await.status, 303);
+        seen.push(("/console/sign-in".into(), form.body));
+        let console: Vec<(&str, String, u16)> = vec![
+            ("/console", "/console".into(), 303),
+            ("/console/", "/console/".into(), 303),
+            ("/console/console.css", "/console/console.css".into(), 200),
+            // Signed in, the form sends you on (its body is walked above).
+            ("/console/sign-in", "/console/sign-in".into(), 303),
+            ("/console/search", "/console/search?q=purchase_order%3APO-WALK".into(), 200),
+            ("/console/search", "/console/search?q=u-walk&by=recipient".into(), 200),
+            ("/console/intents/{key}", format!("/console/intents/{}", ids[0]), 200),
+            ("/console/dead-letters", "/console/dead-letters".into(), 200),
+            ("/console/dead-letters/replay", format!("/console/dead-letters/replay?id={}", ids[0]), 200),
+            ("/console/dead-letters/replay", "/console/dead-letters/replay?reason=hard_bounce".into(), 200),
+            ("/console/templates", "/console/templates".into(), 200),
+            ("/console/health", "/console/health".into(), 200),
+            ("/console/{*rest}", "/console/no-such-page".into(), 404),
+        ];
+        let listed: std::collections::BTreeSet<String> =
+            console.iter().map(|(route, _, _)| route.to_string()).collect();
+        assert_eq!(listed, console_get_routes(), "a console GET route this test does not walk (or walks in vain)");
+        let mut walked = console.clone();
+        walked.extend(ids.iter().skip(1).map(|id| ("/console/intents/{key}", format!("/console/intents/{id}"), 200)));
+        for (route, path, status) in walked {
+            let page = user.get(&path).await;
+            assert_eq!(page.status, status, "{path}: {}", page.body);
+            seen.push((route.to_string(), page.body));
         }
         let dead = app.get("/v1/dead-letters").await.1;
         assert_eq!(

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::capture::Capture;
 use common::digest::{DIGEST_ROUTE, templates_with_digest};
 use common::{FakeSms, Spawned, TestApp, TestClock, TestDb, backends, count, sms_event};
 use serde_json::{Value, json};
@@ -354,8 +355,11 @@ async fn an_all_shadow_digest_closes_shadowed_with_no_provider_call_and_no_attem
 
 /// A window that was open when its route went from shadow to live: the
 /// member planned in shadow was sent by the system Herald shadowed, so the
-/// live digest carries only what was planned live, and the shadow member
-/// ends `shadowed`, never sent by Herald.
+/// live digest carries only what was planned live. A live Herald would have
+/// batched the shadow member into that digest, so it ends `digested`, in
+/// shadow mode, linked to the window and saying it was left out: not a
+/// message of its own that shadow "would have sent", and the shadow report
+/// counts the window's one SMS, not one more per shadow member.
 #[tokio::test]
 async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
     for backend in backends() {
@@ -392,25 +396,107 @@ async fn a_digest_open_across_the_switch_to_live_sends_only_its_live_members() {
         assert_eq!(sms.calls(), 1);
         assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-MX2"));
 
-        let shadowed = live.wait_state(&observed, &["shadowed", "digested"]).await;
+        let left_out = live.wait_state(&observed, &["shadowed", "digested"]).await;
         assert_eq!(
-            (shadowed["state"].as_str(), shadowed["mode"].as_str()),
-            (Some("shadowed"), Some("shadow")),
-            "{backend:?}: {shadowed}"
+            (left_out["state"].as_str(), left_out["mode"].as_str()),
+            (Some("digested"), Some("shadow")),
+            "{backend:?}: {left_out}"
         );
-        assert_eq!(shadowed["digest_id"], digest_id.as_str(), "still linked to the window it joined");
-        assert_eq!(shadowed["would_have_sent"]["to"], "+15550****02");
-        assert_eq!(shadowed["attempt_count"], 0);
+        assert_eq!(left_out["digest_id"], digest_id.as_str(), "still linked to the window it joined");
+        assert!(left_out["detail"].as_str().unwrap_or_default().contains("left out of the live digest"), "{left_out}");
+        assert!(left_out.get("would_have_sent").is_none(), "{backend:?}: not a message of its own: {left_out}");
+        assert_eq!(left_out["attempt_count"], 0);
 
         let text = why(&db, "PO-MX1").await;
         for expected in [
             "decided: digest",
             "in shadow mode",
-            "shadow mode: would have sent sms to +15550****02; no provider was called",
-            &format!("now shadowed, in digest {digest_id}"),
+            "left out of the live digest",
+            &format!("now digested, in digest {digest_id}"),
         ] {
             assert!(text.contains(expected), "{backend:?}: missing {expected:?} in:\n{text}");
         }
+        assert!(!text.contains("would have sent"), "{backend:?}: {text}");
+
+        // The window cost one SMS, the live digest: not 1 + one per shadow member.
+        let (status, report) =
+            live.get("/v1/shadow/report?since=2026-06-01T00:00:00Z&until=2026-06-02T00:00:00Z").await;
+        assert_eq!(status, 200, "{report}");
+        assert_eq!(
+            report["sms"],
+            json!([{"encoding": "GSM-7", "messages": 1, "segments": 1}]),
+            "{backend:?}: {report:#}"
+        );
+        assert_eq!(
+            (report["sent"].clone(), report["would_send"].clone()),
+            (json!({"sms": 1}), json!({})),
+            "{report:#}"
+        );
+        live.running.stop().await;
+    }
+}
+
+/// A window open across the switch whose digest cannot be rendered: live
+/// Herald sends each member on its own then, so the live member goes out
+/// alone and the member planned in shadow ends `shadowed` right there — no
+/// job, no attempt, counted and logged as shadowed once, and its detail
+/// says what happened rather than that it was sent.
+#[tokio::test]
+async fn a_digest_open_across_the_switch_that_cannot_be_rendered_shadows_its_shadow_member_once() {
+    for backend in backends() {
+        // Keys derive from the event: each backend's lines apart.
+        let capture = Capture::default();
+        let _guard = capture.install(1.0);
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let templates = templates_with_digest();
+        // strict undefined: the digest's SMS fails to render at close
+        std::fs::write(templates.path().join("po_digest/en/sms.j2"), "{{ nope }}").unwrap();
+        let clock = TestClock::at("2026-06-01T10:05:00Z");
+        let app = |mode: Option<&'static str>| {
+            let mut b = TestApp::new(&db)
+                .with_sms(&sms)
+                .with_templates_dir(templates.path())
+                .with_clock(clock.clone())
+                .with_toml(DIGEST_ROUTE);
+            if let Some(m) = mode {
+                b = b.with_mode(m);
+            }
+            b.spawn()
+        };
+        let phone = "+15550000303";
+        let shadow = app(Some("shadow")).await;
+        let observed = post_member(&shadow, "PO-UR1", phone).await;
+        shadow.running.stop().await;
+
+        let live = app(None).await;
+        clock.set("2026-06-01T10:06:00Z");
+        let planned_live = post_member(&live, "PO-UR2", phone).await;
+        clock.set("2026-06-01T11:00:00Z");
+
+        let sent = live.wait_state(&planned_live, &["sent", "dead"]).await;
+        assert_eq!(sent["state"], "sent", "{backend:?}: {sent}");
+        let digest_id = sent["digest_id"].as_str().expect("a link to the digest").to_string();
+        let digest = live.wait_state(&digest_id, &["dead"]).await;
+        assert_eq!(digest["reason"], "template_error", "{backend:?}: {digest}");
+
+        let shadowed = live.wait_state(&observed, &["shadowed", "sent", "dead"]).await;
+        assert_eq!(
+            (shadowed["state"].as_str(), shadowed["mode"].as_str(), shadowed["attempt_count"].as_i64()),
+            (Some("shadowed"), Some("shadow"), Some(0)),
+            "{backend:?}: {shadowed}"
+        );
+        let detail = shadowed["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("shadow") && !detail.contains("sent"), "{backend:?}: {detail}");
+        assert_eq!(sms.calls(), 1, "{backend:?}: only the member planned live");
+        assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-UR2"));
+        let jobs = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{observed}'");
+        assert_eq!(count(&db, &jobs).await, 0, "{backend:?}: a job was queued for the shadow member");
+
+        // Counted and logged once: the metric and the line go together.
+        let lines = capture.about(&observed);
+        let shadow_lines = lines.iter().filter(|l| l["outcome"] == "shadowed").count();
+        assert_eq!(shadow_lines, 1, "{backend:?}: {lines:#?}");
         live.running.stop().await;
     }
 }

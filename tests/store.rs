@@ -158,6 +158,28 @@ async fn a_claimed_job_carries_its_requests_trace_on_every_retry() {
         let again = store.jobs_claim(claim(T0 + 2_000_000, 10)).await.unwrap();
         assert!(again.iter().all(|j| j.intent.attempts == 2));
         assert_eq!(trace_of(&again), expected);
+
+        // The intent keeps its request's trace too (on Postgres, the batch's
+        // two were written set-wise): a replay of the dead letter continues
+        // the replay's trace, linked to the request that planned it.
+        let dead: Vec<FinishedAttempt> = [2, 3]
+            .into_iter()
+            .map(|k| finished(&key(k), 2, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }))
+            .collect();
+        store.attempts_finish(&dead).await.unwrap();
+        let at = T0 + 3_000_000;
+        let replayed =
+            Replay { traceparent: Some(tp(9)), ..replay(ReplaySelector::Ids(vec![key(2), key(3)]), "default", at) };
+        store.dead_letters_replay(replayed).await.unwrap();
+        let mut links: Vec<_> = store
+            .jobs_claim(claim(at, 10))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.intent.key, j.traceparent, j.links))
+            .collect();
+        links.sort();
+        assert_eq!(links, vec![(key(2), Some(tp(9)), Some(tp(2))), (key(3), Some(tp(9)), Some(tp(3)))]);
     })
     .await;
 }
@@ -490,7 +512,7 @@ async fn a_claim_supersedes_older_versions_in_one_batch_linking_the_newest_that_
                 .iter()
                 .all(|j| started.contains(&j.intent.key))
         );
-        assert_eq!(store.queue_stats(i64::MAX).await.unwrap().total, 3);
+        assert_eq!(store.queue_stats(None, i64::MAX).await.unwrap().total, 3);
     })
     .await;
 }
@@ -581,7 +603,7 @@ async fn intents_are_scoped_by_tenant_and_paged_newest_first() {
         store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
         assert!(store.intent_get("other", &key(1)).await.unwrap().is_none());
         let filter = |cursor: Option<Cursor>| IntentFilter {
-            tenant: "default".into(),
+            tenant: Some("default".into()),
             entity: Some(("purchase_order".into(), "PO-1".into())),
             recipient_id: Some("u-1".into()),
             state: None,
@@ -727,7 +749,7 @@ async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is
         let close = DigestClose {
             digest: closing,
             member_keys: vec![key(1)],
-            shadowed_members: vec![],
+            shadow_members: vec![],
             traceparent: None,
             links: None,
             intent: digest_intent,
@@ -1448,9 +1470,9 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
         let acme = store.rejected_summary(Some("acme"), 15, 30).await.unwrap();
         assert_eq!(acme, vec![("malformed_json".to_string(), 1)], "one tenant's, from `since` on");
         assert!(store.rejected_summary(Some("globex"), 0, 30).await.unwrap().is_empty(), "until is exclusive");
-        let first = store.rejected_list("acme", None, 1).await.unwrap();
+        let first = store.rejected_list(Some("acme"), None, 1).await.unwrap();
         assert_eq!(first.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![2]);
-        let rest = store.rejected_list("acme", first.next.as_ref(), 10).await.unwrap();
+        let rest = store.rejected_list(Some("acme"), first.next.as_ref(), 10).await.unwrap();
         assert_eq!(rest.items.iter().map(|r| r.stream_seq).collect::<Vec<_>>(), vec![1]);
         assert_eq!(rest.items[0], row("acme", 1, 10));
         assert!(rest.next.is_none());
@@ -1463,11 +1485,14 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
             3,
             "acme's two and initech's"
         );
-        let kept = store.rejected_list("acme", None, 10).await.unwrap().items;
+        let kept = store.rejected_list(Some("acme"), None, 10).await.unwrap().items;
         assert!(kept.iter().all(|r| r.body.is_none() && r.code == "malformed_json"), "{kept:?}");
         assert_eq!(store.retention_batch(PruneStep::RejectedMessages, 25, 100).await.unwrap(), 3);
-        assert!(store.rejected_list("acme", None, 10).await.unwrap().items.is_empty());
-        assert_eq!(store.rejected_list("globex", None, 10).await.unwrap().items.len(), 1);
+        assert!(store.rejected_list(Some("acme"), None, 10).await.unwrap().items.is_empty());
+        assert_eq!(store.rejected_list(Some("globex"), None, 10).await.unwrap().items.len(), 1);
+        let every: Vec<String> =
+            store.rejected_list(None, None, 10).await.unwrap().items.into_iter().map(|r| r.tenant).collect();
+        assert_eq!(every, vec!["globex".to_string()], "every tenant's, for an admin");
     })
     .await;
 }
@@ -1546,7 +1571,7 @@ fn closing(window: DigestRow, member_keys: Vec<String>, intent: NewIntent) -> Di
     DigestClose {
         digest: window,
         member_keys,
-        shadowed_members: vec![],
+        shadow_members: vec![],
         traceparent: None,
         links: None,
         intent,
@@ -1665,11 +1690,28 @@ async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across()
         let later = store.dead_letters_summary(None, T0 + 2, T0 + 4).await.unwrap();
         assert_eq!(later, vec![("rejected".into(), 1), ("template_error".into(), 1)], "[since, until)");
 
-        let groups = store.dead_letters_groups("acme").await.unwrap();
-        let group = |reason: &str, count, oldest_at| DeadLetterGroup { reason: reason.into(), count, oldest_at };
-        assert_eq!(groups, vec![group("rejected", 2, T0 + 1), group("template_error", 1, T0 + 3)]);
-        assert_eq!(store.dead_letters_groups("globex").await.unwrap(), vec![group("rejected", 1, T0 + 4)]);
-        assert!(store.dead_letters_groups("initech").await.unwrap().is_empty());
+        let groups = store.dead_letters_groups(Some("acme")).await.unwrap();
+        let group = |tenant: &str, reason: &str, count, oldest_at| DeadLetterGroup {
+            tenant: tenant.into(),
+            reason: reason.into(),
+            count,
+            oldest_at,
+        };
+        assert_eq!(groups, vec![group("acme", "rejected", 2, T0 + 1), group("acme", "template_error", 1, T0 + 3)]);
+        assert_eq!(
+            store.dead_letters_groups(Some("globex")).await.unwrap(),
+            vec![group("globex", "rejected", 1, T0 + 4)]
+        );
+        assert!(store.dead_letters_groups(Some("initech")).await.unwrap().is_empty());
+        // Every tenant's (an admin's console), each group naming its tenant.
+        assert_eq!(
+            store.dead_letters_groups(None).await.unwrap(),
+            vec![
+                group("acme", "rejected", 2, T0 + 1),
+                group("acme", "template_error", 1, T0 + 3),
+                group("globex", "rejected", 1, T0 + 4)
+            ]
+        );
 
         let examples = |tenant: Option<&'static str>, limit: u32| {
             let store = store.clone();
@@ -1681,6 +1723,19 @@ async fn dead_letters_are_counted_by_reason_with_examples_per_tenant_or_across()
         assert_eq!(examples(None, 2).await, vec![key(4), key(2)], "the newest first");
         assert_eq!(examples(Some("acme"), 10).await, vec![key(2), key(1)]);
         assert_eq!(examples(Some("initech"), 10).await, Vec::<String>::new());
+
+        // The console's page: the newest of every group at once, by tenant and reason.
+        let newest = |tenant: Option<&'static str>, per_group: u32| {
+            let store = store.clone();
+            async move {
+                let rows = store.dead_letters_newest(tenant, per_group).await.unwrap();
+                rows.into_iter().map(|r| r.key).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(newest(Some("acme"), 10).await, vec![key(2), key(1), key(3)]);
+        assert_eq!(newest(Some("acme"), 1).await, vec![key(2), key(3)], "the newest of each reason");
+        assert_eq!(newest(None, 1).await, vec![key(2), key(3), key(4)], "every tenant's");
+        assert!(newest(Some("initech"), 10).await.is_empty());
     })
     .await;
 }
@@ -1792,10 +1847,14 @@ async fn the_next_daily_digest_starts_where_the_last_posted_one_ended() {
         assert_eq!(store.ops_digest_last_until().await.unwrap(), None, "claimed is not posted");
         store.ops_digest_posted("2026-11-29", now, 3).await.unwrap();
         assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        let last =
+            OpsDigestRow { slot: "2026-11-29".into(), since: T0 - 24 * hour, until: T0, posted_at: now, total: 3 };
+        assert_eq!(store.ops_digest_last().await.unwrap(), Some(last.clone()), "what the console's health page shows");
         // a manual post (`POST /v1/ops/dlq-digest`) does not move the schedule
         assert!(store.ops_digest_claim(claim("manual:1", T0 + 2 * hour)).await.unwrap().is_some());
         store.ops_digest_posted("manual:1", now, 0).await.unwrap();
         assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0));
+        assert_eq!(store.ops_digest_last().await.unwrap(), Some(last), "nor the last daily digest");
         assert!(store.ops_digest_claim(claim("2026-11-30", T0 + 24 * hour)).await.unwrap().is_some());
         store.ops_digest_posted("2026-11-30", now, 0).await.unwrap();
         assert_eq!(store.ops_digest_last_until().await.unwrap(), Some(T0 + 24 * hour));
@@ -1970,14 +2029,91 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
     }
 }
 
+#[tokio::test]
+async fn the_consoles_health_figures_are_one_tenants_or_every_tenants() {
+    each_backend(|store| async move {
+        // acme: two intents due at T0, one scheduled later, one held for
+        // quiet hours; globex: one due.
+        let mut held = new_intent(&key(5), "email", Some(T0 + 7_200_000_000));
+        held.state = "held".into();
+        let acme: Vec<NewIntent> = vec![
+            new_intent(&key(1), "sms", Some(T0)),
+            new_intent(&key(2), "sms", Some(T0 + 5)),
+            new_intent(&key(3), "sms", Some(T0 + 3_600_000_000)),
+            held,
+        ];
+        store.events_ingest(Ingest { tenant: "acme".into(), ..ingest("r1", "fp1", acme) }).await.unwrap();
+        let globex = vec![new_intent(&key(4), "sms", Some(T0 + 1))];
+        let mut other = ingest("r2", "fp2", globex);
+        (other.tenant, other.event_key) = ("globex".into(), "globex|e|x|1|t".into());
+        store.events_ingest(other).await.unwrap();
+
+        let now = T0 + 10;
+        let q = store.queue_stats(Some("acme"), now).await.unwrap();
+        assert_eq!(q, QueueStats { due: 2, total: 4, oldest_due_us: Some(T0) });
+        let q = store.queue_stats(Some("globex"), now).await.unwrap();
+        assert_eq!(q, QueueStats { due: 1, total: 1, oldest_due_us: Some(T0 + 1) });
+        assert_eq!(
+            store.queue_stats(Some("initech"), now).await.unwrap(),
+            QueueStats { due: 0, total: 0, oldest_due_us: None }
+        );
+        assert_eq!(
+            store.queue_stats(None, now).await.unwrap(),
+            QueueStats { due: 3, total: 5, oldest_due_us: Some(T0) }
+        );
+
+        // Attempts by outcome: only finished ones, in [since, until).
+        assert_eq!(store.jobs_claim(claim(now, 10)).await.unwrap().len(), 3);
+        store
+            .attempts_finish(&[
+                finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent),
+                finished(&key(2), 1, OutcomeClass::Permanent, Transition::Dead { reason: Reason::Rejected }),
+                finished(&key(4), 1, OutcomeClass::Accepted, Transition::Sent),
+            ])
+            .await
+            .unwrap();
+        let acme = store.attempts_by_outcome(Some("acme"), T0, T0 + 11).await.unwrap();
+        assert_eq!(acme, vec![("accepted".to_string(), 1), ("permanent".to_string(), 1)]);
+        let all = store.attempts_by_outcome(None, T0, T0 + 11).await.unwrap();
+        assert_eq!(all, vec![("accepted".to_string(), 2), ("permanent".to_string(), 1)], "most first");
+        assert!(
+            store.attempts_by_outcome(None, T0 + 11, T0 + 20).await.unwrap().is_empty(),
+            "since is inclusive, until not"
+        );
+        assert!(store.attempts_by_outcome(Some("initech"), T0, T0 + 11).await.unwrap().is_empty());
+
+        // An admin finds any tenant's intent by key, and searches every tenant.
+        assert_eq!(store.intent_tenant(&key(4)).await.unwrap().as_deref(), Some("globex"));
+        assert_eq!(store.intent_tenant(&key(9)).await.unwrap(), None);
+        let every = |entity: Option<(&str, &str)>, recipient: Option<&str>| IntentFilter {
+            tenant: None,
+            entity: entity.map(|(t, i)| (t.to_string(), i.to_string())),
+            recipient_id: recipient.map(String::from),
+            state: None,
+            cursor: None,
+            limit: 10,
+        };
+        let found = store.intents_list(every(Some(("purchase_order", "PO-1")), None)).await.unwrap();
+        let mut tenants: Vec<String> = found.items.iter().map(|i| i.tenant.clone()).collect();
+        tenants.sort();
+        assert_eq!(tenants, ["acme", "acme", "acme", "acme", "globex"]);
+        assert_eq!(store.intents_list(every(None, Some("u-1"))).await.unwrap().items.len(), 5);
+        let acme_only = IntentFilter { tenant: Some("acme".into()), ..every(None, Some("u-1")) };
+        assert_eq!(store.intents_list(acme_only).await.unwrap().items.len(), 4);
+    })
+    .await;
+}
+
 const TP_A: &str = "00-0000000000000000000000000000000a-000000000000000a-01";
 const TP_B: &str = "00-0000000000000000000000000000000b-000000000000000b-01";
 
 #[tokio::test]
-async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_trace_with_links() {
+async fn a_digest_close_marks_the_members_it_leaves_out_digested_and_queues_its_trace_with_links() {
     each_backend(|store| async move {
-        // Two requests in one batch (on Postgres, the set-wise path), each
-        // with its trace; one member planned in shadow.
+        // Two requests in one batch, each with its trace (on Postgres, the
+        // savepoint path: digest members never go set-wise; the set-wise
+        // path is a_claimed_job_carries_its_requests_trace_on_every_retry's);
+        // one member planned in shadow.
         let batch: Vec<Ingest> = [(1, TP_A, Mode::Shadow), (2, TP_B, Mode::Live)]
             .into_iter()
             .map(|(n, tp, mode)| {
@@ -2009,7 +2145,7 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
 
         let window = store.digests_due(T0 + DAY, 10).await.unwrap().remove(0);
         let close = DigestClose {
-            shadowed_members: vec![key(1)],
+            shadow_members: vec![key(1)],
             traceparent: Some("00-000000000000000000000000000000dd-00000000000000dd-01".into()),
             links: Some(format!("{TP_A} {TP_B}")),
             ..closing(window, vec![key(1), key(2)], new_intent(&key(WINDOW), "email", Some(T0 + DAY)))
@@ -2017,8 +2153,12 @@ async fn a_digest_close_ends_the_members_it_leaves_out_shadowed_and_queues_its_t
         assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
         let state = |d: IntentDetail| (d.intent.state, d.intent.link_key);
         let left_out = store.intent_get("default", &key(1)).await.unwrap().unwrap();
-        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("planned in shadow"));
-        assert_eq!(state(left_out), (State::Shadowed, Some(key(WINDOW))), "planned in shadow: never in a live digest");
+        assert!(left_out.intent.detail.as_deref().unwrap_or_default().contains("left out of the live digest"));
+        assert_eq!(
+            state(left_out),
+            (State::Digested, Some(key(WINDOW))),
+            "planned in shadow: a live Herald would have batched it, no message of its own"
+        );
         let digested = store.intent_get("default", &key(2)).await.unwrap().unwrap();
         assert_eq!(state(digested), (State::Digested, Some(key(WINDOW))));
 

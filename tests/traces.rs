@@ -29,11 +29,19 @@ fn exporter() -> &'static (SdkTracerProvider, InMemorySpanExporter) {
     })
 }
 
-/// This thread's subscriber: Herald's spans into the in-memory exporter.
-fn traced() -> tracing::subscriber::DefaultGuard {
-    let (provider, _) = exporter();
-    let subscriber = tracing_subscriber::registry().with(herald::ops::trace::layer(provider));
-    tracing::subscriber::set_default(subscriber)
+/// The process's subscriber, as `herald serve` has it: Herald's spans into
+/// the in-memory exporter. The global default, not one for the test's thread:
+/// a span's last handle may be dropped on another thread (SQLite's driver
+/// thread), and its parent is then closed through that thread's default
+/// subscriber — with none there, the parent would never close (see
+/// `every_ingest_span_is_exported_whichever_thread_closes_its_children`).
+fn traced() {
+    static ONCE: OnceLock<()> = OnceLock::new();
+    ONCE.get_or_init(|| {
+        let (provider, _) = exporter();
+        let subscriber = tracing_subscriber::registry().with(herald::ops::trace::layer(provider));
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this test binary");
+    });
 }
 
 fn hex(trace_id: opentelemetry::trace::TraceId) -> String {
@@ -87,7 +95,7 @@ async fn post(app: &Spawned, event: &Value, key: Option<&str>, traceparent: Opti
 
 #[tokio::test]
 async fn one_notification_is_one_trace_from_ingest_to_the_recorded_outcome() {
-    let _guard = traced();
+    traced();
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
@@ -172,7 +180,7 @@ async fn one_notification_is_one_trace_from_ingest_to_the_recorded_outcome() {
 
 #[tokio::test]
 async fn unknown_outcomes_terminal_failures_and_mismatches_are_errors_and_retries_stay_in_the_trace() {
-    let _guard = traced();
+    traced();
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
@@ -235,7 +243,7 @@ async fn unknown_outcomes_terminal_failures_and_mismatches_are_errors_and_retrie
 
 #[tokio::test]
 async fn an_invalid_traceparent_starts_a_trace_of_its_own() {
-    let _guard = traced();
+    traced();
     let db = TestDb::new(common::Backend::Sqlite).await;
     let sms = FakeSms::start().await;
     let app = TestApp::new(&db).with_sms(&sms).spawn().await;
@@ -263,7 +271,7 @@ fn span_id(span: &SpanData) -> String {
 
 #[tokio::test]
 async fn a_replayed_dead_letter_is_attempted_in_the_replay_requests_trace_linked_to_the_original() {
-    let _guard = traced();
+    traced();
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
@@ -314,7 +322,7 @@ async fn a_replayed_dead_letter_is_attempted_in_the_replay_requests_trace_linked
 #[tokio::test]
 async fn a_digest_is_sent_in_a_trace_of_its_own_linked_to_its_members_requests() {
     use common::digest::{DIGEST_ROUTE, templates_with_digest};
-    let _guard = traced();
+    traced();
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
@@ -365,6 +373,7 @@ async fn a_digest_is_sent_in_a_trace_of_its_own_linked_to_its_members_requests()
 mod otlp {
     //! Two `herald serve` processes export to a receiver in this test.
 
+    use super::common::serve::Serve;
     use super::common::{FakeSms, TestDb, backends};
     use axum::body::Bytes;
     use axum::extract::State;
@@ -374,8 +383,6 @@ mod otlp {
     use opentelemetry_proto::tonic::trace::v1::Span;
     use prost::Message;
     use serde_json::Value;
-    use std::io::BufRead;
-    use std::process::{Child, Command, Stdio};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -430,53 +437,6 @@ mod otlp {
             AnyValue::IntValue(n) => n.to_string(),
             other => format!("{other:?}"),
         })
-    }
-
-    /// A `herald serve` whose stderr is read for its address.
-    struct Process {
-        child: Child,
-        addr: String,
-    }
-
-    impl Process {
-        fn start(config: &std::path::Path, env: &[(&str, &str)]) -> Process {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_herald"));
-            cmd.args(["serve", "--config"]).arg(config).stdout(Stdio::null()).stderr(Stdio::piped());
-            for name in
-                ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED", "HERALD_LOG"]
-            {
-                cmd.env_remove(name);
-            }
-            cmd.envs(env.iter().copied());
-            let mut child = cmd.spawn().expect("herald serve");
-            let stderr = child.stderr.take().unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                    if v["fields"]["message"] == "herald is listening" {
-                        let _ = tx.send(v["fields"]["addr"].as_str().unwrap_or_default().to_string());
-                    }
-                }
-            });
-            let addr = rx.recv_timeout(Duration::from_secs(60)).expect("herald serve started listening");
-            Process { child, addr }
-        }
-
-        /// SIGTERM, as an orchestrator stops it, and its exit.
-        fn stop(mut self) {
-            let pid = self.child.id().to_string();
-            assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-            for _ in 0..300 {
-                if let Some(status) = self.child.try_wait().unwrap() {
-                    assert!(status.success(), "herald serve exited with {status}");
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            panic!("herald serve did not stop on SIGTERM");
-        }
     }
 
     fn config(
@@ -539,14 +499,19 @@ timeout = "1s"
                 &format!("[tracing]\notlp_endpoint = \"{collector}\"\n"),
             );
             let worker_config = config(dir.path(), "worker.toml", &db.url, &sms.url, true, "");
-            let api = Process::start(&api_config, &[]);
-            let worker = Process::start(&worker_config, &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str())]);
+            let mut api = Serve::start(&api_config, &dir.path().join("api.log"), &[]);
+            let mut worker = Serve::start(
+                &worker_config,
+                &dir.path().join("worker.log"),
+                &[("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str())],
+            );
+            let (api_addr, worker_addr) = (api.addr().await, worker.addr().await);
 
             let trace_id = format!("{:032x}", 0x5ca1ab1e_u128 + backend as u128);
             let caller = format!("00-{trace_id}-1122334455667788-01");
             let client = reqwest::Client::new();
             let event = super::sms_event(&format!("PO-OTLP-{backend:?}"), "+15550004001");
-            let resp = (client.post(format!("http://{}/v1/events", api.addr)))
+            let resp = (client.post(format!("http://{api_addr}/v1/events")))
                 .header("traceparent", &caller)
                 .json(&event)
                 .send()
@@ -558,7 +523,7 @@ timeout = "1s"
             let mut state = String::new();
             for _ in 0..300 {
                 let got: Value = client
-                    .get(format!("http://{}/v1/intents/{key}", api.addr))
+                    .get(format!("http://{api_addr}/v1/intents/{key}"))
                     .send()
                     .await
                     .unwrap()
@@ -575,13 +540,8 @@ timeout = "1s"
 
             // Stopped at once: the spans reach the receiver through the
             // flush at shutdown, not the batch processor's timer.
-            let (api_addr, worker_addr) = (api.addr.clone(), worker.addr.clone());
-            tokio::task::spawn_blocking(move || {
-                api.stop();
-                worker.stop();
-            })
-            .await
-            .unwrap();
+            api.stop().await;
+            worker.stop().await;
             assert_ne!(api_addr, worker_addr);
 
             let spans = received.spans();
@@ -615,5 +575,38 @@ timeout = "1s"
                 println!("  {name:<8} {:>4} bytes encoded", find(name).1.encoded_len());
             }
         }
+    }
+}
+
+/// Every ingest span is exported, whichever thread drops the last handle of
+/// one of its children. SQLite's driver runs each statement on a thread of
+/// its own and takes a clone of the current span along (sqlx-sqlite sends
+/// `Span::current()` with every command): for the directory read, the
+/// `plan` span, a child of `ingest`. When the driver drops that clone after
+/// the caller has moved on, `plan` closes on the driver's thread, after the
+/// answer; tracing-subscriber then closes its parent through that thread's
+/// default subscriber (tokio-rs/tracing#1656). Herald's subscriber is the
+/// process's global default, so `ingest` closes a moment late and is
+/// exported; a subscriber set for one thread only (as these tests had) left
+/// it open for good, never exported.
+#[tokio::test]
+async fn every_ingest_span_is_exported_whichever_thread_closes_its_children() {
+    traced();
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let mut traces = Vec::new();
+        for n in 0..60u128 {
+            let trace_id = format!("{:032x}", 0xe000_0000_u128 + n * 4 + backend as u128);
+            let event = sms_event(&format!("PO-EVERY-{backend:?}-{n}"), &format!("+1555000{:04}", 7000 + n));
+            let (status, body) = post(&app, &event, None, Some(&format!("00-{trace_id}-00000000000000e1-01"))).await;
+            assert_eq!(status, 202, "{body}");
+            traces.push(trace_id);
+        }
+        for trace_id in &traces {
+            spans_of(trace_id, |s| has(s, "ingest", 1) && has(s, "plan", 1)).await;
+        }
+        app.running.stop().await;
     }
 }

@@ -92,7 +92,7 @@ pub async fn list(
         ));
     }
     let filter = IntentFilter {
-        tenant: caller.tenant.as_str().to_string(),
+        tenant: Some(caller.tenant.as_str().to_string()),
         entity,
         recipient_id: q.recipient,
         state: q.state,

@@ -23,7 +23,7 @@ use serde_json::Value;
 pub async fn scrape(State(app): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
     caller.require(Scope::Admin)?;
     let now = micros(app.clock.now());
-    match app.store.queue_stats(now).await {
+    match app.store.queue_stats(None, now).await {
         Ok(stats) => metrics::queue(stats, now),
         Err(e) => tracing::warn!(error = %e, "queue figures unavailable for this scrape"),
     }

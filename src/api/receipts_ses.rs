@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 /// An SNS message from a topic SES publishes its notifications to.
 #[utoipa::path(post, path = "/v1/receipts/ses", operation_id = "ses_receipt", tag = "receipts", security(()),
-    request_body(content = doc::SnsMessage, description = "SNS posts JSON with Content-Type text/plain.",
+    request_body(content = crate::receipt::sns::Envelope, description = "SNS posts JSON with Content-Type text/plain.",
         content_type = "text/plain"),
     responses(
         (status = 200, description = "Recorded (or a repeat, which changes nothing); a subscription confirmed or logged; an SES event that says nothing of delivery, or about mail Herald did not send, acknowledged.", body = doc::SesAnswer),
@@ -132,28 +132,6 @@ async fn notification(app: &AppState, envelope: &Envelope) -> Result<Json<Value>
 pub mod doc {
     use serde::Serialize;
     use utoipa::ToSchema;
-
-    /// SNS's HTTPS message (a `Notification` whose `Message` is SES's JSON,
-    /// or a `SubscriptionConfirmation`), signed by SNS.
-    #[derive(ToSchema, Serialize)]
-    #[serde(rename_all = "PascalCase")]
-    pub struct SnsMessage {
-        #[serde(rename = "Type")]
-        pub kind: String,
-        pub message_id: String,
-        pub topic_arn: String,
-        pub message: String,
-        pub timestamp: String,
-        /// 1 (SHA1withRSA) or 2 (SHA256withRSA).
-        pub signature_version: String,
-        pub signature: String,
-        #[serde(rename = "SigningCertURL")]
-        pub signing_cert_url: String,
-        pub subject: Option<String>,
-        pub token: Option<String>,
-        #[serde(rename = "SubscribeURL")]
-        pub subscribe_url: Option<String>,
-    }
 
     /// A receipt's answer (as the other receipt endpoints give it), or what
     /// became of a message that was not one.

@@ -83,7 +83,7 @@ pub async fn list(
     caller.require(Scope::Ops)?;
     let limit = page_limit(q.limit)?;
     let cursor = page_cursor(q.cursor.as_deref())?;
-    let page = app.store.rejected_list(caller.tenant.as_str(), cursor.as_ref(), limit).await?;
+    let page = app.store.rejected_list(Some(caller.tenant.as_str()), cursor.as_ref(), limit).await?;
     let items: Vec<Value> = page.items.iter().map(|r| view(r, Body::Omitted)).collect();
     Ok(Json(json!({"rejected": items, "next": page.next})))
 }

@@ -20,9 +20,12 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use minijinja::context;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Examples shown under each group.
 const EXAMPLES: u32 = 10;
+/// Under each group when an admin sees every tenant's.
+const EXAMPLES_EVERY_TENANT: u32 = 3;
 
 #[derive(Debug, Serialize)]
 struct Example {
@@ -36,6 +39,10 @@ struct Example {
 
 #[derive(Debug, Serialize)]
 struct Group {
+    tenant: String,
+    /// Replays act in the operator's own tenant (as the API's do), so an
+    /// admin's view of another tenant's group offers none.
+    replayable: bool,
     reason: String,
     count: i64,
     oldest_at: Option<String>,
@@ -44,7 +51,7 @@ struct Group {
 }
 
 /// `3d 4h`, `2h 5m`, `12m`, `40s`: the two largest units.
-fn age(seconds: i64) -> String {
+pub(super) fn age(seconds: i64) -> String {
     let s = seconds.max(0);
     let (d, h, m) = (s / 86_400, s / 3600 % 24, s / 60 % 60);
     match (d, h, m) {
@@ -57,30 +64,35 @@ fn age(seconds: i64) -> String {
 
 pub async fn groups(State(app): State<AppState>, op: Operator) -> Result<Response, ConsoleError> {
     let now_us = micros(app.clock.now());
-    let mut groups = Vec::new();
-    for g in app.store.dead_letters_groups(op.tenant()).await? {
-        let examples = app
-            .store
-            .dead_letters_examples(Some(op.tenant()), &g.reason, i64::MIN, i64::MAX, EXAMPLES)
-            .await?
-            .into_iter()
-            .map(|i| Example {
-                entity: format!("{}:{}", i.entity_type, i.entity_id),
-                died_at: rfc3339(i.updated_at),
-                key: i.key,
-                channel: i.channel,
-                recipient_id: i.recipient_id,
-                attempts: i.attempts,
-            })
-            .collect();
-        groups.push(Group {
+    let may_replay = may_replay(&op).is_ok();
+    let found = app.store.dead_letters_groups(op.reads()).await?;
+    // Every tenant's page can hold dozens of groups: fewer examples each (as
+    // many as the daily digest shows). All of them come in one query.
+    let per_group = if op.reads().is_some() { EXAMPLES } else { EXAMPLES_EVERY_TENANT };
+    let mut newest: HashMap<(String, String), Vec<Example>> = HashMap::new();
+    for i in app.store.dead_letters_newest(op.reads(), per_group).await? {
+        let reason = i.reason.clone().unwrap_or_else(|| "unknown".into());
+        newest.entry((i.tenant.clone(), reason)).or_default().push(Example {
+            entity: format!("{}:{}", i.entity_type, i.entity_id),
+            died_at: rfc3339(i.updated_at),
+            key: i.key,
+            channel: i.channel,
+            recipient_id: i.recipient_id,
+            attempts: i.attempts,
+        });
+    }
+    let groups: Vec<Group> = found
+        .into_iter()
+        .map(|g| Group {
+            replayable: may_replay && g.tenant == op.tenant(),
+            examples: newest.remove(&(g.tenant.clone(), g.reason.clone())).unwrap_or_default(),
+            tenant: g.tenant,
             oldest_age: age((now_us - g.oldest_at) / 1_000_000),
             oldest_at: rfc3339(g.oldest_at),
             reason: g.reason,
             count: g.count,
-            examples,
-        });
-    }
+        })
+        .collect();
     let total: i64 = groups.iter().map(|g| g.count).sum();
     Ok(pages::render(
         "dead_letters.html",
@@ -138,7 +150,7 @@ pub async fn confirm(
         ReplaySelector::Reason { reason, .. } => {
             let count = app
                 .store
-                .dead_letters_groups(op.tenant())
+                .dead_letters_groups(Some(op.tenant()))
                 .await?
                 .into_iter()
                 .find(|g| g.reason == reason)

@@ -6,10 +6,12 @@
 
 mod dead_letters;
 mod error;
+mod health;
 mod pages;
 mod search;
 mod session;
 mod sign_in;
+mod templates;
 
 pub use error::ConsoleError;
 pub use session::SessionKeys;
@@ -39,6 +41,8 @@ pub fn router(enabled: bool) -> Router<AppState> {
         .route("/console/intents/{key}", get(search::intent))
         .route("/console/dead-letters", get(dead_letters::groups))
         .route("/console/dead-letters/replay", get(dead_letters::confirm).post(dead_letters::replay))
+        .route("/console/templates", get(templates::templates))
+        .route("/console/health", get(health::health))
         // Not a fallback: the API router has that, and it answers in JSON.
         .route("/console/{*rest}", get(|| async { ConsoleError::NotFound("There is no such console page.".into()) }))
         .layer(DefaultBodyLimit::max(FORM_LIMIT))

@@ -20,6 +20,8 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("dead_letters.html", include_str!("pages/dead_letters.html")),
     ("replay_confirm.html", include_str!("pages/replay_confirm.html")),
     ("replay_result.html", include_str!("pages/replay_result.html")),
+    ("templates.html", include_str!("pages/templates.html")),
+    ("health.html", include_str!("pages/health.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {

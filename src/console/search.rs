@@ -73,6 +73,7 @@ impl Target {
 #[derive(Debug, Serialize)]
 struct Row {
     key: String,
+    tenant: String,
     created_at: Option<String>,
     event_type: String,
     entity: String,
@@ -89,6 +90,7 @@ fn row(i: &IntentRow, receipts: &[&ReceiptRow]) -> Row {
     let applied = receipts.iter().filter(|r| r.applied).filter_map(|r| DeliveryStatus::parse(&r.status));
     Row {
         key: i.key.clone(),
+        tenant: i.tenant.clone(),
         created_at: rfc3339(i.created_at),
         event_type: i.event_type.clone(),
         entity: format!("{}:{}", i.entity_type, i.entity_id),
@@ -103,7 +105,7 @@ fn row(i: &IntentRow, receipts: &[&ReceiptRow]) -> Row {
 }
 
 pub fn operator_context(op: &Operator) -> minijinja::Value {
-    context! { name => op.name(), tenant => op.tenant(), csrf => op.csrf }
+    context! { name => op.name(), tenant => op.tenant(), csrf => op.csrf, admin => op.is_admin() }
 }
 
 pub async fn search(
@@ -130,7 +132,7 @@ pub async fn search(
         .transpose()?;
     let (entity, recipient_id) = match Target::parse(q, query.by.as_deref())? {
         Target::Key(key) => {
-            return match app.store.intent_get(op.tenant(), key.as_str()).await? {
+            return match whose(&app, &op, key.as_str()).await? {
                 Some(_) => Ok(Redirect::to(&format!("/console/intents/{}", key.as_str())).into_response()),
                 None => Ok(show(Vec::new(), None, true)),
             };
@@ -141,7 +143,7 @@ pub async fn search(
     let page = app
         .store
         .intents_list(IntentFilter {
-            tenant: op.tenant().to_string(),
+            tenant: op.reads().map(str::to_string),
             entity,
             recipient_id,
             state: None,
@@ -167,9 +169,13 @@ pub async fn intent(
     op: Operator,
     Path(key): Path<String>,
 ) -> Result<Response, ConsoleError> {
-    let not_found = || ConsoleError::NotFound(format!("No intent {key:?} in tenant {}.", op.tenant()));
+    let not_found = || match op.reads() {
+        Some(tenant) => ConsoleError::NotFound(format!("No intent {key:?} in tenant {tenant}.")),
+        None => ConsoleError::NotFound(format!("No intent {key:?} in any tenant.")),
+    };
     let parsed = NotificationKey::parse(&key).ok_or_else(not_found)?;
-    let detail = app.store.intent_get(op.tenant(), parsed.as_str()).await?.ok_or_else(not_found)?;
+    let tenant = whose(&app, &op, parsed.as_str()).await?.ok_or_else(not_found)?;
+    let detail = app.store.intent_get(&tenant, parsed.as_str()).await?.ok_or_else(not_found)?;
     // The API's view of a dead letter: every destination masked, the event's
     // inline recipients too, provider text redacted.
     let mut view = crate::api::dead_letter_json(&detail);
@@ -183,15 +189,26 @@ pub async fn intent(
     let sms = (i.channel == "sms").then(|| view["content"]["body"].as_str().map(sms_facts)).flatten();
     Ok(pages::render(
         "intent.html",
-        context! { op => operator_context(&op), intent => view, decided_because, event, data, sms, page => "search" },
+        context! { op => operator_context(&op), intent => view, tenant, decided_because, event, data, sms, page => "search" },
     ))
+}
+
+/// The tenant of an intent this operator may open: their own tenant's, or
+/// for an `admin` any tenant's. None: not found (another tenant's is not
+/// found either).
+async fn whose(app: &AppState, op: &Operator, key: &str) -> Result<Option<String>, ConsoleError> {
+    match op.reads() {
+        Some(tenant) => Ok(app.store.intent_tenant(key).await?.filter(|t| t == tenant)),
+        None => Ok(app.store.intent_tenant(key).await?),
+    }
 }
 
 /// What an operator wants to know about an SMS as it went out.
 fn sms_facts(body: &str) -> minijinja::Value {
     let a = crate::render::sms::analyse(body);
     let culprits: Vec<String> = a.culprits.iter().map(|c| format!("{} {}", c.ch, c.code_point())).collect();
-    context! { characters => body.chars().count(), culprits }
+    let pieces = super::templates::pieces(body, &a.culprits);
+    context! { characters => body.chars().count(), culprits, pieces }
 }
 
 #[cfg(test)]

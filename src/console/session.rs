@@ -187,6 +187,17 @@ impl Operator {
         self.caller.name.as_deref().unwrap_or("local")
     }
 
+    /// The deployment operator, who reads every tenant's notifications.
+    pub fn is_admin(&self) -> bool {
+        self.caller.has(Scope::Admin)
+    }
+
+    /// Whose notifications this operator reads: their tenant's, or every
+    /// tenant's (None) with `admin`. Changes (replays) stay in their tenant.
+    pub fn reads(&self) -> Option<&str> {
+        if self.is_admin() { None } else { Some(self.tenant()) }
+    }
+
     /// Refuses a form that does not carry this session's CSRF token.
     pub fn check_csrf(&self, keys: &SessionKeys, presented: &str) -> Result<(), ConsoleError> {
         if keys.csrf_ok(&self.nonce, presented) { Ok(()) } else { Err(ConsoleError::Csrf) }

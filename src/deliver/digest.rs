@@ -7,9 +7,13 @@
 //! Shadow mode: a window whose members were all planned in shadow closes
 //! into a `shadowed` digest (rendered and frozen, never queued). A window
 //! open across the switch of its route from shadow to live holds both: the
-//! digest goes live with only the members planned live, and each member
-//! planned in shadow ends `shadowed` on its own — the system Herald shadowed
-//! sent it, and Herald sends only what was planned live.
+//! digest goes live with only the members planned live — the system Herald
+//! shadowed sent the others, and Herald sends only what was planned live.
+//! Those planned in shadow still end `digested`, as a live Herald would have
+//! batched them, with a detail saying the live digest left them out: they are
+//! no message of their own, shadowed or sent. Should the digest fail to
+//! render, live sends each member alone, and one planned in shadow ends
+//! `shadowed` there instead.
 //!
 //! Each close runs in a `digest` span of its own trace (derived from the
 //! window's key), linked to the traces of its members' requests; the digest's
@@ -43,7 +47,7 @@ pub struct DigestCloser {
 /// was planned in shadow, else live with only the members planned live (the
 /// route was switched to live within the window: the system Herald shadowed
 /// has sent the others, and never sees the live ones). Returns the mode,
-/// the members the digest is made of, and those that end `shadowed` alone.
+/// the members the digest is made of, and those it leaves out.
 fn split(members: &[DigestMember]) -> (Mode, Vec<&DigestMember>, Vec<&DigestMember>) {
     let (live, shadow): (Vec<&DigestMember>, Vec<&DigestMember>) =
         members.iter().partition(|m| m.intent.mode == Mode::Live);
@@ -109,7 +113,10 @@ impl DigestCloser {
         close.links = links;
         span.record("herald.mode", close.intent.mode.as_str());
         let shadowed = (close.intent.state == State::Shadowed.as_str()).then(|| close.intent.clone());
-        let alone = close.shadowed_members.clone();
+        // Left out of a digest that could not be rendered, a member planned
+        // in shadow ends `shadowed` alone; left out of a rendered one, it is
+        // `digested` and no message of its own.
+        let alone = if close.intent.payload.is_none() { close.shadow_members.clone() } else { Vec::new() };
         let outcome = match self.store.digest_close(close).instrument(span.clone()).await {
             Ok(outcome) => outcome,
             Err(e) => {
@@ -186,7 +193,7 @@ impl DigestCloser {
             detail: Some(match alone.len() {
                 0 => format!("digest of {} message(s)", members.len()),
                 n => format!(
-                    "digest of {} message(s); {n} planned in shadow mode before the switch to live left out (shadowed)",
+                    "digest of {} message(s); {n} planned in shadow mode before the switch to live left out",
                     members.len()
                 ),
             }),
@@ -221,7 +228,7 @@ impl DigestCloser {
         DigestClose {
             digest: d.clone(),
             member_keys,
-            shadowed_members: alone.iter().map(|m| m.intent.key.clone()).collect(),
+            shadow_members: alone.iter().map(|m| m.intent.key.clone()).collect(),
             traceparent: None,
             links: None,
             intent,

@@ -58,6 +58,17 @@ pub fn latest_slot(now: Timestamp, at: Time, tz: &TimeZone) -> Option<(String, T
     None
 }
 
+/// The first scheduled instant after `now` (the digest goes a minute after
+/// it, once outcomes stamped just before it are committed).
+pub fn next_slot(now: Timestamp, at: Time, tz: &TimeZone) -> Option<Timestamp> {
+    let today = now.to_zoned(tz.clone()).date();
+    (0i64..3)
+        .filter_map(|days| today.checked_add(days.days()).ok())
+        .filter_map(|date| date.to_datetime(at).to_zoned(tz.clone()).ok())
+        .map(|zoned| zoned.timestamp())
+        .find(|scheduled| *scheduled > now)
+}
+
 impl OpsDigest {
     /// The digest of dead letters updated in [since, until): one tenant's, or
     /// (the daily digest to the deployment's operators) every tenant's.
@@ -235,6 +246,16 @@ impl OpsDigest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_next_slot_is_today_until_the_time_has_passed_then_tomorrow() {
+        let tz = TimeZone::get("Asia/Kathmandu").unwrap();
+        let at: Time = "08:30".parse().unwrap();
+        let next = |now: &str| next_slot(now.parse().unwrap(), at, &tz).map(|t| t.to_string());
+        assert_eq!(next("2026-11-30T02:00:00Z").as_deref(), Some("2026-11-30T02:45:00Z"), "08:30 +05:45 today");
+        assert_eq!(next("2026-11-30T02:45:00Z").as_deref(), Some("2026-12-01T02:45:00Z"), "at the time: tomorrow's");
+        assert_eq!(next("2026-11-30T20:00:00Z").as_deref(), Some("2026-12-01T02:45:00Z"));
+    }
 
     #[test]
     fn the_latest_slot_is_today_once_the_time_has_passed_else_yesterday() {

@@ -18,6 +18,19 @@
 //! Without an exporter no OpenTelemetry layer is installed: the spans are
 //! disabled at their call sites and cost a branch each.
 //!
+//! A span may be exported a moment after the work it covers, and after spans
+//! that follow it: SQLite's driver (sqlx) runs each statement on a thread of
+//! its own and takes a clone of the current span along (for the directory
+//! read, `plan`, a child of `ingest`), dropped there once it has answered.
+//! When that clone is the last handle, `plan` closes on the driver's thread
+//! and `ingest` with it — after the HTTP answer, sometimes after the worker's
+//! attempt is exported. The times barely move: a span ends at its last
+//! exit, which for `plan` is the driver's, as it finishes the statement;
+//! `ingest` ends when the request does. The parent is closed through the closing thread's default
+//! subscriber, which is why the subscriber must be the process's global
+//! default, as `main` installs it: one set for a single thread would leave
+//! such a parent open for good (tokio-rs/tracing#1656).
+//!
 //! The batch processor runs on Tokio. The SDK's default one exports from a
 //! thread of its own with no runtime, where the async reqwest client cannot
 //! send (every export fails, quietly unless its warnings are read); a

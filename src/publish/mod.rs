@@ -55,6 +55,15 @@ pub fn body(p: &Publication) -> serde_json::Value {
     })
 }
 
+/// A batch in the order its transitions happened, so a consumer reading one
+/// subject sees an intent's transitions in order: by time, and an intent's
+/// transitions stamped with the same time by their publication number, the
+/// `n` of `key:state:n`, as a number (`…:9` before `…:10`).
+pub fn in_order(batch: &mut [Publication]) {
+    let number = |p: &Publication| p.msg_id.rsplit_once(':').and_then(|(_, n)| n.parse::<u64>().ok());
+    batch.sort_by(|a, b| (a.at, &a.intent_key, number(a), &a.msg_id).cmp(&(b.at, &b.intent_key, number(b), &b.msg_id)));
+}
+
 impl NatsPublisher {
     /// Connects, and creates or checks the stream. The error says what is wrong.
     pub async fn connect(
@@ -130,9 +139,7 @@ impl NatsPublisher {
             self.measure(now_us).await;
             return Ok(0);
         }
-        // In the order they happened, so a consumer reading one subject sees
-        // an intent's transitions in order.
-        batch.sort_by(|a, b| (a.at, &a.msg_id).cmp(&(b.at, &b.msg_id)));
+        in_order(&mut batch);
         let mut pending = Vec::with_capacity(batch.len());
         let mut failed = 0u64;
         for p in &batch {

@@ -20,9 +20,13 @@ use std::time::Duration;
 use x509_cert::Certificate;
 use x509_cert::der::{DecodePem, Encode};
 
-/// What SNS posts: every message type's fields (each type uses some).
-#[derive(Debug, Clone, Deserialize)]
+/// SNS's HTTPS message (a `Notification` whose `Message` is SES's JSON,
+/// or a `SubscriptionConfirmation`), signed by SNS: every message type's
+/// fields, each type using some.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "PascalCase")]
+// The name the OpenAPI document has always given it.
+#[schema(as = SnsMessage)]
 pub struct Envelope {
     #[serde(rename = "Type")]
     pub kind: String,
@@ -30,6 +34,7 @@ pub struct Envelope {
     pub topic_arn: String,
     pub message: String,
     pub timestamp: String,
+    /// 1 (SHA1withRSA) or 2 (SHA256withRSA).
     pub signature_version: String,
     pub signature: String,
     #[serde(rename = "SigningCertURL")]

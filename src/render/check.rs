@@ -28,6 +28,10 @@ pub struct CheckRow {
     pub budget: Option<u32>,
     pub verdict: Verdict,
     pub culprits: Vec<Culprit>,
+    /// The message as rendered from the fixtures (the console shows it, with
+    /// the culprits marked); None when it did not render.
+    pub subject: Option<String>,
+    pub body: Option<String>,
 }
 
 impl CheckRow {
@@ -69,6 +73,8 @@ pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
                     budget: (channel == Channel::Sms).then_some(meta.sms_max_segments),
                     verdict: Verdict::Ok,
                     culprits: Vec::new(),
+                    subject: None,
+                    body: None,
                 };
                 let Some(fixtures) = set.fixtures(id) else {
                     row.verdict = Verdict::Fail("no fixtures.json to render with".into());
@@ -84,6 +90,8 @@ pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
                         if channel == Channel::Sms {
                             row.culprits = analyse(&r.content.body).culprits;
                         }
+                        row.subject = r.content.subject;
+                        row.body = Some(r.content.body);
                         if let Some(b) = r.over_budget {
                             row.verdict = if b.send_anyway {
                                 Verdict::OverBudgetAllowed
@@ -151,7 +159,7 @@ pub fn report(rows: &[CheckRow]) -> String {
 }
 
 /// Each distinct character once: `U+2019 '’' at 12`, with a count when repeated.
-fn culprit_list(culprits: &[Culprit]) -> String {
+pub fn culprit_list(culprits: &[Culprit]) -> String {
     let mut seen: Vec<(char, usize, usize)> = Vec::new();
     for c in culprits {
         match seen.iter_mut().find(|(ch, _, _)| *ch == c.ch) {

@@ -68,6 +68,10 @@ macro_rules! store_impl {
                 q::intent_get(&self.$reader, tenant, key).await
             }
 
+            async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>> {
+                q::intent_tenant(&self.$reader, key).await
+            }
+
             async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
                 q::intents_list(&self.$reader, &filter).await
             }
@@ -119,8 +123,12 @@ macro_rules! store_impl {
                 q::dead_letters_summary(&self.$reader, tenant, since_us, until_us).await
             }
 
-            async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
+            async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
                 q::dead_letters_groups(&self.$reader, tenant).await
+            }
+
+            async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>> {
+                q::dead_letters_newest(&self.$reader, tenant, per_group).await
             }
 
             async fn dead_letters_examples(&self, tenant: Option<&str>, reason: &str, since_us: i64, until_us: i64, limit: u32) -> StoreResult<Vec<IntentRow>> {
@@ -143,8 +151,16 @@ macro_rules! store_impl {
                 q::ops_digest_last_until(&self.$reader).await
             }
 
-            async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
-                q::queue_stats(&self.$reader, now_us).await
+            async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
+                q::ops_digest_last(&self.$reader).await
+            }
+
+            async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
+                q::queue_stats(&self.$reader, tenant, now_us).await
+            }
+
+            async fn attempts_by_outcome(&self, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<Vec<(String, i64)>> {
+                q::attempts_by_outcome(&self.$reader, tenant, since_us, until_us).await
             }
 
             async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
@@ -182,7 +198,7 @@ macro_rules! store_impl {
                 q::rejected_record(&self.$writer, &rejected).await
             }
 
-            async fn rejected_list(&self, tenant: &str, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<RejectedMessage>> {
+            async fn rejected_list(&self, tenant: Option<&str>, cursor: Option<&Cursor>, limit: u32) -> StoreResult<Page<RejectedMessage>> {
                 q::rejected_list(&self.$reader, tenant, cursor, limit).await
             }
 

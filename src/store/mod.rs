@@ -134,6 +134,9 @@ pub trait Store: Send + Sync + 'static {
 
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>>;
 
+    /// Whose intent this is (an `admin` opening any tenant's by key).
+    async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>>;
+
     /// Newest first.
     async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>>;
 
@@ -157,7 +160,11 @@ pub trait Store: Send + Sync + 'static {
     /// The members of a digest window with their events and contents.
     async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
 
-    /// Turns a window into its digest intent, once, however many try.
+    /// Turns a window into its digest intent, once, however many try: its
+    /// members become `digested` (those the close leaves out too, saying so),
+    /// or, if it could not be rendered, are queued on their own (those it
+    /// leaves out end `shadowed`); the digest's job carries the close's trace
+    /// and links.
     async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
 
     /// Puts an in-app message in the recipient's inbox; idempotent per intent.
@@ -186,8 +193,13 @@ pub trait Store: Send + Sync + 'static {
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>>;
 
-    /// One tenant's dead letters by reason: how many, and since when.
-    async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>>;
+    /// Dead letters by tenant and reason — how many, and since when: one
+    /// tenant's, or every tenant's when `tenant` is None.
+    async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>>;
+
+    /// The newest `per_group` dead letters of every (tenant, reason) group,
+    /// by tenant, reason, newest first: one tenant's, or every tenant's.
+    async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>>;
 
     /// The newest dead letters of one reason: one tenant's, or every tenant's.
     async fn dead_letters_examples(
@@ -199,7 +211,9 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<IntentRow>>;
 
-    /// Puts dead letters back on the queue with the same key and frozen content.
+    /// Puts dead letters back on the queue with the same key and frozen
+    /// content, their jobs in the replay's trace, linked to the trace that
+    /// planned each intent.
     async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>>;
 
     async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>>;
@@ -208,7 +222,20 @@ pub trait Store: Send + Sync + 'static {
 
     async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>>;
 
-    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats>;
+    /// The last daily digest posted (not a manual one), if any.
+    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>>;
+
+    /// The queue: every tenant's jobs when `tenant` is None (`/metrics`).
+    async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats>;
+
+    /// Attempts finished in [since, until) by outcome, most first; every
+    /// tenant's when `tenant` is None.
+    async fn attempts_by_outcome(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
 
     /// One small batch of one retention step, in its own short transaction.
     async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64>;
@@ -258,10 +285,10 @@ pub trait Store: Send + Sync + 'static {
     /// stream and sequence; true when this call recorded it.
     async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool>;
 
-    /// The tenant's rejected bus messages, newest first.
+    /// A tenant's rejected bus messages (every tenant's for None), newest first.
     async fn rejected_list(
         &self,
-        tenant: &str,
+        tenant: Option<&str>,
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<RejectedMessage>>;

@@ -251,7 +251,8 @@ pub struct IntentDetail {
 
 #[derive(Debug, Clone, Default)]
 pub struct IntentFilter {
-    pub tenant: String,
+    /// None: every tenant's (an `admin` in the console).
+    pub tenant: Option<String>,
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
     pub state: Option<String>,
@@ -363,10 +364,11 @@ pub struct DigestClose {
     pub member_keys: Vec<String>,
     /// The digest intent (its key is the window's key).
     pub intent: NewIntent,
-    /// Members planned in shadow that end `shadowed` on their own, outside
-    /// a digest that went live (see [`crate::deliver::digest`]); the others
-    /// become `digested`.
-    pub shadowed_members: Vec<String>,
+    /// Members planned in shadow, left out of a digest that went live (see
+    /// [`crate::deliver::digest`]): they become `digested` like the others,
+    /// with a detail saying so; if the digest could not be rendered they end
+    /// `shadowed` on their own, where the others are queued on their own.
+    pub shadow_members: Vec<String>,
     /// The closing's trace context, which the digest's job continues and its
     /// intent keeps; and the traces its attempts link to (its members'
     /// requests, see [`crate::ops::trace::links_text`]).
@@ -420,7 +422,8 @@ pub struct ClaimedJob {
     /// The frozen content (JSON).
     pub content: Option<String>,
     /// The trace the attempt continues: the W3C traceparent stored with the
-    /// job by the request that queued it.
+    /// job by what queued it — the request that planned the intent, a
+    /// dead-letter replay, a digest's closing.
     pub traceparent: Option<String>,
     /// Space-separated W3C traceparents the attempt's span links to: the
     /// original request of a replayed dead letter, the members' requests of
@@ -515,6 +518,7 @@ pub struct DeadLetterFilter {
 /// Dead letters of one reason: how many, and when the oldest died.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DeadLetterGroup {
+    pub tenant: String,
     pub reason: String,
     pub count: i64,
     pub oldest_at: i64,
@@ -603,6 +607,17 @@ pub struct QueueStats {
     /// Jobs in the queue, due or scheduled.
     pub total: i64,
     pub oldest_due_us: Option<i64>,
+}
+
+/// The last daily dead-letter digest posted: the range it covered, when it
+/// went, and how many dead letters it counted.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct OpsDigestRow {
+    pub slot: String,
+    pub since: i64,
+    pub until: i64,
+    pub posted_at: i64,
+    pub total: i64,
 }
 
 /// Retention, in the order it runs: verbose attempt text first, then content

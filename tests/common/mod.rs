@@ -7,9 +7,11 @@
 
 #![allow(dead_code)]
 
+pub mod capture;
 pub mod digest;
 pub mod nats;
 pub mod peer;
+pub mod serve;
 pub mod slow_store;
 pub mod smtp;
 pub mod sns;

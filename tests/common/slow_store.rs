@@ -76,6 +76,9 @@ impl Store for SlowRecording {
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
         self.inner.intent_get(tenant, key).await
     }
+    async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>> {
+        self.inner.intent_tenant(key).await
+    }
     async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
         self.inner.intents_list(filter).await
     }
@@ -120,8 +123,11 @@ impl Store for SlowRecording {
     ) -> StoreResult<Vec<(String, i64)>> {
         self.inner.dead_letters_summary(tenant, since_us, until_us).await
     }
-    async fn dead_letters_groups(&self, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
+    async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
         self.inner.dead_letters_groups(tenant).await
+    }
+    async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>> {
+        self.inner.dead_letters_newest(tenant, per_group).await
     }
     async fn dead_letters_examples(
         &self,
@@ -145,8 +151,19 @@ impl Store for SlowRecording {
     async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
         self.inner.ops_digest_last_until().await
     }
-    async fn queue_stats(&self, now_us: i64) -> StoreResult<QueueStats> {
-        self.inner.queue_stats(now_us).await
+    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
+        self.inner.ops_digest_last().await
+    }
+    async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
+        self.inner.queue_stats(tenant, now_us).await
+    }
+    async fn attempts_by_outcome(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        self.inner.attempts_by_outcome(tenant, since_us, until_us).await
     }
     async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
         self.inner.retention_batch(step, cutoff_us, batch).await
@@ -179,7 +196,7 @@ impl Store for SlowRecording {
     }
     async fn rejected_list(
         &self,
-        tenant: &str,
+        tenant: Option<&str>,
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<RejectedMessage>> {

@@ -81,6 +81,21 @@ macro_rules! digests_queries {
             if close.intent.payload.is_none() {
                 // The digest could not be rendered: rather than strand its
                 // members, each goes out on its own with the content it froze.
+                // One planned in shadow ends `shadowed` here, where live
+                // would queue it: no job, so nothing counts it again.
+                if !close.shadow_members.is_empty() {
+                    sqlx::query(concat!(
+                        "UPDATE intents SET decision = 'send', state = 'shadowed', updated_at = $2,
+                             detail = 'its digest could not be rendered; planned in shadow mode, it ends shadowed on its own'
+                         WHERE decision = 'digest' AND link_key = $3 AND key ",
+                        $in_keys
+                    ))
+                    .bind($keys_arg(&close.shadow_members))
+                    .bind(close.now_us)
+                    .bind(&d.key)
+                    .execute(&mut **tx)
+                    .await?;
+                }
                 let members: Vec<String> = sqlx::query_scalar(
                     "UPDATE intents SET decision = 'send', state = 'queued', updated_at = $2,
                          detail = 'its digest could not be rendered; sent on its own'
@@ -104,22 +119,23 @@ macro_rules! digests_queries {
                 }
                 return Ok(DigestCloseOutcome::Closed);
             }
-            if !close.shadowed_members.is_empty() {
+            // A member planned in shadow is `digested` as well — a live
+            // Herald would have batched it — though the digest went live
+            // without it; its detail says so.
+            if !close.shadow_members.is_empty() {
                 sqlx::query(concat!(
-                    "UPDATE intents SET state = 'shadowed', updated_at = $2,
-                         detail = 'planned in shadow mode: its digest went live with only the members planned live'
-                     WHERE decision = 'digest' AND link_key = $3 AND key ",
+                    "UPDATE intents SET detail = 'planned in shadow mode, left out of the live digest, which carries only the members planned live'
+                     WHERE decision = 'digest' AND link_key = $2 AND key ",
                     $in_keys
                 ))
-                .bind($keys_arg(&close.shadowed_members))
-                .bind(close.now_us)
+                .bind($keys_arg(&close.shadow_members))
                 .bind(&d.key)
                 .execute(&mut **tx)
                 .await?;
             }
             sqlx::query(
                 "UPDATE intents SET state = 'digested', updated_at = $2
-                 WHERE link_key = $1 AND decision = 'digest' AND state <> 'shadowed'",
+                 WHERE link_key = $1 AND decision = 'digest'",
             )
                 .bind(&d.key)
                 .bind(close.now_us)

@@ -52,13 +52,50 @@ macro_rules! ops_queries {
 
         /// One tenant's dead letters by reason, with the oldest's time: the
         /// console's groups (the `intents_dead` index answers it).
-        pub async fn dead_letters_groups(pool: &Pool<$db>, tenant: &str) -> StoreResult<Vec<DeadLetterGroup>> {
-            let rows = sqlx::query_as(
-                "SELECT COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
-                 FROM intents WHERE state = 'dead' AND tenant = $1
-                 GROUP BY 1 ORDER BY 2 DESC, 1",
-            )
-            .bind(tenant)
+        /// Dead letters by tenant and reason: one tenant's, or every tenant's.
+        pub async fn dead_letters_groups(pool: &Pool<$db>, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
+            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
+                "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
+                 FROM intents WHERE state = 'dead'",
+            );
+            if let Some(t) = tenant {
+                q.push(" AND tenant = ").push_bind(t);
+            }
+            q.push(" GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2");
+            Ok(q.build_query_as().fetch_all(pool).await?)
+        }
+
+        /// The newest `per_group` dead letters of every (tenant, reason)
+        /// group: ranked from the `intents_dead` index alone, then read by
+        /// key. (Two statements: joined in one, Postgres cannot foresee how
+        /// few rows the ranking keeps and reads the whole table.) One
+        /// tenant's, or every tenant's for None.
+        pub async fn dead_letters_newest(
+            pool: &Pool<$db>,
+            tenant: Option<&str>,
+            per_group: u32,
+        ) -> StoreResult<Vec<IntentRow>> {
+            let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
+                "SELECT key FROM (
+                     SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY updated_at DESC, key DESC) AS n
+                     FROM intents WHERE state = 'dead'",
+            );
+            if let Some(t) = tenant {
+                q.push(" AND tenant = ").push_bind(t);
+            }
+            q.push(") ranked WHERE n <= ").push_bind(i64::from(per_group));
+            let keys: Vec<String> = q.build_query_scalar().fetch_all(pool).await?;
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            let rows = sqlx::query_as(concat!(
+                "SELECT ",
+                intent_columns!(),
+                " FROM intents i WHERE i.key ",
+                $in_keys,
+                " ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.updated_at DESC, i.key DESC"
+            ))
+            .bind($keys_arg(&keys))
             .fetch_all(pool)
             .await?;
             Ok(rows)
@@ -73,21 +110,25 @@ macro_rules! ops_queries {
             until_us: i64,
             limit: u32,
         ) -> StoreResult<Vec<IntentRow>> {
-            let rows = sqlx::query_as(concat!(
-                "SELECT ",
-                intent_columns!(),
-                " FROM intents i WHERE i.state = 'dead' AND COALESCE(i.reason, 'unknown') = $1
-                  AND i.updated_at >= $2 AND i.updated_at < $3 AND ($5 IS NULL OR i.tenant = $5)
-                  ORDER BY i.updated_at DESC, i.key DESC LIMIT $4"
-            ))
-            .bind(reason)
-            .bind(since_us)
-            .bind(until_us)
-            .bind(i64::from(limit))
-            .bind(tenant)
-            .fetch_all(pool)
-            .await?;
-            Ok(rows)
+            // Each condition as its index reads it: `reason = $1` (not
+            // COALESCE, which no index serves) and the tenant only when
+            // given, so the newest `limit` come straight off `intents_dead`
+            // or `intents_dead_any_tenant` whatever the number of dead letters.
+            let mut q: QueryBuilder<'_, $db> =
+                QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.state = 'dead'"));
+            if let Some(t) = tenant {
+                q.push(" AND i.tenant = ").push_bind(t);
+            }
+            if reason == "unknown" {
+                // The group a dead letter without a reason is counted in.
+                q.push(" AND (i.reason IS NULL OR i.reason = 'unknown')");
+            } else {
+                q.push(" AND i.reason = ").push_bind(reason);
+            }
+            q.push(" AND i.updated_at >= ").push_bind(since_us);
+            q.push(" AND i.updated_at < ").push_bind(until_us);
+            q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(limit));
+            Ok(q.build_query_as().fetch_all(pool).await?)
         }
 
         /// The same intents back on the queue: same key, same frozen content, a
@@ -214,6 +255,16 @@ macro_rules! ops_queries {
         }
 
         /// Where the next daily digest starts: the end of the last one posted.
+        /// The last daily digest posted (manual posts are not the schedule's).
+        pub async fn ops_digest_last(pool: &Pool<$db>) -> StoreResult<Option<OpsDigestRow>> {
+            Ok(sqlx::query_as(
+                "SELECT slot, since, until, posted_at, COALESCE(total, 0) AS total FROM ops_digests
+                 WHERE posted_at IS NOT NULL AND slot NOT LIKE 'manual:%' ORDER BY until DESC LIMIT 1",
+            )
+            .fetch_optional(pool)
+            .await?)
+        }
+
         pub async fn ops_digest_last_until(pool: &Pool<$db>) -> StoreResult<Option<i64>> {
             let v: Option<i64> = sqlx::query_scalar("SELECT MAX(until) FROM ops_digests WHERE posted_at IS NOT NULL AND slot NOT LIKE 'manual:%'")
                 .fetch_one(pool)

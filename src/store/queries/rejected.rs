@@ -30,19 +30,21 @@ macro_rules! rejected_queries {
             Ok(n > 0)
         }
 
-        /// The tenant's rejected messages, newest first.
+        /// One tenant's rejected messages (every tenant's for None), newest first.
         pub async fn rejected_list(
             pool: &Pool<$db>,
-            tenant: &str,
+            tenant: Option<&str>,
             cursor: Option<&Cursor>,
             limit: u32,
         ) -> StoreResult<Page<RejectedMessage>> {
             let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(concat!(
                 "SELECT ",
                 crate::store::queries::rejected_columns!(),
-                " FROM rejected_messages WHERE tenant = "
+                " FROM rejected_messages WHERE 1 = 1"
             ));
-            q.push_bind(tenant);
+            if let Some(t) = tenant {
+                q.push(" AND tenant = ").push_bind(t);
+            }
             if let Some(c) = cursor {
                 q.push(" AND (created_at < ").push_bind(c.at);
                 q.push(" OR (created_at = ").push_bind(c.at).push(" AND id < ").push_bind(&c.id).push("))");
