@@ -60,22 +60,41 @@ pub fn facts(tenant: &str, kind: Kind, address: &str) -> EntryFacts {
     EntryFacts { address_hash: address_hash(tenant, kind, address), masked: mask(kind, address), domain }
 }
 
-/// The tenant's entries for every email and number the event's recipients
-/// have (inline or from the directory), by hash: what the planner checks.
-pub async fn entries_for(
-    store: &dyn Store,
-    tenant: &Tenant,
-    event: &Event,
-    directory: &HashMap<String, RecipientRow>,
-) -> StoreResult<HashMap<String, SuppressionRow>> {
+/// The hashes of the emails and numbers the event's recipients give inline:
+/// read with the directory, before the directory can add any.
+pub fn inline_hashes(tenant: &Tenant, event: &Event) -> Vec<String> {
+    hashes(tenant, event, &HashMap::new())
+}
+
+fn hashes(tenant: &Tenant, event: &Event, directory: &HashMap<String, RecipientRow>) -> Vec<String> {
     let mut hashes = Vec::new();
     for inline in &event.recipients {
         let r = crate::plan::snapshot(inline, directory.get(&inline.id));
         hashes.extend(r.email.as_deref().map(|e| address_hash(tenant.as_str(), Kind::Email, e)));
         hashes.extend(r.phone.as_deref().map(|p| address_hash(tenant.as_str(), Kind::Phone, p)));
     }
-    let rows = store.suppressions_match(tenant.as_str(), &hashes).await?;
-    Ok(rows.into_iter().map(|row| (row.address_hash.clone(), row)).collect())
+    hashes
+}
+
+/// The tenant's entries for every email and number the event's recipients
+/// have (inline or from the directory), by hash: what the planner checks.
+/// `looked_up` are hashes already read (with `found` the entries among them);
+/// only the addresses the directory adds are read here, if any.
+pub async fn entries_for(
+    store: &dyn Store,
+    tenant: &Tenant,
+    event: &Event,
+    directory: &HashMap<String, RecipientRow>,
+    looked_up: &[String],
+    found: Vec<SuppressionRow>,
+) -> StoreResult<HashMap<String, SuppressionRow>> {
+    let mut rest = hashes(tenant, event, directory);
+    rest.retain(|h| !looked_up.contains(h));
+    let more = match rest.is_empty() {
+        true => Vec::new(),
+        false => store.suppressions_match(tenant.as_str(), &rest).await?,
+    };
+    Ok(found.into_iter().chain(more).map(|row| (row.address_hash.clone(), row)).collect())
 }
 
 #[cfg(test)]

@@ -204,6 +204,13 @@ async fn a_generic_receipt_bounces_an_email_and_removing_the_entry_lets_mail_thr
         // The same address in another case is the same entry.
         let (_, b, _) = app.post_event(&email_event("PO-RC6", "Asha@Example.COM"), None).await;
         assert_eq!(b["intents"][0]["reason"], "address_bounced", "{b}");
+        // And an address only the directory gives (read after the inline ones).
+        let (s, _) = app.put("/v1/recipients/u-dir", &json!({"email": "asha@example.com"})).await;
+        assert_eq!(s, 200);
+        let mut from_directory = email_event("PO-RC8", "unused@example.com");
+        from_directory["recipients"] = json!([{"id": "u-dir"}]);
+        let (_, b, _) = app.post_event(&from_directory, None).await;
+        assert_eq!(b["intents"][0]["reason"], "address_bounced", "{b}");
         assert_eq!(smtp.to("asha@example.com").len(), 1);
 
         let del = app.client.delete(format!("{}/v1/suppressions/asha@example.com", app.base)).send().await.unwrap();

@@ -1365,6 +1365,33 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
             ("address_bounced", key(1).as_str())
         );
         assert!(store.suppressions_match("other", std::slice::from_ref(&hash)).await.unwrap().is_empty());
+        // What a new request reads before it is planned, in one: the same rows
+        // as the two reads, and nothing of another tenant's.
+        store
+            .recipient_put(RecipientPut {
+                tenant: "default".into(),
+                id: "u-9".into(),
+                email: Some("a@example.com".into()),
+                phone: None,
+                locale: Some("ne".into()),
+                timezone: None,
+                webhook_url: None,
+                preferences: r#"{"channels":{"sms":false}}"#.into(),
+                now_us: T0,
+            })
+            .await
+            .unwrap();
+        let ids = ["u-9".to_string(), "u-404".to_string()];
+        let other = herald::suppression::hash_of_input("default", "+9779800000098");
+        let hashes = [hash.clone(), other];
+        let (recipients, suppressions) = store.recipients_and_suppressions("default", &ids, &hashes).await.unwrap();
+        assert_eq!(recipients, store.recipients_get("default", &ids).await.unwrap());
+        assert_eq!(recipients.len(), 1);
+        assert_eq!(suppressions, entries);
+        let (recipients, suppressions) = store.recipients_and_suppressions("other", &ids, &hashes).await.unwrap();
+        assert!(recipients.is_empty() && suppressions.is_empty());
+        let (_, none) = store.recipients_and_suppressions("default", &ids, &[]).await.unwrap();
+        assert!(none.is_empty());
         assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 1);
         assert_eq!(store.bounces_by_domain(None, T0, T0 + 1_000).await.unwrap(), vec![("(sms)".to_string(), 1)]);
         assert!(!store.suppression_remove("other", &hash).await.unwrap());

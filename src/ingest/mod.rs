@@ -330,11 +330,16 @@ impl Ingestor {
     async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
         let Identified { event, identity, fingerprint, event_key, canonical, event_body } = new;
         let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
-        let directory: HashMap<_, _> =
-            self.store.recipients_get(tenant.as_str(), &ids).await?.into_iter().map(|r| (r.id.clone(), r)).collect();
+        // The directory and the suppression entries of the addresses given
+        // inline in one read; the entries of addresses only the directory has
+        // in a second, when there are any.
+        let inline = crate::suppression::inline_hashes(tenant, &event);
+        let (entries, found) = self.store.recipients_and_suppressions(tenant.as_str(), &ids, &inline).await?;
+        let directory: HashMap<_, _> = entries.into_iter().map(|r| (r.id.clone(), r)).collect();
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);
-        let suppressions = crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory).await?;
+        let suppressions =
+            crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory, &inline, found).await?;
         let mut intents = plan(&PlanInput {
             tenant,
             event: &event,

@@ -254,6 +254,22 @@ pub trait Store: Send + Sync + 'static {
     /// The tenant's suppression entries among these address hashes.
     async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>>;
 
+    /// What a new request reads before it is planned: the directory entries
+    /// of these recipients and the tenant's suppression entries among these
+    /// address hashes — [`Store::recipients_get`] and
+    /// [`Store::suppressions_match`], in one round trip where the backend has
+    /// round trips to save (Postgres).
+    async fn recipients_and_suppressions(
+        &self,
+        tenant: &str,
+        ids: &[String],
+        hashes: &[String],
+    ) -> StoreResult<(Vec<RecipientRow>, Vec<SuppressionRow>)> {
+        let recipients = self.recipients_get(tenant, ids).await?;
+        let suppressions = self.suppressions_match(tenant, hashes).await?;
+        Ok((recipients, suppressions))
+    }
+
     /// The tenant's suppression list, newest first.
     async fn suppressions_list(
         &self,

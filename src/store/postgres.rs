@@ -28,6 +28,27 @@ mod q {
     );
 }
 
+/// The next attempt of each of these intents: its count goes up, it is
+/// `sending`, and its attempt row is written — one statement.
+async fn start_attempts(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    keys: &[String],
+    now_us: i64,
+) -> StoreResult<()> {
+    sqlx::query(
+        "WITH started AS (
+             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key = ANY($1)
+             RETURNING key, attempts)
+         INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM started",
+    )
+    .bind(keys)
+    .bind(now_us)
+    .bind(crate::intent::State::Sending.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 pub struct PostgresStore {
     pool: PgPool,
     wake: Arc<Notify>,
@@ -158,6 +179,74 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         Ok(SchemaState::compare(&MIGRATOR, &applied))
     }
 
+    async fn recipients_and_suppressions(
+        &self,
+        tenant: &str,
+        ids: &[String],
+        hashes: &[String],
+    ) -> StoreResult<(Vec<RecipientRow>, Vec<SuppressionRow>)> {
+        // One statement, the two kinds of row in columns of the same types.
+        type Row = (
+            bool,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i64,
+            Option<i64>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT TRUE, tenant, id, email, phone, locale, timezone, webhook_url, preferences, updated_at,
+                    preferences_version
+             FROM recipients WHERE tenant = $1 AND id = ANY($2)
+             UNION ALL
+             SELECT FALSE, tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at,
+                    NULL
+             FROM suppressions WHERE tenant = $1 AND address_hash = ANY($3)",
+        )
+        .bind(tenant)
+        .bind(ids)
+        .bind(hashes)
+        .fetch_all(&self.pool)
+        .await?;
+        let (mut recipients, mut suppressions) = (Vec::new(), Vec::new());
+        let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
+        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
+            if recipient {
+                recipients.push(RecipientRow {
+                    tenant,
+                    id,
+                    email: c3,
+                    phone: c4,
+                    locale: c5,
+                    timezone: c6,
+                    webhook_url: c7,
+                    preferences: c8.ok_or_else(|| missing("recipients"))?,
+                    preferences_version: version.ok_or_else(|| missing("recipients"))?,
+                    updated_at: at,
+                });
+            } else {
+                let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
+                suppressions.push(SuppressionRow {
+                    tenant,
+                    address_hash: id,
+                    channel: required(c3)?,
+                    masked: required(c4)?,
+                    domain: c5,
+                    reason: required(c6)?,
+                    source_intent: required(c7)?,
+                    detail: c8,
+                    created_at: at,
+                });
+            }
+        }
+        Ok((recipients, suppressions))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -169,27 +258,35 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         // leased by the database's: one clock for every process, so a process
         // whose clock runs ahead cannot see another's lease as expired, nor
         // one whose clock lags hold a lease longer than asked.
-        let keys: Vec<String> = sqlx::query_scalar(
+        // The lease and the read of what the rules need, in one statement.
+        let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
             "WITH due AS (
                      SELECT intent_key FROM jobs
                      WHERE run_at <= $1
                        AND (locked_until IS NULL OR locked_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
                      ORDER BY run_at LIMIT $2
-                     FOR UPDATE SKIP LOCKED)
-                 UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
-                 WHERE jobs.intent_key = due.intent_key
-                 RETURNING jobs.intent_key",
-        )
+                     FOR UPDATE SKIP LOCKED),
+                 leased AS (
+                     UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
+                     WHERE jobs.intent_key = due.intent_key
+                     RETURNING jobs.intent_key, jobs.traceparent, jobs.links)
+             SELECT ",
+            super::queries::intent_columns!(),
+            ", p.body AS content,
+                    EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
+                    l.traceparent, l.links
+             FROM leased l JOIN intents i ON i.key = l.intent_key LEFT JOIN payloads p ON p.digest = i.payload_digest"
+        ))
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
         .bind(claim.lease_us)
         .fetch_all(&mut *tx)
         .await?;
-        if keys.is_empty() {
+        if candidates.is_empty() {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
+        let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }

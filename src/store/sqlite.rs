@@ -31,6 +31,27 @@ mod q {
     );
 }
 
+/// The next attempt of each of these intents: its count goes up, it is
+/// `sending`, and its attempt row is written (two statements: SQLite has no
+/// data-modifying `WITH`, and in-process statements cost no round trip).
+async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[String], now_us: i64) -> StoreResult<()> {
+    sqlx::query("UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key IN (SELECT value FROM json_each($1))")
+        .bind(keys_arg(keys))
+        .bind(now_us)
+        .bind(crate::intent::State::Sending.as_str())
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO attempts (intent_key, n, started_at)
+         SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
+    )
+    .bind(keys_arg(keys))
+    .bind(now_us)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
@@ -159,7 +180,19 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let jobs = q::claim_keys(&mut tx, &keys, &claim).await?;
+        let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
+            "SELECT ",
+            super::queries::intent_columns!(),
+            ", p.body AS content,
+               EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
+               j.traceparent, j.links
+             FROM intents i JOIN jobs j ON j.intent_key = i.key LEFT JOIN payloads p ON p.digest = i.payload_digest
+             WHERE i.key IN (SELECT value FROM json_each($1))"
+        ))
+        .bind(keys_arg(&keys))
+        .fetch_all(&mut *tx)
+        .await?;
+        let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }

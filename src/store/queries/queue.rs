@@ -6,28 +6,20 @@
 
 macro_rules! queue_queries {
     ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal, $json_rows:literal) => {
-        /// After the backend has leased `keys`: record the lapsed attempts
-        /// among them as `unknown`, end the jobs the rules end, start the next
-        /// attempt of the rest and return them with their content (state
-        /// `sending`). Returned too, already ended: shadowed jobs (no attempt)
-        /// and jobs a rescue ended, so that the worker counts and logs them.
-        pub async fn claim_keys(tx: &mut Tx<'_>, keys: &[String], claim: &Claim) -> StoreResult<Vec<ClaimedJob>> {
+        /// After the backend has leased jobs and read their intents (the
+        /// candidates): record the lapsed attempts among them as `unknown`, end
+        /// the jobs the rules end, start the next attempt of the rest and
+        /// return them with their content (state `sending`), a statement per
+        /// kind of answer. Returned too, already ended: shadowed jobs (no
+        /// attempt) and jobs a rescue ended, so that the worker counts and
+        /// logs them.
+        pub async fn claim_candidates(
+            tx: &mut Tx<'_>,
+            candidates: Vec<ClaimCandidate>,
+            claim: &Claim,
+        ) -> StoreResult<Vec<ClaimedJob>> {
             use crate::deliver::rules::{self, OnClaim};
             let now_us = claim.now_us;
-            let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
-                "SELECT ",
-                intent_columns!(),
-                ", p.body AS content,
-                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
-                   (SELECT j.traceparent FROM jobs j WHERE j.intent_key = i.key) AS traceparent,
-                   (SELECT j.links FROM jobs j WHERE j.intent_key = i.key) AS links
-                 FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest WHERE i.key ",
-                $in_keys
-            ))
-            .bind($keys_arg(keys))
-            .fetch_all(&mut **tx)
-            .await?;
-
             let lapsed: Vec<String> = candidates.iter().filter(|c| c.lease_lapsed).map(|c| c.intent.key.clone()).collect();
             if !lapsed.is_empty() {
                 sqlx::query(concat!(
@@ -103,20 +95,9 @@ macro_rules! queue_queries {
                 return Ok(reported);
             }
             let keys: Vec<String> = started.iter().map(|c| c.intent.key.clone()).collect();
-            sqlx::query(concat!("UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key ", $in_keys))
-                .bind($keys_arg(&keys))
-                .bind(now_us)
-                .bind(State::Sending.as_str())
-                .execute(&mut **tx)
-                .await?;
-            sqlx::query(concat!(
-                "INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM intents WHERE key ",
-                $in_keys
-            ))
-            .bind($keys_arg(&keys))
-            .bind(now_us)
-            .execute(&mut **tx)
-            .await?;
+            // Each intent's attempt count goes up and its next attempt's row is
+            // written: the backend's own statement(s) for it.
+            super::start_attempts(tx, &keys, now_us).await?;
             reported.extend(started.into_iter().map(|c| {
                 let rescued = c.lease_lapsed.then_some(c.intent.attempts);
                 let mut intent = c.intent;
