@@ -1538,22 +1538,29 @@ async fn a_store_knows_whether_it_is_migrated_and_answers_pings() {
 
 const WINDOW: u32 = 101;
 
+/// Intent `key(n)`, held as a member of `u-1`'s email digest window `key(WINDOW)`
+/// (opened at T0, closing a day later).
+fn window_member(n: u32) -> NewIntent {
+    let mut member = new_intent(&key(n), "email", None);
+    member.digest = Some(NewDigest {
+        key: key(WINDOW),
+        event_type: "comment.created".into(),
+        channel: "email".into(),
+        recipient_id: "u-1".into(),
+        group_key: "PO-1".into(),
+        destination: Some("a@example.com".into()),
+        locale: Some("en".into()),
+        window_start: T0,
+        closes_at: T0 + DAY,
+    });
+    (member.decision, member.state) = ("digest".into(), "held".into());
+    member
+}
+
 /// Two members waiting in one digest window, ingested as two requests.
 async fn two_members_in_a_window(store: &Arc<dyn Store>) -> DigestRow {
     for n in [1, 2] {
-        let mut member = new_intent(&key(n), "email", None);
-        member.digest = Some(NewDigest {
-            key: key(WINDOW),
-            event_type: "comment.created".into(),
-            channel: "email".into(),
-            recipient_id: "u-1".into(),
-            group_key: "PO-1".into(),
-            destination: Some("a@example.com".into()),
-            locale: Some("en".into()),
-            window_start: T0,
-            closes_at: T0 + DAY,
-        });
-        (member.decision, member.state) = ("digest".into(), "held".into());
+        let member = window_member(n);
         let mut ingest = ingest(&format!("r{n}"), &format!("fp{n}"), vec![member]);
         ingest.now_us = T0 + i64::from(n);
         store.events_ingest(ingest).await.unwrap();
@@ -2131,19 +2138,7 @@ async fn a_digest_close_marks_the_members_it_leaves_out_digested_and_queues_its_
         let batch: Vec<Ingest> = [(1, TP_A, Mode::Shadow), (2, TP_B, Mode::Live)]
             .into_iter()
             .map(|(n, tp, mode)| {
-                let mut member = new_intent(&key(n), "email", None);
-                member.digest = Some(NewDigest {
-                    key: key(WINDOW),
-                    event_type: "comment.created".into(),
-                    channel: "email".into(),
-                    recipient_id: "u-1".into(),
-                    group_key: "PO-1".into(),
-                    destination: Some("a@example.com".into()),
-                    locale: Some("en".into()),
-                    window_start: T0,
-                    closes_at: T0 + DAY,
-                });
-                (member.decision, member.state, member.mode) = ("digest".into(), "held".into(), mode);
+                let member = NewIntent { mode, ..window_member(n) };
                 let mut ingest = ingest(&format!("r{n}"), &format!("fp{n}"), vec![member]);
                 (ingest.event_key, ingest.now_us, ingest.traceparent) =
                     (format!("default|e|x|{n}|t"), T0 + i64::from(n), Some(tp.into()));
