@@ -134,16 +134,20 @@ impl DigestCloser {
         );
         if outcome == DigestCloseOutcome::Closed {
             tracing::info!(digest = %digest.key, members = members.len(), channel = %digest.channel, "digest closed");
-            if let Some(i) = &shadowed {
-                let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
-                crate::ops::metrics::shadowed(&i.channel, template, "digest");
-                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
-            }
-            for m in members.iter().filter(|m| alone.contains(&m.intent.key)) {
-                let i = &m.intent;
-                let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
-                crate::ops::metrics::shadowed(&i.channel, template, "digest");
-                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
+            // Counted and logged once each: the shadowed digest, or the
+            // members planned in shadow that ended shadowed alone.
+            let ended_shadowed =
+                shadowed.iter().map(|i| (&i.key, &i.channel, &i.template_id, &i.template_revision)).chain(
+                    members
+                        .iter()
+                        .map(|m| &m.intent)
+                        .filter(|i| alone.contains(&i.key))
+                        .map(|i| (&i.key, &i.channel, &i.template_id, &i.template_revision)),
+                );
+            for (key, channel, template_id, revision) in ended_shadowed {
+                let template = TemplateRef { id: template_id, revision: revision.as_deref() };
+                crate::ops::metrics::shadowed(channel, template, "digest");
+                crate::ops::log::shadowed(key, channel, template, None);
             }
         }
         Ok(outcome)
