@@ -1,9 +1,13 @@
-//! Group commit: new requests wait in a bounded queue, and a writer takes
-//! every request that is waiting (up to a batch) into one transaction. Under
-//! light load a request finds the writer idle and goes alone at once, without
-//! waiting for company; under load the requests that arrive while one batch
-//! commits form the next, so a commit is shared by many requests rather than
-//! paid by each.
+//! Batches of concurrent requests. [`Gather`] is the mechanism: inputs wait
+//! in a bounded queue, and a worker takes every input that is waiting (up to
+//! a batch) into one call. Under light load an input finds a worker idle and
+//! goes alone at once, without waiting for company; under load the inputs that
+//! arrive while one batch is in hand form the next, so one round trip (or one
+//! commit) is shared by many requests rather than paid by each.
+//!
+//! [`GroupCommit`] is the ingest transaction gathered this way; the reads a
+//! new request makes before it is planned are gathered the same way
+//! (`super::reads`).
 
 use crate::store::{Ingest, IngestOutcome, Store, StoreError, StoreResult};
 use std::future::Future;
@@ -11,24 +15,101 @@ use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
+/// What handles one batch: every input answered, in order.
+pub type Handler<I, O> = Arc<dyn Fn(Vec<I>) -> Pin<Box<dyn Future<Output = Vec<O>> + Send>> + Send + Sync>;
+
 /// What writes one batch: the store's `events_ingest_batch`, or in the tests
 /// a stand-in that fails the way a store can.
-pub type WriteBatch =
-    Arc<dyn Fn(Vec<Ingest>) -> Pin<Box<dyn Future<Output = Vec<StoreResult<IngestOutcome>>> + Send>> + Send + Sync>;
+pub type WriteBatch = Handler<Ingest, StoreResult<IngestOutcome>>;
 
 /// How many requests one transaction takes at most.
 pub const MAX_BATCH: usize = 64;
 
-struct Pending {
-    ingest: Ingest,
-    answer: oneshot::Sender<StoreResult<IngestOutcome>>,
+struct Pending<I, O> {
+    input: I,
+    answer: oneshot::Sender<O>,
 }
 
-/// The queue in front of the writers. Dropping it lets them finish the
-/// batches they hold and stop.
-pub struct GroupCommit {
-    queue: mpsc::Sender<Pending>,
+/// Concurrent callers' inputs gathered into batches for one handler: the
+/// group commit's writers, and the reads every new request makes before it
+/// is planned (one statement for the batch, not one per request). Under
+/// light load an input finds a worker idle and goes alone at once; under
+/// load the inputs that arrive while one batch is in hand form the next.
+/// Dropping it lets the workers finish the batches they hold and stop.
+pub struct Gather<I, O> {
+    queue: mpsc::Sender<Pending<I, O>>,
+    /// What the batches are, for the log line of a batch that panicked.
+    what: &'static str,
 }
+
+impl<I: Send + 'static, O: Send + 'static> Gather<I, O> {
+    /// Starts `workers` workers (each a batch at a time) that hand each
+    /// batch of at most `max` inputs to `handler`.
+    pub fn start(what: &'static str, handler: Handler<I, O>, workers: usize, max: usize) -> Gather<I, O> {
+        // Enough room for every worker's next batch; beyond it, callers wait
+        // (backpressure reaches the HTTP connections).
+        let (queue, waiting) = mpsc::channel(max * workers.max(1) * 2);
+        let waiting = Arc::new(Mutex::new(waiting));
+        for _ in 0..workers.max(1) {
+            tokio::spawn(work(what, handler.clone(), waiting.clone(), max));
+        }
+        Gather { queue, what }
+    }
+
+    /// This input's own answer, once its batch is handled; `None` when the
+    /// workers have stopped or its batch panicked.
+    pub async fn call(&self, input: I) -> Option<O> {
+        let (answer, outcome) = oneshot::channel();
+        self.queue.send(Pending { input, answer }).await.ok()?;
+        outcome.await.ok()
+    }
+
+    /// What the batches are.
+    pub fn what(&self) -> &'static str {
+        self.what
+    }
+}
+
+/// One worker: take what is waiting (at least one input, at most a batch),
+/// handle it, answer each caller, repeat.
+async fn work<I: Send + 'static, O: Send + 'static>(
+    what: &'static str,
+    handler: Handler<I, O>,
+    waiting: Arc<Mutex<mpsc::Receiver<Pending<I, O>>>>,
+    max: usize,
+) {
+    let mut batch = Vec::with_capacity(max);
+    loop {
+        // Only the taking is shared between workers; each handles on its own.
+        let taken = waiting.lock().await.recv_many(&mut batch, max).await;
+        if taken == 0 {
+            return;
+        }
+        let (inputs, answers): (Vec<I>, Vec<_>) = batch.drain(..).map(|p| (p.input, p.answer)).unzip();
+        // Each batch in a task of its own: a panic in it fails that batch's
+        // callers (their answers are dropped, so each gets an error and none
+        // was answered as done), and this worker goes on. A writer that died
+        // with the panic would leave SQLite's one writer gone and every later
+        // request failing until a restart.
+        let outputs = match tokio::spawn(handler(inputs)).await {
+            Ok(outputs) => outputs,
+            Err(e) => {
+                tracing::error!(error = %e, batch = what, requests = answers.len(), "a batch panicked; its requests failed");
+                continue;
+            }
+        };
+        // An input the handler left unanswered gets no answer: its caller
+        // sees the sender dropped, an error, never another input's answer.
+        for (answer, output) in answers.into_iter().zip(outputs) {
+            // A caller that went away is handled all the same; the answer has
+            // no one to go to.
+            let _ = answer.send(output);
+        }
+    }
+}
+
+/// Group commit: the queue in front of the ingest writers.
+pub struct GroupCommit(Gather<Ingest, StoreResult<IngestOutcome>>);
 
 impl GroupCommit {
     /// Starts `writers` writers (each a transaction at a time) on `store`.
@@ -44,57 +125,18 @@ impl GroupCommit {
 
     /// Starts `writers` writers that write each batch with `write_batch`.
     pub fn start_with(write_batch: WriteBatch, writers: usize) -> GroupCommit {
-        // Enough room for every writer's next batch; beyond it, senders wait
-        // (backpressure reaches the HTTP connections).
-        let (queue, waiting) = mpsc::channel(MAX_BATCH * writers.max(1) * 2);
-        let waiting = Arc::new(Mutex::new(waiting));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(write(write_batch.clone(), waiting.clone()));
-        }
-        GroupCommit { queue }
+        GroupCommit(Gather::start("ingest", write_batch, writers, MAX_BATCH))
     }
 
     /// The request's own outcome, once its rows are durable.
     pub async fn ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
-        let (answer, outcome) = oneshot::channel();
-        self.queue.send(Pending { ingest, answer }).await.map_err(|_| stopped())?;
-        outcome.await.map_err(|_| stopped())?
+        self.0.call(ingest).await.unwrap_or_else(|| Err(stopped(self.0.what())))
     }
 }
 
-fn stopped() -> StoreError {
-    StoreError::Corrupt("the ingest writer stopped".into())
-}
-
-/// One writer: take what is waiting (at least one request, at most a batch),
-/// write it in one transaction, answer each request, repeat.
-async fn write(write_batch: WriteBatch, waiting: Arc<Mutex<mpsc::Receiver<Pending>>>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    loop {
-        // Only the taking is shared between writers; each writes on its own.
-        let taken = waiting.lock().await.recv_many(&mut batch, MAX_BATCH).await;
-        if taken == 0 {
-            return;
-        }
-        let (ingests, answers): (Vec<Ingest>, Vec<_>) = batch.drain(..).map(|p| (p.ingest, p.answer)).unzip();
-        // Each batch in a task of its own: a panic in it fails that batch's
-        // requests (their answers are dropped, so each caller gets an error
-        // and nothing was answered as written), and this writer goes on. A
-        // writer that died with the panic would leave SQLite's one writer
-        // gone and every later request failing until a restart.
-        let outcomes = match tokio::spawn(write_batch(ingests)).await {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                tracing::error!(error = %e, requests = answers.len(), "an ingest batch panicked; its requests failed");
-                continue;
-            }
-        };
-        for (answer, outcome) in answers.into_iter().zip(outcomes) {
-            // A request whose caller went away is written all the same; the
-            // answer has no one to go to.
-            let _ = answer.send(outcome);
-        }
-    }
+/// The error of a caller whose batch was never handled.
+pub fn stopped(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("the {what} batch was not handled (a worker stopped or panicked)"))
 }
 
 #[cfg(test)]
@@ -142,5 +184,79 @@ mod tests {
         // One writer, as on SQLite: it must still be there.
         assert_eq!(commits.ingest(request("b")).await.unwrap(), IngestOutcome::Mismatch);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// The sizes of the batches a handler was given, in order.
+    type Sizes = Arc<std::sync::Mutex<Vec<usize>>>;
+
+    /// A gatherer of numbers whose batches wait until the test opens the
+    /// gate, answered by `answer`; and the sizes of the batches it handled.
+    fn gated(
+        answer: fn(Vec<u32>) -> Vec<u32>,
+        max: usize,
+    ) -> (Arc<Gather<u32, u32>>, tokio::sync::watch::Sender<bool>, Sizes) {
+        let (release, gate) = tokio::sync::watch::channel(false);
+        let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = sizes.clone();
+        let handler: Handler<u32, u32> = Arc::new(move |batch: Vec<u32>| {
+            seen.lock().unwrap().push(batch.len());
+            let mut gate = gate.clone();
+            Box::pin(async move {
+                let _ = gate.wait_for(|open| *open).await;
+                answer(batch)
+            })
+        });
+        (Arc::new(Gather::start("test", handler, 1, max)), release, sizes)
+    }
+
+    /// Calls `gather` with each number in a task of its own once the one
+    /// before has been taken or is waiting in the queue.
+    async fn call_each(
+        gather: &Arc<Gather<u32, u32>>,
+        sizes: &std::sync::Mutex<Vec<usize>>,
+        numbers: std::ops::RangeInclusive<u32>,
+    ) -> Vec<tokio::task::JoinHandle<Option<u32>>> {
+        let mut handles = Vec::new();
+        for n in numbers {
+            let g = gather.clone();
+            handles.push(tokio::spawn(async move { g.call(n).await }));
+            // Wait until it is in a batch or in the queue.
+            let waiting = |g: &Gather<u32, u32>| g.queue.max_capacity() - g.queue.capacity();
+            let before = sizes.lock().unwrap().iter().sum::<usize>() + waiting(gather);
+            while sizes.lock().unwrap().iter().sum::<usize>() + waiting(gather) == before {
+                tokio::task::yield_now().await;
+            }
+        }
+        handles
+    }
+
+    #[tokio::test]
+    async fn inputs_that_arrive_while_a_batch_is_in_hand_form_the_next_one() {
+        let (gather, release, sizes) = gated(|batch| batch.iter().map(|n| n * 10).collect(), 4);
+        // The first goes alone at once (nothing waits for company); six
+        // arrive while it is in hand: the next batches take four, then two.
+        let handles = call_each(&gather, &sizes, 1..=7).await;
+        release.send_replace(true);
+        for (n, handle) in (1..=7).zip(handles) {
+            assert_eq!(handle.await.unwrap(), Some(n * 10), "each caller gets its own answer");
+        }
+        assert_eq!(*sizes.lock().unwrap(), vec![1, 4, 2]);
+    }
+
+    #[tokio::test]
+    async fn an_input_its_handler_left_unanswered_gets_no_answer_not_anothers() {
+        let (gather, release, sizes) = gated(|batch| vec![batch[0]], 8);
+        let handles = call_each(&gather, &sizes, 1..=3).await;
+        release.send_replace(true);
+        let mut answers = Vec::new();
+        for handle in handles {
+            answers.push(handle.await.unwrap());
+        }
+        assert_eq!(answers, vec![Some(1), Some(2), None]);
+        assert_eq!(*sizes.lock().unwrap(), vec![1, 2]);
+        // Group commit answers such a request with an error, never as written.
+        let commits = GroupCommit::start_with(Arc::new(|_batch: Vec<Ingest>| Box::pin(async { Vec::new() })), 1);
+        let err = commits.ingest(request("a")).await.unwrap_err();
+        assert!(err.to_string().contains("ingest batch was not handled"), "{err}");
     }
 }
