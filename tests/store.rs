@@ -1054,6 +1054,53 @@ async fn a_request_record_is_found_before_planning_as_a_replay_or_a_mismatch() {
     .await;
 }
 
+fn lookup(tenant: &str, identity: &str, fingerprint: &str) -> RequestLookup {
+    RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() }
+}
+
+#[tokio::test]
+async fn many_request_records_are_read_at_once_each_answered_as_alone() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        store.events_ingest(ingest("r2", "fp2", vec![new_intent(&key(2), "sms", Some(T0))])).await.unwrap();
+        // r1's intent is sent by now, r2's still sending: a replay shows each
+        // as it is.
+        assert_eq!(store.jobs_claim(claim(T0, 10)).await.unwrap().len(), 2);
+        store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
+        let lookups = [
+            lookup("default", "r1", "fp1"),
+            lookup("default", "r2", "fp-other"),
+            lookup("default", "r3", "fp3"),
+            lookup("other", "r1", "fp1"),
+            lookup("default", "r2", "fp2"),
+            lookup("default", "r1", "fp1"),
+        ];
+        let many = store.requests_find(&lookups).await;
+        assert_eq!(many.len(), lookups.len(), "{backend:?}");
+        for (l, got) in lookups.iter().zip(many) {
+            let alone = store.request_find(&l.tenant, &l.identity, &l.fingerprint).await.unwrap();
+            assert_eq!(got.unwrap(), alone, "{backend:?}: {l:?}");
+        }
+        let Some(RequestSeen::Replay(r1)) = store.requests_find(&lookups[..1]).await.remove(0).unwrap() else {
+            panic!("{backend:?}: r1 is a replay")
+        };
+        assert_eq!(r1.intents[0].state.as_str(), "sent", "{backend:?}: the replay shows its intent as it is now");
+        assert!(store.requests_find(&[]).await.is_empty());
+        // A record whose stored answer cannot be read fails its own request,
+        // not the others read with it.
+        common::execute(&db, "UPDATE requests SET response = 'not json' WHERE identity = 'r2'").await;
+        let many = store.requests_find(&lookups[..3]).await;
+        assert!(matches!(many[0], Ok(Some(RequestSeen::Replay(_)))), "{backend:?}: {:?}", many[0]);
+        assert_eq!(many[1].as_ref().unwrap(), &Some(RequestSeen::Mismatch), "{backend:?}: a mismatch needs no answer");
+        assert_eq!(many[2].as_ref().unwrap(), &None, "{backend:?}");
+        let many = store.requests_find(&[lookup("default", "r2", "fp2"), lookup("default", "r1", "fp1")]).await;
+        assert!(matches!(many[0], Err(StoreError::Corrupt(_))), "{backend:?}: {:?}", many[0]);
+        assert!(matches!(many[1], Ok(Some(RequestSeen::Replay(_)))), "{backend:?}: {:?}", many[1]);
+    }
+}
+
 /// A request for its own event: `event` names the event key, `content` its
 /// frozen content.
 fn request(identity: &str, fingerprint: &str, event: &str, content: &str, intents: Vec<NewIntent>) -> Ingest {
@@ -1392,6 +1439,29 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
         assert!(recipients.is_empty() && suppressions.is_empty());
         let (_, none) = store.recipients_and_suppressions("default", &ids, &[]).await.unwrap();
         assert!(none.is_empty());
+        // Many requests' reads at once: each answered with what it would
+        // read alone, an id named twice found once, tenants kept apart.
+        let read = |tenant: &str, ids: &[&str], hashes: &[String]| DirectoryRead {
+            tenant: tenant.into(),
+            ids: ids.iter().map(|s| s.to_string()).collect(),
+            hashes: hashes.to_vec(),
+        };
+        let reads = [
+            read("default", &["u-9", "u-404", "u-9"], &hashes),
+            read("other", &["u-9"], &hashes),
+            read("default", &[], &[]),
+            read("default", &["u-9"], &[hash.clone(), hash.clone()]),
+        ];
+        let many = store.directories_read(&reads).await;
+        assert_eq!(many.len(), reads.len());
+        for (r, got) in reads.iter().zip(many) {
+            let alone = store.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes).await.unwrap();
+            assert_eq!(got.unwrap(), alone, "{r:?}");
+        }
+        assert!(store.directories_read(&[]).await.is_empty());
+        let (once, _) = store.recipients_and_suppressions("default", &ids, &[]).await.unwrap();
+        let (twice, _) = store.recipients_and_suppressions("default", &reads[0].ids, &[]).await.unwrap();
+        assert_eq!(once, twice, "an id named twice is one entry");
         assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 1);
         assert_eq!(store.bounces_by_domain(None, T0, T0 + 1_000).await.unwrap(), vec![("(sms)".to_string(), 1)]);
         assert!(!store.suppression_remove("other", &hash).await.unwrap());

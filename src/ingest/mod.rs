@@ -21,9 +21,11 @@ use crate::ops::trace::{self, TraceParent};
 use crate::plan::{PlanInput, plan};
 use crate::render::TemplateSet;
 use crate::store::{
-    Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestSeen, Store, StoreError, TallyKind,
+    DirectoryRead, Ingest, IngestOutcome, IngestResponse, IntentStatus, NewIntent, RequestLookup, RequestSeen, Store,
+    StoreError, TallyKind,
 };
 use group::GroupCommit;
+use reads::Reads;
 use std::collections::HashMap;
 use std::sync::Arc;
 use tally::Tally;
@@ -32,9 +34,11 @@ use tracing::field::Empty;
 
 pub mod group;
 pub mod nats;
+pub mod reads;
 pub mod tally;
 
-/// Transactions in flight at once on Postgres.
+/// Transactions in flight at once on Postgres, and gathered reads of each
+/// kind.
 const POSTGRES_WRITERS: usize = 2;
 
 /// One request to ingest, as a front door hands it over: the caller's tenant,
@@ -97,6 +101,7 @@ pub struct Ingestor {
     fastpath: Option<Arc<FastPath>>,
     destinations: Arc<DestinationPolicy>,
     commits: GroupCommit,
+    reads: Reads,
     tally: Arc<Tally>,
 }
 
@@ -113,7 +118,7 @@ struct Identified {
 impl Ingestor {
     /// Starts the group commit's writers: on Postgres a few, so one batch is
     /// gathered while another commits; on SQLite one, as there is one writer
-    /// connection.
+    /// connection. On Postgres the reads before planning are gathered too.
     pub fn new(
         store: Arc<dyn Store>,
         config: Arc<Config>,
@@ -123,10 +128,14 @@ impl Ingestor {
         fastpath: Option<Arc<FastPath>>,
         destinations: Arc<DestinationPolicy>,
     ) -> Ingestor {
-        let writers = if crate::store::is_postgres(&config.database_url) { POSTGRES_WRITERS } else { 1 };
-        let commits = GroupCommit::start(store.clone(), writers);
+        let (commits, reads) = match crate::store::is_postgres(&config.database_url) {
+            true => {
+                (GroupCommit::start(store.clone(), POSTGRES_WRITERS), Reads::gathered(store.clone(), POSTGRES_WRITERS))
+            }
+            false => (GroupCommit::start(store.clone(), 1), Reads::direct(store.clone())),
+        };
         let tally = Tally::start(store.clone(), clock.clone());
-        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, tally }
+        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, reads, tally }
     }
 
     /// One request, in the `ingest` span: the caller's trace continued, or a
@@ -279,7 +288,9 @@ impl Ingestor {
         if let Some(response) = self.fast_replay(tenant, identity, fingerprint).await? {
             return Ok(Some(RequestSeen::Replay(response)));
         }
-        let seen = self.store.request_find(tenant, identity, fingerprint).await?;
+        let lookup =
+            RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() };
+        let seen = self.reads.request(lookup).await?;
         if let Some(RequestSeen::Replay(response)) = &seen {
             self.remember(tenant, identity, fingerprint, response).await;
         }
@@ -334,7 +345,8 @@ impl Ingestor {
         // inline in one read; the entries of addresses only the directory has
         // in a second, when there are any.
         let inline = crate::suppression::inline_hashes(tenant, &event);
-        let (entries, found) = self.store.recipients_and_suppressions(tenant.as_str(), &ids, &inline).await?;
+        let read = DirectoryRead { tenant: tenant.as_str().into(), ids, hashes: inline.clone() };
+        let (entries, found) = self.reads.directory(read).await?;
         let directory: HashMap<_, _> = entries.into_iter().map(|r| (r.id.clone(), r)).collect();
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);

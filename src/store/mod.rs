@@ -48,6 +48,10 @@ pub enum StoreError {
     /// time, a closed pool, a broken socket).
     #[error("the database could not be reached: {0}")]
     Unreachable(String),
+    /// The failure of a statement that served several requests at once (a
+    /// gathered read), as each of the others sees it.
+    #[error("{0}")]
+    Shared(String),
 }
 
 impl StoreError {
@@ -61,6 +65,32 @@ impl StoreError {
                     sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::Io(_) | sqlx::Error::Tls(_)
                 )
         )
+    }
+}
+
+impl StoreError {
+    /// The same failure for every request a statement served: the first
+    /// gets the error itself, the others its text (still unreachable when it
+    /// was, so that each caller sees what kind of failure it is).
+    pub fn fan_out<T>(self, requests: usize) -> Vec<StoreResult<T>> {
+        let shared = match &self {
+            StoreError::Unreachable(reason) => StoreError::Unreachable(reason.clone()),
+            e if e.is_unreachable() => StoreError::Unreachable(e.to_string()),
+            e => StoreError::Shared(e.to_string()),
+        };
+        let mut out: Vec<StoreResult<T>> = Vec::with_capacity(requests);
+        out.push(Err(self));
+        out.extend((1..requests).map(|_| Err(shared.duplicate())));
+        out.truncate(requests);
+        out
+    }
+
+    /// A copy of an error that carries only text.
+    fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Unreachable(reason) => StoreError::Unreachable(reason.clone()),
+            e => StoreError::Shared(e.to_string()),
+        }
     }
 }
 
@@ -108,6 +138,18 @@ pub trait Store: Send + Sync + 'static {
     /// planned (from the read pool on SQLite). None when the identity is new —
     /// which the ingest transaction, not this read, then decides.
     async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>>;
+
+    /// [`Store::request_find`] for many requests at once (concurrent requests
+    /// gathered by the ingest pipeline), answered in order. One request's
+    /// unreadable record fails only that request. Postgres reads every record
+    /// in one statement; the default asks one by one.
+    async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
+        let mut out = Vec::with_capacity(lookups.len());
+        for l in lookups {
+            out.push(self.request_find(&l.tenant, &l.identity, &l.fingerprint).await);
+        }
+        out
+    }
 
     /// One request: a batch of one.
     async fn events_ingest(&self, ingest: Ingest) -> StoreResult<IngestOutcome> {
@@ -264,10 +306,21 @@ pub trait Store: Send + Sync + 'static {
         tenant: &str,
         ids: &[String],
         hashes: &[String],
-    ) -> StoreResult<(Vec<RecipientRow>, Vec<SuppressionRow>)> {
+    ) -> StoreResult<DirectoryRows> {
         let recipients = self.recipients_get(tenant, ids).await?;
         let suppressions = self.suppressions_match(tenant, hashes).await?;
         Ok((recipients, suppressions))
+    }
+
+    /// [`Store::recipients_and_suppressions`] for many requests at once,
+    /// answered in order: Postgres reads them all in one statement; the
+    /// default asks one by one.
+    async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
+        let mut out = Vec::with_capacity(reads.len());
+        for r in reads {
+            out.push(self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes).await);
+        }
+        out
     }
 
     /// The tenant's suppression list, newest first.

@@ -6,6 +6,7 @@ use super::postgres_batch::Pass;
 use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -154,6 +155,135 @@ impl PostgresStore {
         Ok(PostgresStore { pool, wake, wake_token })
     }
 
+    /// Every request record these lookups name, in one statement, and the
+    /// current state of the replays' intents in one more per tenant.
+    async fn requests_read(&self, lookups: &[RequestLookup]) -> StoreResult<Vec<StoreResult<Option<RequestSeen>>>> {
+        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+            "SELECT u.n, r.fingerprint, r.response
+             FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS u(tenant, identity, n)
+             JOIN requests r ON r.tenant = u.tenant AND r.identity = u.identity",
+        )
+        .bind(lookups.iter().map(|l| l.tenant.as_str()).collect::<Vec<_>>())
+        .bind(lookups.iter().map(|l| l.identity.as_str()).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
+        .await?;
+        let mut seen: Vec<StoreResult<Option<RequestSeen>>> = lookups.iter().map(|_| Ok(None)).collect();
+        for (n, stored, response) in rows {
+            let i = usize::try_from(n - 1).ok().filter(|&i| i < lookups.len());
+            let i = i.ok_or_else(|| StoreError::Corrupt(format!("a request lookup answered for row {n}")))?;
+            seen[i] = RequestSeen::of_record(&lookups[i].fingerprint, &stored, response.as_deref());
+        }
+        // A replay answers with its intents as they are now.
+        let mut keys_by_tenant: HashMap<&str, Vec<String>> = HashMap::new();
+        for (lookup, seen) in lookups.iter().zip(&seen) {
+            if let Ok(Some(RequestSeen::Replay(response))) = seen {
+                keys_by_tenant.entry(&lookup.tenant).or_default().extend(response.intent_keys());
+            }
+        }
+        let mut now: HashMap<&str, Vec<IntentStatus>> = HashMap::new();
+        if !keys_by_tenant.is_empty() {
+            let mut conn = self.pool.acquire().await?;
+            for (tenant, keys) in keys_by_tenant {
+                now.insert(tenant, q::intents_status(&mut conn, tenant, &keys).await?);
+            }
+        }
+        for (lookup, seen) in lookups.iter().zip(&mut seen) {
+            if let (Ok(Some(RequestSeen::Replay(response))), Some(now)) = (seen, now.get(lookup.tenant.as_str())) {
+                response.refresh(now);
+            }
+        }
+        Ok(seen)
+    }
+
+    /// The directory and suppression entries of many requests in one
+    /// statement, each request answered with the rows it asked for.
+    async fn directories(&self, reads: &[DirectoryRead]) -> StoreResult<Vec<DirectoryRows>> {
+        // The two kinds of row in columns of the same types.
+        type Row = (
+            bool,
+            String,
+            String,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i64,
+            Option<i64>,
+        );
+        let pairs = |of: fn(&DirectoryRead) -> &[String]| -> (Vec<&str>, Vec<&str>) {
+            let unique: std::collections::BTreeSet<(&str, &str)> =
+                reads.iter().flat_map(|r| of(r).iter().map(move |v| (r.tenant.as_str(), v.as_str()))).collect();
+            unique.into_iter().unzip()
+        };
+        let (id_tenants, ids) = pairs(|r| &r.ids);
+        let (hash_tenants, hashes) = pairs(|r| &r.hashes);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT TRUE, r.tenant, r.id, r.email, r.phone, r.locale, r.timezone, r.webhook_url, r.preferences,
+                    r.updated_at, r.preferences_version
+             FROM UNNEST($1::text[], $2::text[]) AS u(tenant, id)
+             JOIN recipients r ON r.tenant = u.tenant AND r.id = u.id
+             UNION ALL
+             SELECT FALSE, s.tenant, s.address_hash, s.channel, s.masked, s.domain, s.reason, s.source_intent,
+                    s.detail, s.created_at, NULL
+             FROM UNNEST($3::text[], $4::text[]) AS u(tenant, address_hash)
+             JOIN suppressions s ON s.tenant = u.tenant AND s.address_hash = u.address_hash",
+        )
+        .bind(id_tenants)
+        .bind(ids)
+        .bind(hash_tenants)
+        .bind(hashes)
+        .fetch_all(&self.pool)
+        .await?;
+        let (mut recipients, mut suppressions) = (HashMap::new(), HashMap::new());
+        let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
+        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
+            if recipient {
+                let row = RecipientRow {
+                    tenant,
+                    id,
+                    email: c3,
+                    phone: c4,
+                    locale: c5,
+                    timezone: c6,
+                    webhook_url: c7,
+                    preferences: c8.ok_or_else(|| missing("recipients"))?,
+                    preferences_version: version.ok_or_else(|| missing("recipients"))?,
+                    updated_at: at,
+                };
+                recipients.insert((row.tenant.clone(), row.id.clone()), row);
+            } else {
+                let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
+                let row = SuppressionRow {
+                    tenant,
+                    address_hash: id,
+                    channel: required(c3)?,
+                    masked: required(c4)?,
+                    domain: c5,
+                    reason: required(c6)?,
+                    source_intent: required(c7)?,
+                    detail: c8,
+                    created_at: at,
+                };
+                suppressions.insert((row.tenant.clone(), row.address_hash.clone()), row);
+            }
+        }
+        // Each request gets its own rows, once each however often it named them.
+        let own = |tenant: &str, values: &[String]| -> Vec<(String, String)> {
+            let unique: std::collections::BTreeSet<&String> = values.iter().collect();
+            unique.into_iter().map(|v| (tenant.to_string(), v.clone())).collect()
+        };
+        Ok(reads
+            .iter()
+            .map(|r| {
+                let found = own(&r.tenant, &r.ids).iter().filter_map(|k| recipients.get(k).cloned()).collect();
+                let matched = own(&r.tenant, &r.hashes).iter().filter_map(|k| suppressions.get(k).cloned()).collect();
+                (found, matched)
+            })
+            .collect())
+    }
+
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
@@ -184,67 +314,24 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         tenant: &str,
         ids: &[String],
         hashes: &[String],
-    ) -> StoreResult<(Vec<RecipientRow>, Vec<SuppressionRow>)> {
-        // One statement, the two kinds of row in columns of the same types.
-        type Row = (
-            bool,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            i64,
-            Option<i64>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT TRUE, tenant, id, email, phone, locale, timezone, webhook_url, preferences, updated_at,
-                    preferences_version
-             FROM recipients WHERE tenant = $1 AND id = ANY($2)
-             UNION ALL
-             SELECT FALSE, tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at,
-                    NULL
-             FROM suppressions WHERE tenant = $1 AND address_hash = ANY($3)",
-        )
-        .bind(tenant)
-        .bind(ids)
-        .bind(hashes)
-        .fetch_all(&self.pool)
-        .await?;
-        let (mut recipients, mut suppressions) = (Vec::new(), Vec::new());
-        let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
-        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
-            if recipient {
-                recipients.push(RecipientRow {
-                    tenant,
-                    id,
-                    email: c3,
-                    phone: c4,
-                    locale: c5,
-                    timezone: c6,
-                    webhook_url: c7,
-                    preferences: c8.ok_or_else(|| missing("recipients"))?,
-                    preferences_version: version.ok_or_else(|| missing("recipients"))?,
-                    updated_at: at,
-                });
-            } else {
-                let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
-                suppressions.push(SuppressionRow {
-                    tenant,
-                    address_hash: id,
-                    channel: required(c3)?,
-                    masked: required(c4)?,
-                    domain: c5,
-                    reason: required(c6)?,
-                    source_intent: required(c7)?,
-                    detail: c8,
-                    created_at: at,
-                });
-            }
+    ) -> StoreResult<DirectoryRows> {
+        let read = DirectoryRead { tenant: tenant.to_string(), ids: ids.to_vec(), hashes: hashes.to_vec() };
+        let mut out = self.directories(std::slice::from_ref(&read)).await?;
+        out.pop().ok_or_else(|| StoreError::Corrupt("a directory read of one answered nothing".into()))
+    }
+
+    async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
+        match self.directories(reads).await {
+            Ok(rows) => rows.into_iter().map(Ok).collect(),
+            Err(e) => e.fan_out(reads.len()),
         }
-        Ok((recipients, suppressions))
+    }
+
+    async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
+        match self.requests_read(lookups).await {
+            Ok(seen) => seen,
+            Err(e) => e.fan_out(lookups.len()),
+        }
     }
 
     async fn ping(&self) -> StoreResult<()> {

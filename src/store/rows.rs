@@ -2,6 +2,7 @@
 //! and row types shared by both backends (`FromRow` is generic over the row).
 //! Times are microseconds since the Unix epoch in both databases.
 
+use super::{StoreError, StoreResult, SuppressionRow};
 use crate::intent::{Decision, Mode, OutcomeClass, Reason, State};
 use serde::{Deserialize, Serialize};
 
@@ -161,6 +162,49 @@ pub enum RequestSeen {
     /// Another request used this identity.
     Mismatch,
 }
+
+impl RequestSeen {
+    /// What a request record (its fingerprint and stored response) says to a
+    /// request with `fingerprint`: another request's identity, nothing yet (a
+    /// record without a response), or the stored answer marked replayed —
+    /// its intents' states as they were then, for the caller to refresh.
+    pub(crate) fn of_record(
+        fingerprint: &str,
+        stored: &str,
+        response: Option<&str>,
+    ) -> StoreResult<Option<RequestSeen>> {
+        if stored != fingerprint {
+            return Ok(Some(RequestSeen::Mismatch));
+        }
+        let Some(text) = response else { return Ok(None) };
+        let mut response: IngestResponse =
+            serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
+        response.replayed = true;
+        Ok(Some(RequestSeen::Replay(response)))
+    }
+}
+
+/// A request identity to look up before the request is planned
+/// ([`super::Store::requests_find`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestLookup {
+    pub tenant: String,
+    pub identity: String,
+    pub fingerprint: String,
+}
+
+/// What a new request reads before it is planned: its recipients' directory
+/// entries and the tenant's suppression entries among these address hashes
+/// ([`super::Store::directories_read`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectoryRead {
+    pub tenant: String,
+    pub ids: Vec<String>,
+    pub hashes: Vec<String>,
+}
+
+/// The directory entries and suppression entries a [`DirectoryRead`] found.
+pub type DirectoryRows = (Vec<RecipientRow>, Vec<SuppressionRow>);
 
 /// How one request fared. The request identity is decided first (a reused
 /// `Idempotency-Key` with another body is a mismatch), then the event's

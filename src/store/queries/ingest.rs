@@ -144,13 +144,8 @@ macro_rules! ingest_queries {
                     .fetch_optional(&mut *conn)
                     .await?;
             let Some((stored, response)) = row else { return Ok(None) };
-            if stored != fingerprint {
-                return Ok(Some(RequestSeen::Mismatch));
-            }
-            let Some(text) = response else { return Ok(None) };
-            let mut response: IngestResponse =
-                serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
-            response.replayed = true;
+            let seen = RequestSeen::of_record(fingerprint, &stored, response.as_deref())?;
+            let Some(RequestSeen::Replay(mut response)) = seen else { return Ok(seen) };
             let now = intents_status(conn, tenant, &response.intent_keys()).await?;
             response.refresh(&now);
             Ok(Some(RequestSeen::Replay(response)))
