@@ -2396,3 +2396,24 @@ async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it
         assert_eq!(new, vec![(want.as_str(), "dead", Some("hard_bounce"))], "{backend:?}");
     }
 }
+
+#[tokio::test]
+async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_the_database_says_lower() {
+    for backend in backends() {
+        if !matches!(backend, common::Backend::Postgres) {
+            continue;
+        }
+        let db = TestDb::new(backend).await;
+        let cost = |store: PostgresStore| async move {
+            let mut conn = store.pool().acquire().await.unwrap();
+            sqlx::query_scalar::<_, String>("SHOW random_page_cost").fetch_one(&mut *conn).await.unwrap()
+        };
+        assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, RANDOM_PAGE_COST);
+        common::execute(
+            &db,
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET random_page_cost = 1.0', current_database()); END $$",
+        )
+        .await;
+        assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, "1", "a lower setting is kept");
+    }
+}

@@ -15,7 +15,7 @@ mod rows_report;
 mod schema;
 mod sqlite;
 
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresStore, RANDOM_PAGE_COST};
 pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};
 pub use rows::*;
 pub use rows_receipts::*;

@@ -12,6 +12,10 @@ use tokio::sync::Notify;
 
 const CHANNEL: &str = "herald_jobs";
 
+/// The `random_page_cost` Herald's sessions plan with, unless the server's
+/// or the database's is lower already: that of a working set in memory.
+pub const RANDOM_PAGE_COST: &str = "1.1";
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
 fn keys_arg(keys: &[String]) -> Vec<String> {
@@ -118,17 +122,36 @@ impl PostgresStore {
     }
 
     pub async fn connect_with(url: &str, options: StoreOptions) -> StoreResult<PostgresStore> {
-        let mut pool = PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10));
-        if options.publications {
-            // The publication triggers (migration 0041) write only for a
-            // session that says so.
-            pool = pool.after_connect(|conn, _| {
+        let publications = options.publications;
+        let pool = PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10)).after_connect(
+            move |conn, _| {
                 Box::pin(async move {
-                    sqlx::query("SET herald.publish = 'on'").execute(conn).await?;
+                    // Herald's statements find rows by key, and the rows they
+                    // touch are the recent ones, in memory. At the default
+                    // random_page_cost (4, a cost model for disks that seek)
+                    // the planner prefers a sequential scan of any table up to
+                    // thousands of pages, and a prepared statement's generic
+                    // plan, made while the tables are small, keeps doing so
+                    // as they grow: measured, a quarter of Postgres's CPU in
+                    // scans by 20,000 notifications (docs/performance.md).
+                    // A lower setting chosen for the server or the database
+                    // is kept.
+                    sqlx::query(
+                        "SELECT set_config('random_page_cost', $1, false)
+                         WHERE current_setting('random_page_cost')::float8 > $1::float8",
+                    )
+                    .bind(RANDOM_PAGE_COST)
+                    .execute(&mut *conn)
+                    .await?;
+                    if publications {
+                        // The publication triggers (migration 0041) write only
+                        // for a session that says so.
+                        sqlx::query("SET herald.publish = 'on'").execute(conn).await?;
+                    }
                     Ok(())
                 })
-            });
-        }
+            },
+        );
         let pool = pool.connect(url).await?;
         let wake = Arc::new(Notify::new());
         let wake_token = wake_token();
@@ -346,6 +369,10 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         // whose clock runs ahead cannot see another's lease as expired, nor
         // one whose clock lags hold a lease longer than asked.
         // The lease and the read of what the rules need, in one statement.
+        // Whether an attempt was left unfinished is a probe of the attempts'
+        // key per job (LATERAL … LIMIT 1): as an EXISTS, Postgres may answer
+        // it by hashing every unfinished attempt in a scan of the whole table,
+        // once per claim.
         let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
             "WITH due AS (
                      SELECT intent_key FROM jobs
@@ -360,9 +387,11 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
              SELECT ",
             super::queries::intent_columns!(),
             ", p.body AS content,
-                    EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
-                    l.traceparent, l.links
-             FROM leased l JOIN intents i ON i.key = l.intent_key LEFT JOIN payloads p ON p.digest = i.payload_digest"
+                    lapsed.found IS NOT NULL AS lease_lapsed, l.traceparent, l.links
+             FROM leased l JOIN intents i ON i.key = l.intent_key LEFT JOIN payloads p ON p.digest = i.payload_digest
+             LEFT JOIN LATERAL (
+                 SELECT 1 AS found FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL LIMIT 1
+             ) lapsed ON TRUE"
         ))
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
