@@ -1452,6 +1452,27 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
             read("default", &[], &[]),
             read("default", &["u-9"], &[hash.clone(), hash.clone()]),
         ];
+        // Another tenant's recipient with the same id is that tenant's alone.
+        let theirs = store
+            .recipient_put(RecipientPut {
+                tenant: "other".into(),
+                id: "u-9".into(),
+                email: Some("b@example.com".into()),
+                phone: None,
+                locale: None,
+                timezone: None,
+                webhook_url: None,
+                preferences: "{}".into(),
+                now_us: T0,
+            })
+            .await
+            .unwrap();
+        let ours = store.recipients_get("default", &ids).await.unwrap();
+        let many: Vec<DirectoryRows> = store.directories_read(&reads).await.into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(
+            many,
+            vec![(ours.clone(), entries.clone()), (vec![theirs], vec![]), (vec![], vec![]), (ours, entries.clone())]
+        );
         let many = store.directories_read(&reads).await;
         assert_eq!(many.len(), reads.len());
         for (r, got) in reads.iter().zip(many) {
@@ -2398,7 +2419,7 @@ async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it
 }
 
 #[tokio::test]
-async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_the_database_says_lower() {
+async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_someone_chose_otherwise() {
     for backend in backends() {
         if !matches!(backend, common::Backend::Postgres) {
             continue;
@@ -2409,11 +2430,16 @@ async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_the_database_
             sqlx::query_scalar::<_, String>("SHOW random_page_cost").fetch_one(&mut *conn).await.unwrap()
         };
         assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, RANDOM_PAGE_COST);
-        common::execute(
-            &db,
-            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET random_page_cost = 1.0', current_database()); END $$",
-        )
-        .await;
-        assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, "1", "a lower setting is kept");
+        // A setting someone chose, higher or lower, is kept.
+        for chosen in ["2", "1"] {
+            common::execute(
+                &db,
+                &format!(
+                    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET random_page_cost = {chosen}', current_database()); END $$"
+                ),
+            )
+            .await;
+            assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, chosen);
+        }
     }
 }

@@ -57,7 +57,8 @@ impl<I: Send + 'static, O: Send + 'static> Gather<I, O> {
     }
 
     /// This input's own answer, once its batch is handled; `None` when the
-    /// workers have stopped or its batch panicked.
+    /// workers have stopped, its batch panicked, or the handler left it
+    /// unanswered.
     pub async fn call(&self, input: I) -> Option<O> {
         let (answer, outcome) = oneshot::channel();
         self.queue.send(Pending { input, answer }).await.ok()?;
@@ -90,8 +91,10 @@ async fn work<I: Send + 'static, O: Send + 'static>(
         // callers (their answers are dropped, so each gets an error and none
         // was answered as done), and this worker goes on. A writer that died
         // with the panic would leave SQLite's one writer gone and every later
-        // request failing until a restart.
-        let outputs = match tokio::spawn(handler(inputs)).await {
+        // request failing until a restart. The handler is called inside the
+        // task too, so a panic while it builds its future is the batch's.
+        let handle = handler.clone();
+        let outputs = match tokio::spawn(async move { handle(inputs).await }).await {
             Ok(outputs) => outputs,
             Err(e) => {
                 tracing::error!(error = %e, batch = what, requests = answers.len(), "a batch panicked; its requests failed");
@@ -100,6 +103,14 @@ async fn work<I: Send + 'static, O: Send + 'static>(
         };
         // An input the handler left unanswered gets no answer: its caller
         // sees the sender dropped, an error, never another input's answer.
+        if outputs.len() != answers.len() {
+            tracing::error!(
+                batch = what,
+                requests = answers.len(),
+                answers = outputs.len(),
+                "a batch handler answered a different number of requests than it was given"
+            );
+        }
         for (answer, output) in answers.into_iter().zip(outputs) {
             // A caller that went away is handled all the same; the answer has
             // no one to go to.
@@ -134,9 +145,9 @@ impl GroupCommit {
     }
 }
 
-/// The error of a caller whose batch was never handled.
-pub fn stopped(what: &str) -> StoreError {
-    StoreError::Corrupt(format!("the {what} batch was not handled (a worker stopped or panicked)"))
+/// The error of a caller whose batch gave it no answer.
+pub fn stopped(what: &'static str) -> StoreError {
+    StoreError::Unanswered(what)
 }
 
 #[cfg(test)]
@@ -257,6 +268,23 @@ mod tests {
         // Group commit answers such a request with an error, never as written.
         let commits = GroupCommit::start_with(Arc::new(|_batch: Vec<Ingest>| Box::pin(async { Vec::new() })), 1);
         let err = commits.ingest(request("a")).await.unwrap_err();
-        assert!(err.to_string().contains("ingest batch was not handled"), "{err}");
+        assert!(matches!(err, StoreError::Unanswered("ingest")), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_panics_before_its_future_runs_fails_only_its_batch() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = calls.clone();
+        let gather: Gather<u32, u32> = Gather::start(
+            "test",
+            Arc::new(move |batch: Vec<u32>| {
+                assert!(seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0, "the handler fell over");
+                Box::pin(async move { batch })
+            }),
+            1,
+            8,
+        );
+        assert_eq!(gather.call(1).await, None);
+        assert_eq!(gather.call(2).await, Some(2), "the one worker is still there");
     }
 }

@@ -52,6 +52,11 @@ pub enum StoreError {
     /// gathered read), as each of the others sees it.
     #[error("{0}")]
     Shared(String),
+    /// A request gathered into a batch got no answer: a worker stopped or
+    /// the batch panicked. An ingest may or may not have been written; the
+    /// same request sent again is answered either way (as new, or as a replay).
+    #[error("the {0} batch gave this request no answer (a worker stopped or panicked)")]
+    Unanswered(&'static str),
 }
 
 impl StoreError {
@@ -447,5 +452,25 @@ pub async fn open_existing(database_url: &str) -> StoreResult<Arc<dyn Store>> {
     match store.schema_state().await?.problem() {
         None => Ok(store),
         Some(problem) => Err(StoreError::Schema(problem)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_fanned_out_to_every_request_it_served_keeping_its_kind() {
+        let out: Vec<StoreResult<()>> = StoreError::Corrupt("bad row".into()).fan_out(3);
+        assert_eq!(out.len(), 3);
+        assert!(matches!(&out[0], Err(StoreError::Corrupt(m)) if m == "bad row"));
+        for e in &out[1..] {
+            assert!(matches!(e, Err(StoreError::Shared(m)) if m == "stored data is corrupt: bad row"), "{e:?}");
+        }
+        let out: Vec<StoreResult<()>> = StoreError::Database(sqlx::Error::PoolTimedOut).fan_out(2);
+        assert!(out.iter().all(|e| e.as_ref().is_err_and(StoreError::is_unreachable)), "{out:?}");
+        let out: Vec<StoreResult<()>> = StoreError::Unreachable("refused".into()).fan_out(2);
+        assert!(matches!(&out[1], Err(StoreError::Unreachable(m)) if m == "refused"));
+        assert!(StoreError::Corrupt("x".into()).fan_out::<()>(0).is_empty());
     }
 }

@@ -12,8 +12,9 @@ use tokio::sync::Notify;
 
 const CHANNEL: &str = "herald_jobs";
 
-/// The `random_page_cost` Herald's sessions plan with, unless the server's
-/// or the database's is lower already: that of a working set in memory.
+/// The `random_page_cost` Herald's sessions plan with where nobody has set
+/// one (the server, the database or the role): that of a working set in
+/// memory.
 pub const RANDOM_PAGE_COST: &str = "1.1";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -134,11 +135,11 @@ impl PostgresStore {
                     // plan, made while the tables are small, keeps doing so
                     // as they grow: measured, a quarter of Postgres's CPU in
                     // scans by 20,000 notifications (docs/performance.md).
-                    // A lower setting chosen for the server or the database
-                    // is kept.
+                    // Only Postgres's built-in default is replaced: a value set
+                    // for the server, the database or the role is kept.
                     sqlx::query(
                         "SELECT set_config('random_page_cost', $1, false)
-                         WHERE current_setting('random_page_cost')::float8 > $1::float8",
+                         FROM pg_settings WHERE name = 'random_page_cost' AND source = 'default'",
                     )
                     .bind(RANDOM_PAGE_COST)
                     .execute(&mut *conn)
@@ -197,7 +198,8 @@ impl PostgresStore {
             seen[i] = RequestSeen::of_record(&lookups[i].fingerprint, &stored, response.as_deref());
         }
         // A replay answers with its intents as they are now.
-        let mut keys_by_tenant: HashMap<&str, Vec<String>> = HashMap::new();
+        // (A duplicate storm repeats the same keys once per replay: each once.)
+        let mut keys_by_tenant: HashMap<&str, std::collections::BTreeSet<String>> = HashMap::new();
         for (lookup, seen) in lookups.iter().zip(&seen) {
             if let Ok(Some(RequestSeen::Replay(response))) = seen {
                 keys_by_tenant.entry(&lookup.tenant).or_default().extend(response.intent_keys());
@@ -207,6 +209,7 @@ impl PostgresStore {
         if !keys_by_tenant.is_empty() {
             let mut conn = self.pool.acquire().await?;
             for (tenant, keys) in keys_by_tenant {
+                let keys: Vec<String> = keys.into_iter().collect();
                 now.insert(tenant, q::intents_status(&mut conn, tenant, &keys).await?);
             }
         }
@@ -346,14 +349,32 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
         match self.directories(reads).await {
             Ok(rows) => rows.into_iter().map(Ok).collect(),
-            Err(e) => e.fan_out(reads.len()),
+            Err(e) if e.is_unreachable() || reads.len() < 2 => e.fan_out(reads.len()),
+            // One request's failure is never another's: read each alone.
+            Err(e) => {
+                tracing::warn!(error = %e, requests = reads.len(), "a gathered directory read failed; reading each alone");
+                let mut out = Vec::with_capacity(reads.len());
+                for r in reads {
+                    out.push(self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes).await);
+                }
+                out
+            }
         }
     }
 
     async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
         match self.requests_read(lookups).await {
             Ok(seen) => seen,
-            Err(e) => e.fan_out(lookups.len()),
+            Err(e) if e.is_unreachable() || lookups.len() < 2 => e.fan_out(lookups.len()),
+            // One request's failure is never another's: look each up alone.
+            Err(e) => {
+                tracing::warn!(error = %e, requests = lookups.len(), "a gathered request lookup failed; looking each up alone");
+                let mut out = Vec::with_capacity(lookups.len());
+                for l in lookups {
+                    out.push(self.request_find(&l.tenant, &l.identity, &l.fingerprint).await);
+                }
+                out
+            }
         }
     }
 
