@@ -725,17 +725,7 @@ fn settled(key: &str, channel: &str, state: &str, at: i64) -> Ingest {
 #[tokio::test]
 async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is_gone() {
     each_backend(|store| async move {
-        let window = |key: &str| NewDigest {
-            key: key.into(),
-            event_type: "comment.created".into(),
-            channel: "email".into(),
-            recipient_id: "u-1".into(),
-            group_key: "PO-1".into(),
-            destination: Some("a@example.com".into()),
-            locale: Some("en".into()),
-            window_start: T0,
-            closes_at: T0 + 3_600_000_000,
-        };
+        let window = |key: &str| digest_window(key, T0 + 3_600_000_000);
         // two windows with a member each; one will close, the other stays open
         for (n, w) in [(1, key(101)), (2, key(102))] {
             let mut member = new_intent(&key(n), "email", None);
@@ -1633,8 +1623,15 @@ const WINDOW: u32 = 101;
 /// (opened at T0, closing a day later).
 fn window_member(n: u32) -> NewIntent {
     let mut member = new_intent(&key(n), "email", None);
-    member.digest = Some(NewDigest {
-        key: key(WINDOW),
+    member.digest = Some(digest_window(&key(WINDOW), T0 + DAY));
+    (member.decision, member.state) = ("digest".into(), "held".into());
+    member
+}
+
+/// `u-1`'s email digest window `key` for comments on PO-1, opened at T0.
+fn digest_window(key: &str, closes_at: i64) -> NewDigest {
+    NewDigest {
+        key: key.into(),
         event_type: "comment.created".into(),
         channel: "email".into(),
         recipient_id: "u-1".into(),
@@ -1642,10 +1639,8 @@ fn window_member(n: u32) -> NewIntent {
         destination: Some("a@example.com".into()),
         locale: Some("en".into()),
         window_start: T0,
-        closes_at: T0 + DAY,
-    });
-    (member.decision, member.state) = ("digest".into(), "held".into());
-    member
+        closes_at,
+    }
 }
 
 /// Two members waiting in one digest window, ingested as two requests.

@@ -11,7 +11,23 @@
 
 use super::group::{Gather, MAX_BATCH, stopped};
 use crate::store::{DirectoryRead, DirectoryRows, RequestLookup, RequestSeen, Store, StoreResult};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+
+/// A batch's answers, in order.
+type Answers<O> = Pin<Box<dyn Future<Output = Vec<O>> + Send>>;
+
+/// One kind of read, gathered: `read` answers a batch from the store.
+fn gather<I: Send + 'static, O: Send + 'static>(
+    what: &'static str,
+    store: &Arc<dyn Store>,
+    workers: usize,
+    read: fn(Arc<dyn Store>, Vec<I>) -> Answers<O>,
+) -> Gather<I, O> {
+    let store = store.clone();
+    Gather::start(what, Arc::new(move |batch| read(store.clone(), batch)), workers, MAX_BATCH)
+}
 
 pub struct Reads {
     store: Arc<dyn Store>,
@@ -32,26 +48,12 @@ impl Reads {
     /// Reads gathered by `workers` workers of each kind (one batch is read
     /// while the next gathers).
     pub fn gathered(store: Arc<dyn Store>, workers: usize) -> Reads {
-        let of = store.clone();
-        let requests = Gather::start(
-            "request lookup",
-            Arc::new(move |lookups: Vec<RequestLookup>| {
-                let store = of.clone();
-                Box::pin(async move { store.requests_find(&lookups).await })
-            }),
-            workers,
-            MAX_BATCH,
-        );
-        let of = store.clone();
-        let directories = Gather::start(
-            "directory read",
-            Arc::new(move |reads: Vec<DirectoryRead>| {
-                let store = of.clone();
-                Box::pin(async move { store.directories_read(&reads).await })
-            }),
-            workers,
-            MAX_BATCH,
-        );
+        let requests = gather("request lookup", &store, workers, |store, lookups| {
+            Box::pin(async move { store.requests_find(&lookups).await })
+        });
+        let directories = gather("directory read", &store, workers, |store, reads| {
+            Box::pin(async move { store.directories_read(&reads).await })
+        });
         Reads { store, gathered: Some(Gathered { requests, directories }) }
     }
 

@@ -99,6 +99,42 @@ impl StoreError {
     }
 }
 
+/// Each request read on its own, in order: what a backend without gathered
+/// reads answers, and what a gathered read falls back to.
+async fn each_alone<'a, T, R, F>(inputs: &'a [T], read: impl Fn(&'a T) -> F) -> Vec<StoreResult<R>>
+where
+    F: std::future::Future<Output = StoreResult<R>>,
+{
+    let mut out = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        out.push(read(input).await);
+    }
+    out
+}
+
+/// The answers of a read gathered over `inputs`. When it failed, each request
+/// is read alone — one request's failure is never another's — unless the
+/// database could not be reached (asking again would only wait again) or
+/// there was only one request.
+async fn gathered_or_each_alone<'a, T, R, F>(
+    what: &str,
+    inputs: &'a [T],
+    gathered: StoreResult<Vec<StoreResult<R>>>,
+    read: impl Fn(&'a T) -> F,
+) -> Vec<StoreResult<R>>
+where
+    F: std::future::Future<Output = StoreResult<R>>,
+{
+    match gathered {
+        Ok(answers) => answers,
+        Err(e) if e.is_unreachable() || inputs.len() < 2 => e.fan_out(inputs.len()),
+        Err(e) => {
+            tracing::warn!(error = %e, requests = inputs.len(), "a gathered {what} failed; reading each request alone");
+            each_alone(inputs, read).await
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         StoreError::Database(e)
@@ -149,11 +185,7 @@ pub trait Store: Send + Sync + 'static {
     /// unreadable record fails only that request. Postgres reads every record
     /// in one statement; the default asks one by one.
     async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
-        let mut out = Vec::with_capacity(lookups.len());
-        for l in lookups {
-            out.push(self.request_find(&l.tenant, &l.identity, &l.fingerprint).await);
-        }
-        out
+        each_alone(lookups, |l| self.request_find(&l.tenant, &l.identity, &l.fingerprint)).await
     }
 
     /// One request: a batch of one.
@@ -321,11 +353,7 @@ pub trait Store: Send + Sync + 'static {
     /// answered in order: Postgres reads them all in one statement; the
     /// default asks one by one.
     async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
-        let mut out = Vec::with_capacity(reads.len());
-        for r in reads {
-            out.push(self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes).await);
-        }
-        out
+        each_alone(reads, |r| self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes)).await
     }
 
     /// The tenant's suppression list, newest first.

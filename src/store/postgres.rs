@@ -262,7 +262,9 @@ impl PostgresStore {
         .bind(hashes)
         .fetch_all(&self.pool)
         .await?;
-        let (mut recipients, mut suppressions) = (HashMap::new(), HashMap::new());
+        // By tenant, then by id or address hash.
+        let mut recipients: HashMap<String, HashMap<String, RecipientRow>> = HashMap::new();
+        let mut suppressions: HashMap<String, HashMap<String, SuppressionRow>> = HashMap::new();
         let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
         for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
             if recipient {
@@ -278,7 +280,7 @@ impl PostgresStore {
                     preferences_version: version.ok_or_else(|| missing("recipients"))?,
                     updated_at: at,
                 };
-                recipients.insert((row.tenant.clone(), row.id.clone()), row);
+                recipients.entry(row.tenant.clone()).or_default().insert(row.id.clone(), row);
             } else {
                 let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
                 let row = SuppressionRow {
@@ -292,21 +294,19 @@ impl PostgresStore {
                     detail: c8,
                     created_at: at,
                 };
-                suppressions.insert((row.tenant.clone(), row.address_hash.clone()), row);
+                suppressions.entry(row.tenant.clone()).or_default().insert(row.address_hash.clone(), row);
             }
         }
-        // Each request gets its own rows, once each however often it named them.
-        let own = |tenant: &str, values: &[String]| -> Vec<(String, String)> {
+        // Each request gets its own tenant's rows, once each however often it
+        // named them.
+        fn own<R: Clone>(rows: &HashMap<String, HashMap<String, R>>, tenant: &str, values: &[String]) -> Vec<R> {
+            let Some(rows) = rows.get(tenant) else { return Vec::new() };
             let unique: std::collections::BTreeSet<&String> = values.iter().collect();
-            unique.into_iter().map(|v| (tenant.to_string(), v.clone())).collect()
-        };
+            unique.into_iter().filter_map(|v| rows.get(v).cloned()).collect()
+        }
         Ok(reads
             .iter()
-            .map(|r| {
-                let found = own(&r.tenant, &r.ids).iter().filter_map(|k| recipients.get(k).cloned()).collect();
-                let matched = own(&r.tenant, &r.hashes).iter().filter_map(|k| suppressions.get(k).cloned()).collect();
-                (found, matched)
-            })
+            .map(|r| (own(&recipients, &r.tenant, &r.ids), own(&suppressions, &r.tenant, &r.hashes)))
             .collect())
     }
 
@@ -347,35 +347,19 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
     }
 
     async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
-        match self.directories(reads).await {
-            Ok(rows) => rows.into_iter().map(Ok).collect(),
-            Err(e) if e.is_unreachable() || reads.len() < 2 => e.fan_out(reads.len()),
-            // One request's failure is never another's: read each alone.
-            Err(e) => {
-                tracing::warn!(error = %e, requests = reads.len(), "a gathered directory read failed; reading each alone");
-                let mut out = Vec::with_capacity(reads.len());
-                for r in reads {
-                    out.push(self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes).await);
-                }
-                out
-            }
-        }
+        let gathered = self.directories(reads).await.map(|rows| rows.into_iter().map(Ok).collect());
+        super::gathered_or_each_alone("directory read", reads, gathered, |r| {
+            self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes)
+        })
+        .await
     }
 
     async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
-        match self.requests_read(lookups).await {
-            Ok(seen) => seen,
-            Err(e) if e.is_unreachable() || lookups.len() < 2 => e.fan_out(lookups.len()),
-            // One request's failure is never another's: look each up alone.
-            Err(e) => {
-                tracing::warn!(error = %e, requests = lookups.len(), "a gathered request lookup failed; looking each up alone");
-                let mut out = Vec::with_capacity(lookups.len());
-                for l in lookups {
-                    out.push(self.request_find(&l.tenant, &l.identity, &l.fingerprint).await);
-                }
-                out
-            }
-        }
+        let gathered = self.requests_read(lookups).await;
+        super::gathered_or_each_alone("request lookup", lookups, gathered, |l| {
+            self.request_find(&l.tenant, &l.identity, &l.fingerprint)
+        })
+        .await
     }
 
     async fn ping(&self) -> StoreResult<()> {
