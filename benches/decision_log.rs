@@ -79,9 +79,13 @@ async fn main() -> anyhow::Result<()> {
 async fn run(url: &str, total: usize) -> anyhow::Result<()> {
     let store = PostgresStore::connect(url).await?;
     store.migrate().await?;
-    let templates = TemplateSet::built_in();
+    let mut templates = TemplateSet::built_in();
     let tenant = Tenant::default_tenant();
     let (plain, batched) = (route("purchase_order.approved", false), route("purchase_order.batched", true));
+    // As `app::load_templates` does at start-up.
+    if let Some(d) = &batched.digest {
+        templates.add_key(&d.key)?;
+    }
     let events = total.div_ceil(PER_EVENT);
     let started = Instant::now();
     let mut now = jiff::Timestamp::from_second(1_780_000_000)?;

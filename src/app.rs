@@ -61,13 +61,16 @@ impl From<StoreError> for AppError {
 }
 
 pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
-    let set = match &config.templates_dir {
+    let mut set = match &config.templates_dir {
         Some(dir) => TemplateSet::load_dir(dir)?,
         None => TemplateSet::built_in(),
     };
     for (i, route) in config.routes.iter().enumerate() {
-        if let Some(d) = route.digest.as_ref().filter(|d| !set.contains(&d.template)) {
-            return Err(AppError::Route(format!("routes[{i}].digest.template: no template {:?}", d.template)));
+        if let Some(d) = &route.digest {
+            if !set.contains(&d.template) {
+                return Err(AppError::Route(format!("routes[{i}].digest.template: no template {:?}", d.template)));
+            }
+            set.add_key(&d.key).map_err(|e| AppError::Route(format!("routes[{i}].digest.key: {e}")))?;
         }
         if !set.contains(&route.template) {
             return Err(AppError::Route(format!(

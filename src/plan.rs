@@ -272,7 +272,7 @@ fn digest_window(
     d: &crate::config::DigestRoute,
 ) -> Result<NewDigest, String> {
     let ctx = crate::render::context(input.event, recipient, intent.locale.as_deref().unwrap_or_default());
-    let group_key = input.templates.render_str(&d.key, &ctx).map_err(|e| e.to_string())?;
+    let group_key = input.templates.render_key(&d.key, &ctx).map_err(|e| e.to_string())?;
     let width = i64::try_from(d.window.as_micros()).unwrap_or(i64::MAX).max(1);
     let now = input.now.as_microsecond();
     let window_start = now.div_euclid(width) * width;

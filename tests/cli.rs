@@ -221,6 +221,23 @@ fn a_provider_from_the_environment_replaces_the_shipped_sinks() {
 }
 
 #[test]
+fn a_digest_key_that_does_not_parse_stops_config_check_naming_the_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("herald.toml");
+    let route = "[[routes]]\nevent = \"purchase_order.approved\"\ntemplate = \"po_approved\"\nchannels = [\"email\"]\n\
+                 [channels.email]\nsink = \"herald-outbox\"\n";
+    let digest =
+        |key: &str| format!("{route}[routes.digest]\nwindow = \"1h\"\ntemplate = \"po_approved\"\nkey = {key:?}\n");
+    std::fs::write(&config, digest("{{ entity.id }}")).unwrap();
+    let out = run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&config, digest("{{ entity.id ")).unwrap();
+    let out = run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("routes[0].digest.key:"), "{}", stderr(&out));
+}
+
+#[test]
 fn the_cli_reads_since_as_strictly_as_the_api() {
     let dir = tempfile::tempdir().unwrap();
     assert!(run(dir.path(), &["migrate"], &[]).status.success());

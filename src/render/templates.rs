@@ -62,6 +62,10 @@ struct Template {
 pub struct TemplateSet {
     env: Environment<'static>,
     templates: BTreeMap<String, Template>,
+    /// Digest key expressions, compiled once at start-up and named by their
+    /// own source (a separate environment: no file name to collide with, and
+    /// never HTML-escaped).
+    keys: Environment<'static>,
 }
 
 /// The built-in example templates (the repository's `templates/` directory).
@@ -142,7 +146,9 @@ impl TemplateSet {
             }
             templates.insert(id.clone(), Template { meta, locales: locs, fixtures: fixtures.remove(&id) });
         }
-        Ok(TemplateSet { env, templates })
+        let mut keys = new_env();
+        keys.set_auto_escape_callback(|_| AutoEscape::None);
+        Ok(TemplateSet { env, templates, keys })
     }
 
     pub fn contains(&self, id: &str) -> bool {
@@ -196,9 +202,26 @@ impl TemplateSet {
         self.render_with(id, t, channel, &locale, &ctx, || default_webhook_body(event))
     }
 
-    /// Renders a one-off template string (a digest key) with strict undefined.
-    pub fn render_str(&self, source: &str, ctx: &impl Serialize) -> Result<String, RenderError> {
-        self.env.render_str(source, ctx).map(|s| s.trim().to_string()).map_err(|e| RenderError::Template(describe(&e)))
+    /// Compiles a key expression (a digest route's `key`) once, so that a
+    /// syntax error stops start-up instead of killing every event of the
+    /// route, and planning does not parse it again per member.
+    pub fn add_key(&mut self, source: &str) -> Result<(), RenderError> {
+        if self.keys.get_template(source).is_ok() {
+            return Ok(());
+        }
+        self.keys
+            .add_template_owned(source.to_string(), source.to_string())
+            .map_err(|e| RenderError::Template(describe(&e)))
+    }
+
+    /// Renders a key expression with strict undefined: the compiled one when
+    /// [`TemplateSet::add_key`] saw it, else compiled for this call.
+    pub fn render_key(&self, source: &str, ctx: &impl Serialize) -> Result<String, RenderError> {
+        let rendered = match self.keys.get_template(source) {
+            Ok(t) => t.render(ctx),
+            Err(_) => self.keys.render_str(source, ctx),
+        };
+        rendered.map(|s| s.trim().to_string()).map_err(|e| RenderError::Template(describe(&e)))
     }
 
     /// Renders one message from a fixture context (`templates check`).
@@ -344,6 +367,24 @@ mod tests {
             ("a/en/sms.j2", "Hi {{ who.name }}"),
         ]);
         let e = set.render("a", Channel::Sms, &event(json!({})), &recipient(), None).unwrap_err();
+        assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_key_compiled_once_renders_as_one_compiled_per_call() {
+        let mut set = TemplateSet::built_in();
+        let ev = event(json!({"po": {"number": "PO-7 <b>"}}));
+        let who = recipient();
+        let ctx = super::super::context(&ev, &who, "en");
+        let source = "  {{ entity.id }}/{{ po.number }} ";
+        let per_call = set.render_key(source, &ctx).unwrap();
+        set.add_key(source).unwrap();
+        set.add_key(source).unwrap();
+        assert_eq!(set.render_key(source, &ctx).unwrap(), per_call);
+        assert_eq!(per_call, "PO-1/PO-7 <b>", "trimmed, never HTML-escaped");
+        let e = set.render_key("{{ missing.field }}", &ctx).unwrap_err();
+        assert!(matches!(e, RenderError::Template(_)), "strict undefined: {e:?}");
+        let e = set.add_key("{{ entity.id ").unwrap_err();
         assert!(matches!(e, RenderError::Template(_)), "{e:?}");
     }
 
