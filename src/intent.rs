@@ -4,38 +4,11 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            pub fn parse(s: &str) -> Option<$name> {
-                match s { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl PartialEq<&str> for $name {
-            fn eq(&self, other: &&str) -> bool {
-                self.as_str() == *other
-            }
-        }
-
-        // Stored as its text in both databases, converted here and nowhere
-        // else: a row whose text is none of the variants does not decode.
+/// Stored as its text in both databases, converted here and nowhere else: a
+/// row whose text is none of the values does not decode. For a type with
+/// `as_str` and `parse`.
+macro_rules! text_column {
+    ($name:ident) => {
         impl<DB: sqlx::Database> sqlx::Type<DB> for $name
         where
             String: sqlx::Type<DB>,
@@ -70,6 +43,41 @@ macro_rules! string_enum {
                 <&'q str as sqlx::Encode<'q, DB>>::encode(self.as_str(), buf)
             }
         }
+    };
+}
+pub(crate) use text_column;
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(s: &str) -> Option<$name> {
+                match s { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        text_column!($name);
     };
 }
 
@@ -164,5 +172,18 @@ mod text_tests {
         assert!(serde_json::from_str::<State>("\"lost\"").is_err());
         assert_eq!((Decision::parse("Send"), State::parse("")), (None, None));
         assert!(State::Sent == "sent" && State::Sent != "dead");
+    }
+
+    #[test]
+    fn a_channel_reads_back_as_written_in_json_and_other_text_is_refused() {
+        use crate::event::Channel;
+        for c in Channel::ALL {
+            assert_eq!(Channel::parse(c.as_str()), Some(c));
+            let text = serde_json::to_value(c).unwrap();
+            assert_eq!(text, serde_json::json!(c.as_str()));
+            assert_eq!(serde_json::from_value::<Channel>(text).unwrap(), c);
+        }
+        assert_eq!((Channel::parse("SMS"), Channel::parse("inapp")), (None, None));
+        assert!(serde_json::from_str::<Channel>("\"push\"").is_err());
     }
 }

@@ -100,9 +100,9 @@ pub fn plan(input: &PlanInput<'_>) -> Vec<NewIntent> {
 }
 
 fn set(intent: &mut NewIntent, decision: Decision, state: State, reason: Option<Reason>) {
-    intent.decision = decision.as_str().into();
-    intent.state = state.as_str().into();
-    intent.reason = reason.map(|r| r.as_str().into());
+    intent.decision = decision;
+    intent.state = state;
+    intent.reason = reason;
 }
 
 /// One intent, in a span of its own that says what was decided (keys and
@@ -133,7 +133,7 @@ fn plan_one(
     if let Some(reason) = &intent.reason {
         span.record("herald.reason", reason.as_str());
     }
-    if intent.state == State::Dead.as_str() {
+    if intent.state == State::Dead {
         crate::ops::trace::fail(&span, "dead at planning");
     }
     intent
@@ -150,17 +150,17 @@ fn decide(
     let route = input.route;
     let mut intent = NewIntent {
         key,
-        channel: channel.as_str().to_string(),
+        channel,
         recipient_id: recipient.id.clone(),
         destination: None,
         locale: recipient.locale.clone(),
         template_id: route.template.clone(),
         template_revision: input.templates.meta(&route.template).map(|m| m.revision.clone()),
         payload: None,
-        decision: Decision::Send.as_str().into(),
+        decision: Decision::Send,
         reason: None,
         detail: None,
-        state: State::Queued.as_str().into(),
+        state: State::Queued,
         run_at: None,
         preferences_version: version,
         digest: None,
@@ -288,7 +288,7 @@ fn digest_window(
     Ok(NewDigest {
         key: sha256_hex(identity.as_bytes())[..32].to_string(),
         event_type: input.event.event_type.clone(),
-        channel: channel.as_str().to_string(),
+        channel,
         recipient_id: recipient.id.clone(),
         group_key,
         destination: intent.destination.clone(),

@@ -1,6 +1,7 @@
 //! Recipients: field validation shared by inline recipients and the directory,
 //! the snapshot an intent freezes, and destination masking for every output.
 
+use crate::event::Channel;
 use serde::{Deserialize, Serialize};
 
 /// A directory entry (`PUT /v1/recipients/{id}`).
@@ -80,12 +81,12 @@ pub enum Kind {
 
 impl Kind {
     /// The kind of an intent's destination; `None` for in-app, which has none.
-    pub fn of_channel(channel: &str) -> Option<Kind> {
+    pub fn of_channel(channel: Channel) -> Option<Kind> {
         match channel {
-            "email" => Some(Kind::Email),
-            "sms" => Some(Kind::Phone),
-            "webhook" => Some(Kind::Url),
-            _ => None,
+            Channel::Email => Some(Kind::Email),
+            Channel::Sms => Some(Kind::Phone),
+            Channel::Webhook => Some(Kind::Url),
+            Channel::InApp => None,
         }
     }
 
@@ -113,7 +114,7 @@ pub fn mask(kind: Kind, destination: &str) -> String {
 }
 
 /// An intent's destination, masked by its channel's kind.
-pub fn mask_for_channel(channel: &str, destination: &str) -> String {
+pub fn mask_for_channel(channel: Channel, destination: &str) -> String {
     Kind::of_channel(channel).map_or_else(|| "***".into(), |kind| mask(kind, destination))
 }
 
@@ -176,7 +177,7 @@ pub fn redact(text: &str, kind: Kind, destination: &str) -> String {
 
 /// [`redact`] by an intent's channel; text of a channel without a
 /// destination is returned as it is.
-pub fn redact_for_channel(text: &str, channel: &str, destination: Option<&str>) -> String {
+pub fn redact_for_channel(text: &str, channel: Channel, destination: Option<&str>) -> String {
     match (Kind::of_channel(channel), destination.filter(|d| !d.is_empty())) {
         (Some(kind), Some(destination)) => redact(text, kind, destination),
         (Some(Kind::Email), None) => redact_addresses(text),
@@ -349,13 +350,13 @@ mod tests {
         // An @ in a webhook's path does not make it an email address.
         let url = "https://hooks.example.com/@/services/T0/B0/XSECRETX";
         assert_eq!(mask(Kind::Url, url), "https://hooks.example.com/***");
-        assert_eq!(mask_for_channel("webhook", url), "https://hooks.example.com/***");
+        assert_eq!(mask_for_channel(Channel::Webhook, url), "https://hooks.example.com/***");
         assert_eq!(mask(Kind::Url, "https://u:pw@hook.invalid/x"), "https://hook.invalid/***");
         // Nothing the kind cannot make sense of is shown at all.
         assert_eq!(mask(Kind::Phone, "9779800000000"), "+***");
         assert_eq!(mask(Kind::Email, "not-an-address"), "***");
         assert_eq!(mask(Kind::Url, "not a url"), "***");
-        assert_eq!(mask_for_channel("in_app", "anything"), "***");
+        assert_eq!(mask_for_channel(Channel::InApp, "anything"), "***");
     }
 
     #[test]
@@ -431,7 +432,7 @@ mod tests {
             }
         }
         assert_eq!(redact("HTTP 503: try later", Kind::Url, "https://h.example.com/hook"), "HTTP 503: try later");
-        assert_eq!(redact_for_channel("HTTP 503", "sms", None), "HTTP 503");
+        assert_eq!(redact_for_channel("HTTP 503", Channel::Sms, None), "HTTP 503");
     }
 
     #[test]

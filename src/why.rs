@@ -79,7 +79,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let why_decided =
             decision_reason(i.decision.as_str(), i.reason.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default();
         let to =
-            i.destination.as_deref().map(|d| format!(" to {}", mask_for_channel(&i.channel, d))).unwrap_or_default();
+            i.destination.as_deref().map(|d| format!(" to {}", mask_for_channel(i.channel, d))).unwrap_or_default();
         let locale = i.locale.as_deref().map(|l| format!(", locale {l}")).unwrap_or_default();
         let shadow = if i.mode == Mode::Shadow { ", in shadow mode" } else { "" };
         let _ =
@@ -107,7 +107,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, ", provider id {m}");
             }
             if let Some(e) = &a.error {
-                let _ = write!(line, " — {}", redact_for_channel(e, &i.channel, i.destination.as_deref()));
+                let _ = write!(line, " — {}", redact_for_channel(e, i.channel, i.destination.as_deref()));
             }
             if a.possible_duplicate {
                 line.push_str(
@@ -132,7 +132,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, " ({})", r.provider_status);
             }
             if let Some(reason) = &r.reason {
-                let _ = write!(line, " — {}", redact_for_channel(reason, &i.channel, i.destination.as_deref()));
+                let _ = write!(line, " — {}", redact_for_channel(reason, i.channel, i.destination.as_deref()));
             }
             if !r.applied {
                 line.push_str(" [late or repeated: the status had gone further]");
@@ -149,7 +149,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         };
         if i.state == State::Shadowed {
             let to = match i.destination.as_deref() {
-                Some(d) => mask_for_channel(&i.channel, d),
+                Some(d) => mask_for_channel(i.channel, d),
                 None => "the recipient's in-app inbox (no card was shown)".to_string(),
             };
             let _ = writeln!(

@@ -3,7 +3,8 @@
 mod common;
 
 use common::{TestDb, backends};
-use herald::intent::{Mode, OutcomeClass, Reason, State};
+use herald::event::Channel;
+use herald::intent::{Decision, Mode, OutcomeClass, Reason, State};
 use herald::store::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -13,17 +14,17 @@ const T0: i64 = 1_800_000_000_000_000;
 fn new_intent(key: &str, channel: &str, run_at: Option<i64>) -> NewIntent {
     NewIntent {
         key: key.into(),
-        channel: channel.into(),
+        channel: Channel::parse(channel).expect("a channel"),
         recipient_id: "u-1".into(),
         destination: Some("+15550000001".into()),
         locale: Some("en".into()),
         template_id: "po_approved".into(),
         template_revision: Some("1".into()),
         payload: Some((format!("digest-{key}"), r#"{"body":"hello"}"#.into())),
-        decision: "send".into(),
+        decision: Decision::Send,
         reason: None,
         detail: None,
-        state: "queued".into(),
+        state: State::Queued,
         run_at,
         preferences_version: None,
         digest: None,
@@ -97,9 +98,9 @@ where
 async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
     each_backend(|store| async move {
         let mut suppressed = new_intent(&key(2), "email", None);
-        suppressed.state = "suppressed".into();
-        suppressed.decision = "suppress".into();
-        suppressed.reason = Some("no_destination".into());
+        suppressed.state = State::Suppressed;
+        suppressed.decision = Decision::Suppress;
+        suppressed.reason = Some(Reason::NoDestination);
         let out = store
             .events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0)), suppressed]))
             .await
@@ -231,14 +232,14 @@ async fn the_ingest_tally_adds_up_and_the_report_reads_one_range_and_tenant() {
                 format!("digest-{k}"),
                 format!(r#"{{"body":"b{k}","encoding":"{encoding}","segments":{segments}}}"#),
             )),
-            state: state.into(),
+            state: State::parse(state).expect("a state"),
             run_at: None,
             ..new_intent(&key(k), "sms", None)
         };
         let broken = NewIntent {
             payload: None,
-            state: "dead".into(),
-            reason: Some("template_error".into()),
+            state: State::Dead,
+            reason: Some(Reason::TemplateError),
             run_at: None,
             ..new_intent(&key(5), "email", None)
         };
@@ -477,9 +478,9 @@ async fn a_claim_supersedes_older_versions_in_one_batch_linking_the_newest_that_
         store.events_ingest(versioned(3, vec![to(3, "sms", "u-1")])).await.unwrap();
         // the newest version was opted out of: it does not count
         let opted_out = NewIntent {
-            decision: "suppress".into(),
-            state: "suppressed".into(),
-            reason: Some("opted_out".into()),
+            decision: Decision::Suppress,
+            state: State::Suppressed,
+            reason: Some(Reason::OptedOut),
             run_at: None,
             ..to(4, "sms", "u-1")
         };
@@ -630,7 +631,7 @@ async fn dead_letters_are_listed_for_one_tenant_or_across_tenants() {
     each_backend(|store| async move {
         for (n, tenant) in [(1, "acme"), (2, "globex")] {
             let mut dead = new_intent(&key(n), "sms", None);
-            (dead.state, dead.reason) = ("dead".into(), Some("template_error".into()));
+            (dead.state, dead.reason) = (State::Dead, Some(Reason::TemplateError));
             store
                 .events_ingest(Ingest { tenant: tenant.into(), ..ingest(&format!("r{n}"), "fp", vec![dead]) })
                 .await
@@ -716,7 +717,7 @@ const DAY: i64 = 86_400_000_000;
 /// An intent already in a final state (no job), updated at `at`.
 fn settled(key: &str, channel: &str, state: &str, at: i64) -> Ingest {
     let mut it = new_intent(key, channel, None);
-    it.state = state.into();
+    it.state = State::parse(state).expect("a state");
     let mut ingest = ingest(&format!("r-{key}"), &format!("fp-{key}"), vec![it]);
     ingest.now_us = at;
     ingest
@@ -729,13 +730,13 @@ async fn retention_forgets_a_closed_digest_window_only_once_its_digest_intent_is
         // two windows with a member each; one will close, the other stays open
         for (n, w) in [(1, key(101)), (2, key(102))] {
             let mut member = new_intent(&key(n), "email", None);
-            (member.decision, member.state, member.digest) = ("digest".into(), "held".into(), Some(window(&w)));
+            (member.decision, member.state, member.digest) = (Decision::Digest, State::Held, Some(window(&w)));
             store.events_ingest(ingest(&format!("r{n}"), &format!("fp{n}"), vec![member])).await.unwrap();
         }
         let due = store.digests_due(T0 + 3_600_000_000, 10).await.unwrap();
         let closing = due.iter().find(|d| d.key == key(101)).unwrap().clone();
         let mut digest_intent = new_intent(&key(101), "email", None);
-        digest_intent.state = "sent".into(); // as if delivered already
+        digest_intent.state = State::Sent; // as if delivered already
         let close = DigestClose {
             digest: closing,
             member_keys: vec![key(1)],
@@ -966,7 +967,7 @@ async fn an_events_content_record_is_pruned_only_once_its_intents_are_gone() {
     each_backend(|store| async move {
         let day = 86_400_000_000_i64;
         let mut suppressed = new_intent(&key(1), "sms", None);
-        suppressed.state = "suppressed".into();
+        suppressed.state = State::Suppressed;
         store.events_ingest(ingest_content("r1", "fp1", "c1", vec![suppressed.clone()])).await.unwrap();
         // old enough, but its intent is still there
         assert_eq!(store.retention_batch(PruneStep::Events, T0 + 100 * day, 100).await.unwrap(), 0);
@@ -1624,7 +1625,7 @@ const WINDOW: u32 = 101;
 fn window_member(n: u32) -> NewIntent {
     let mut member = new_intent(&key(n), "email", None);
     member.digest = Some(digest_window(&key(WINDOW), T0 + DAY));
-    (member.decision, member.state) = ("digest".into(), "held".into());
+    (member.decision, member.state) = (Decision::Digest, State::Held);
     member
 }
 
@@ -1633,7 +1634,7 @@ fn digest_window(key: &str, closes_at: i64) -> NewDigest {
     NewDigest {
         key: key.into(),
         event_type: "comment.created".into(),
-        channel: "email".into(),
+        channel: Channel::Email,
         recipient_id: "u-1".into(),
         group_key: "PO-1".into(),
         destination: Some("a@example.com".into()),
@@ -1718,7 +1719,7 @@ async fn a_digest_that_could_not_be_rendered_sends_its_members_on_their_own() {
     each_backend(|store| async move {
         let window = two_members_in_a_window(&store).await;
         let mut failed = new_intent(&key(WINDOW), "email", None);
-        (failed.payload, failed.state, failed.reason) = (None, "dead".into(), Some("template_error".into()));
+        (failed.payload, failed.state, failed.reason) = (None, State::Dead, Some(Reason::TemplateError));
         let close = closing(window, vec![key(1), key(2)], failed);
         assert_eq!(store.digest_close(close).await.unwrap(), DigestCloseOutcome::Closed);
         let dead = store.intent_get("default", &key(WINDOW)).await.unwrap().unwrap();
@@ -1764,7 +1765,7 @@ async fn an_inbox_card_is_marked_read_only_by_its_own_recipient() {
 /// A dead letter of `tenant` with `reason`, dead since `at`.
 fn dead_letter(tenant: &str, n: u32, reason: &str, at: i64) -> Ingest {
     let mut dead = new_intent(&key(n), "sms", None);
-    (dead.state, dead.reason) = ("dead".into(), Some(reason.into()));
+    (dead.state, dead.reason) = (State::Dead, Some(Reason::parse(reason).expect("a reason")));
     Ingest { tenant: tenant.into(), now_us: at, ..ingest(&format!("r{n}"), &format!("fp{n}"), vec![dead]) }
 }
 
@@ -2044,15 +2045,15 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
 
         let store = db.store_with(StoreOptions { publications: true }).await;
         let held = NewIntent {
-            decision: "hold".into(),
-            state: "held".into(),
-            reason: Some("quiet_hours".into()),
+            decision: Decision::Hold,
+            state: State::Held,
+            reason: Some(Reason::QuietHours),
             ..new_intent(&key(2), "sms", Some(T0 + 1_000_000_000))
         };
         let suppressed = NewIntent {
-            decision: "suppress".into(),
-            state: "suppressed".into(),
-            reason: Some("opted_out".into()),
+            decision: Decision::Suppress,
+            state: State::Suppressed,
+            reason: Some(Reason::OptedOut),
             ..new_intent(&key(3), "email", None)
         };
         let mut intents = vec![new_intent(&key(1), "sms", Some(T0)), held, suppressed];
@@ -2142,7 +2143,7 @@ async fn the_consoles_health_figures_are_one_tenants_or_every_tenants() {
         // acme: two intents due at T0, one scheduled later, one held for
         // quiet hours; globex: one due.
         let mut held = new_intent(&key(5), "email", Some(T0 + 7_200_000_000));
-        held.state = "held".into();
+        held.state = State::Held;
         let acme: Vec<NewIntent> = vec![
             new_intent(&key(1), "sms", Some(T0)),
             new_intent(&key(2), "sms", Some(T0 + 5)),

@@ -5,6 +5,7 @@
 use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope};
 use crate::ingest::{Answer, DryRun, IngestError, Request};
+use crate::intent::Reason;
 use crate::recipient::mask_for_channel;
 use crate::store::IngestResponse;
 use axum::Json;
@@ -105,8 +106,8 @@ fn dry_run_view(dry: &DryRun) -> Value {
             // Shadow or live as the deployment, route and channel decide it
             // now; an intent that exists keeps the mode it was planned in.
             let (decision, reason, state, mode) = match existing {
-                Some(e) => (e.decision.as_str(), &e.reason, e.state.as_str(), e.mode),
-                None => (i.decision.as_str(), &i.reason, i.state.as_str(), i.mode),
+                Some(e) => (e.decision, e.reason.as_deref(), e.state, e.mode),
+                None => (i.decision, i.reason.map(Reason::as_str), i.state, i.mode),
             };
             let (digest, content) = match &i.payload {
                 Some((digest, text)) => (Some(digest.as_str()), serde_json::from_str(text).unwrap_or(Value::Null)),
@@ -122,7 +123,7 @@ fn dry_run_view(dry: &DryRun) -> Value {
                 "detail": i.detail,
                 "state": state,
                 "mode": mode,
-                "destination": i.destination.as_deref().map(|d| mask_for_channel(&i.channel, d)),
+                "destination": i.destination.as_deref().map(|d| mask_for_channel(i.channel, d)),
                 "template": {"id": i.template_id, "revision": i.template_revision, "locale": i.locale},
                 "payload_digest": digest,
                 "content": content,

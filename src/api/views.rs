@@ -20,7 +20,7 @@ pub fn intent(row: &IntentRow) -> Value {
         "key": row.key,
         "channel": row.channel,
         "recipient_id": row.recipient_id,
-        "destination": row.destination.as_deref().map(|d| mask_for_channel(&row.channel, d)),
+        "destination": row.destination.as_deref().map(|d| mask_for_channel(row.channel, d)),
         "event_type": row.event_type,
         "occurred_at": row.occurred_at,
         "entity": {"type": row.entity_type, "id": row.entity_id, "version": row.entity_version},
@@ -46,7 +46,7 @@ pub fn intent(row: &IntentRow) -> Value {
         v["would_have_sent"] = json!({
             "at": rfc3339(row.updated_at),
             "channel": row.channel,
-            "to": row.destination.as_deref().map(|d| mask_for_channel(&row.channel, d)),
+            "to": row.destination.as_deref().map(|d| mask_for_channel(row.channel, d)),
             "payload_digest": row.payload_digest,
         });
     }
@@ -74,7 +74,7 @@ fn with_receipts(v: &mut Value, receipts: &[ReceiptRow], intent: &IntentRow) {
                 "status": r.status,
                 "provider_status": r.provider_status,
                 "provider_message_id": r.provider_message_id,
-                "reason": r.reason.as_deref().map(|e| redact_for_channel(e, &intent.channel, intent.destination.as_deref())),
+                "reason": r.reason.as_deref().map(|e| redact_for_channel(e, intent.channel, intent.destination.as_deref())),
                 "received_at": rfc3339(r.received_at),
                 "applied": r.applied,
                 "ended_retry": r.ended_retry,
@@ -117,7 +117,7 @@ pub fn attempt(a: &AttemptRow, intent: &IntentRow) -> Value {
         "error_class": a.error_class,
         "provider_status": a.provider_status,
         "provider_message_id": a.provider_message_id,
-        "error": a.error.as_deref().map(|e| redact_for_channel(e, &intent.channel, intent.destination.as_deref())),
+        "error": a.error.as_deref().map(|e| redact_for_channel(e, intent.channel, intent.destination.as_deref())),
         "retry_after_seconds": a.retry_after.map(|us| us as f64 / 1e6),
         "next_try_at": a.retry_at.and_then(rfc3339),
     })

@@ -18,6 +18,7 @@ pub mod smtp;
 pub mod twilio;
 pub mod webhook;
 
+use crate::event::Channel;
 use crate::intent::{OutcomeClass, Reason};
 use crate::recipient::{Kind, redact, redact_for_channel};
 use crate::render::Content;
@@ -82,7 +83,7 @@ impl Outcome {
     pub fn redacted(self, kind: Kind, destination: Option<&str>) -> Outcome {
         let clean = |error: String| match destination {
             Some(d) => redact(&error, kind, d),
-            None if kind == Kind::Email => redact_for_channel(&error, "email", None),
+            None if kind == Kind::Email => redact_for_channel(&error, Channel::Email, None),
             None => error,
         };
         match self {

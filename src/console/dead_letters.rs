@@ -11,7 +11,7 @@ use super::search::operator_context;
 use super::session::Operator;
 use crate::api::{AppState, REPLAY_LIMIT, Scope};
 use crate::clock::{micros, rfc3339};
-use crate::event::NotificationKey;
+use crate::event::{Channel, NotificationKey};
 use crate::intent::Reason;
 use crate::store::{Replay, ReplaySelector};
 use axum::Form;
@@ -31,7 +31,7 @@ const EXAMPLES_EVERY_TENANT: u32 = 3;
 struct Example {
     key: String,
     entity: String,
-    channel: String,
+    channel: Channel,
     recipient_id: String,
     died_at: Option<String>,
     attempts: i64,

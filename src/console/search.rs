@@ -11,7 +11,8 @@ use super::pages;
 use super::session::Operator;
 use crate::api::AppState;
 use crate::clock::rfc3339;
-use crate::event::NotificationKey;
+use crate::event::{Channel, NotificationKey};
+use crate::intent::{self, Decision};
 use crate::receipt::{DeliveryStatus, current};
 use crate::store::{Cursor, IntentFilter, IntentRow, ReceiptRow};
 use axum::extract::rejection::QueryRejection;
@@ -78,11 +79,11 @@ struct Row {
     event_type: String,
     entity: String,
     version: Option<i64>,
-    channel: String,
+    channel: Channel,
     recipient_id: String,
-    decision: String,
+    decision: Decision,
     reason: Option<String>,
-    state: String,
+    state: intent::State,
     delivery_status: Option<&'static str>,
 }
 
@@ -95,11 +96,11 @@ fn row(i: &IntentRow, receipts: &[&ReceiptRow]) -> Row {
         event_type: i.event_type.clone(),
         entity: format!("{}:{}", i.entity_type, i.entity_id),
         version: i.entity_version,
-        channel: i.channel.clone(),
+        channel: i.channel,
         recipient_id: i.recipient_id.clone(),
-        decision: i.decision.as_str().to_string(),
+        decision: i.decision,
         reason: i.reason.clone(),
-        state: i.state.as_str().to_string(),
+        state: i.state,
         delivery_status: current(applied).map(DeliveryStatus::as_str),
     }
 }
@@ -186,7 +187,7 @@ pub async fn intent(
     let decided_because = crate::why::decision_reason(i.decision.as_str(), i.reason.as_deref());
     let event = serde_json::to_string_pretty(&view["event"]).unwrap_or_default();
     let data = serde_json::to_string_pretty(&view["event"]["data"]).unwrap_or_default();
-    let sms = (i.channel == "sms").then(|| view["content"]["body"].as_str().map(sms_facts)).flatten();
+    let sms = (i.channel == Channel::Sms).then(|| view["content"]["body"].as_str().map(sms_facts)).flatten();
     Ok(pages::render(
         "intent.html",
         context! { op => operator_context(&op), intent => view, tenant, decided_because, event, data, sms, page => "search" },

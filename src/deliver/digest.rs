@@ -22,7 +22,7 @@
 use crate::clock::Clock;
 use crate::config::Route;
 use crate::event::identity::sha256_hex;
-use crate::event::{Channel, OccurredAt, canonical_json};
+use crate::event::{OccurredAt, canonical_json};
 use crate::intent::{Decision, Mode, Reason, State};
 use crate::ops::log::TemplateRef;
 use crate::ops::trace::{self, TraceParent};
@@ -112,7 +112,7 @@ impl DigestCloser {
         close.traceparent = Some(trace::traceparent_of(&span, own).to_string());
         close.links = links;
         span.record("herald.mode", close.intent.mode.as_str());
-        let shadowed = (close.intent.state == State::Shadowed.as_str()).then(|| close.intent.clone());
+        let shadowed = (close.intent.state == State::Shadowed).then(|| close.intent.clone());
         // Left out of a digest that could not be rendered, a member planned
         // in shadow ends `shadowed` alone; left out of a rendered one, it is
         // `digested` and no message of its own.
@@ -137,12 +137,12 @@ impl DigestCloser {
             // Counted and logged once each: the shadowed digest, or the
             // members planned in shadow that ended shadowed alone.
             let ended_shadowed =
-                shadowed.iter().map(|i| (&i.key, &i.channel, &i.template_id, &i.template_revision)).chain(
+                shadowed.iter().map(|i| (&i.key, i.channel, &i.template_id, &i.template_revision)).chain(
                     members
                         .iter()
                         .map(|m| &m.intent)
                         .filter(|i| alone.contains(&i.key))
-                        .map(|i| (&i.key, &i.channel, &i.template_id, &i.template_revision)),
+                        .map(|i| (&i.key, i.channel, &i.template_id, &i.template_revision)),
                 );
             for (key, channel, template_id, revision) in ended_shadowed {
                 let template = TemplateRef { id: template_id, revision: revision.as_deref() };
@@ -157,7 +157,7 @@ impl DigestCloser {
     fn prepare(&self, d: &DigestRow, all: &[DigestMember], now_us: i64) -> DigestClose {
         let route = self.routes.get(&d.event_type);
         let template = route.and_then(|r| r.digest.as_ref()).map(|g| g.template.clone()).unwrap_or_default();
-        let channel = Channel::parse(&d.channel).unwrap_or(Channel::Email);
+        let channel = d.channel;
         let locale = self.templates.resolve_locale(&template, d.locale.as_deref(), channel).unwrap_or_default();
         let closes = jiff::Timestamp::from_microsecond(d.closes_at).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
         let (mode, members, alone) = split(all);
@@ -185,14 +185,14 @@ impl DigestCloser {
         });
         let mut intent = NewIntent {
             key: d.key.clone(),
-            channel: d.channel.clone(),
+            channel,
             recipient_id: d.recipient_id.clone(),
             destination: d.destination.clone(),
             locale: Some(locale.clone()),
             template_id: template.clone(),
             template_revision: self.templates.meta(&template).map(|m| m.revision.clone()),
             payload: None,
-            decision: Decision::Send.as_str().into(),
+            decision: Decision::Send,
             reason: None,
             detail: Some(match alone.len() {
                 0 => format!("digest of {} message(s)", members.len()),
@@ -201,7 +201,7 @@ impl DigestCloser {
                     members.len()
                 ),
             }),
-            state: State::Queued.as_str().into(),
+            state: State::Queued,
             run_at: Some(now_us),
             preferences_version: None,
             digest: None,
@@ -213,13 +213,13 @@ impl DigestCloser {
                 if intent.mode == Mode::Shadow {
                     // Rendered and frozen as live would, but never queued:
                     // this is where live would hand it to the worker.
-                    intent.state = State::Shadowed.as_str().into();
+                    intent.state = State::Shadowed;
                     intent.run_at = None;
                 }
             }
             Err(e) => {
-                intent.state = State::Dead.as_str().into();
-                intent.reason = Some(Reason::TemplateError.as_str().into());
+                intent.state = State::Dead;
+                intent.reason = Some(Reason::TemplateError);
                 intent.detail = Some(format!("digest template: {e}"));
                 intent.run_at = None;
             }

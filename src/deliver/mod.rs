@@ -204,8 +204,8 @@ impl Worker {
                 rescued(i, n, template, trace_id.as_deref());
             }
             if i.state == State::Shadowed {
-                crate::ops::metrics::shadowed(&i.channel, template, "worker");
-                crate::ops::log::shadowed(&i.key, &i.channel, template, None);
+                crate::ops::metrics::shadowed(i.channel, template, "worker");
+                crate::ops::log::shadowed(&i.key, i.channel, template, None);
             }
             i.state == State::Sending
         });
@@ -271,8 +271,7 @@ impl Worker {
     /// One provider call and what it leads to.
     async fn attempt_in(&self, job: ClaimedJob, rng: &Mutex<SmallRng>, span: &Span, trace_id: &str) -> FinishedAttempt {
         let n = job.intent.attempts;
-        let channel = Channel::parse(&job.intent.channel);
-        let configured: Option<&dyn Provider> = channel.and_then(|c| self.providers.get(&c)).map(|p| p.as_ref());
+        let configured: Option<&dyn Provider> = self.providers.get(&job.intent.channel).map(|p| p.as_ref());
         let delivery = delivery(&job);
         // A retry may need the earlier attempts: to choose a failover member,
         // and to know whether it may repeat a call that went through.
@@ -287,7 +286,7 @@ impl Worker {
             Err(_) => p,
         });
         let provider_name = chosen.map_or("none", |p| p.name());
-        crate::ops::metrics::attempt_started(&job.intent.channel, provider_name);
+        crate::ops::metrics::attempt_started(job.intent.channel, provider_name);
         let started = std::time::Instant::now();
         let outcome = match (chosen, delivery) {
             (None, _) => Outcome::Permanent {
@@ -306,7 +305,7 @@ impl Worker {
         let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
         let template = TemplateRef { id: &job.intent.template_id, revision: job.intent.template_revision.as_deref() };
         crate::ops::metrics::attempt_finished(
-            &job.intent.channel,
+            job.intent.channel,
             provider_name,
             outcome.class().as_str(),
             template,
@@ -329,7 +328,7 @@ impl Worker {
         crate::ops::log::attempt(AttemptLine {
             key: &job.intent.key,
             n,
-            channel: &job.intent.channel,
+            channel: job.intent.channel,
             template,
             provider: provider_name,
             outcome: outcome_class.as_str(),
@@ -449,7 +448,7 @@ fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, 
     crate::ops::log::attempt(AttemptLine {
         key: &intent.key,
         n,
-        channel: &intent.channel,
+        channel: intent.channel,
         template,
         provider: "unknown",
         outcome: OutcomeClass::Unknown.as_str(),

@@ -74,6 +74,7 @@ fn counts_as_newer(state: State) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::event::Channel;
     use crate::intent::Decision;
     use crate::store::IntentRow;
 
@@ -87,7 +88,7 @@ mod tests {
                 entity_id: "PO-1".into(),
                 entity_version: version,
                 occurred_at: "2026-11-29T10:00:00.000000000Z".into(),
-                channel: "sms".into(),
+                channel: Channel::Sms,
                 recipient_id: "u-1".into(),
                 destination: None,
                 locale: None,

@@ -9,12 +9,12 @@ mod parse;
 pub use identity::{NotificationKey, OccurredAt, Tenant, canonical_json};
 pub use parse::{EventError, parse_event};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::fmt;
 
 /// The delivery channels Herald knows. A route or an event may only name these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Channel {
     Email,
@@ -37,6 +37,14 @@ impl Channel {
 
     pub fn parse(s: &str) -> Option<Channel> {
         Channel::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+crate::intent::text_column!(Channel);
+
+impl PartialEq<&str> for Channel {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
     }
 }
 

@@ -13,7 +13,8 @@ use crate::clock::{Clock, micros};
 use crate::config::{Config, Route};
 use crate::event::identity::{Tenant, sha256_hex};
 use crate::event::json::{JsonError, read_strict};
-use crate::event::{Channel, Event, canonical_json, parse_event};
+use crate::event::{Event, canonical_json, parse_event};
+use crate::intent::State;
 use crate::ops::fastpath::FastPath;
 use crate::ops::log::{self, Duplicate, TemplateRef};
 use crate::ops::metrics;
@@ -365,9 +366,7 @@ impl Ingestor {
         // Shadow or live is decided now and stored with each intent: a later
         // change of configuration only affects what is planned after it.
         for intent in &mut intents {
-            if let Some(channel) = Channel::parse(&intent.channel) {
-                intent.mode = self.config.mode_for(route, channel);
-            }
+            intent.mode = self.config.mode_for(route, intent.channel);
         }
         Ok(Ingest {
             tenant: tenant.as_str().to_string(),
@@ -477,8 +476,8 @@ fn record(
         };
         log::intent(trace_id, i, template, duplicate);
         if duplicate.is_none() && i.created {
-            metrics::intent_created(&i.channel, &i.decision, i.reason.as_deref(), template);
-            if i.state == "dead" {
+            metrics::intent_created(i.channel, i.decision, i.reason.as_deref(), template);
+            if i.state == State::Dead {
                 metrics::dead_letter(i.reason.as_deref().unwrap_or("unknown"));
             }
         }

@@ -94,8 +94,7 @@ impl OpsDigest {
             let mut tenants = BTreeSet::new();
             for r in &rows {
                 tenants.insert(r.tenant.clone());
-                let to =
-                    r.destination.as_deref().map(|d| mask_for_channel(&r.channel, d)).unwrap_or_else(|| "-".into());
+                let to = r.destination.as_deref().map(|d| mask_for_channel(r.channel, d)).unwrap_or_else(|| "-".into());
                 let detail = r.detail.as_deref().unwrap_or("");
                 shown.push(json!({
                     "id": r.key, "tenant": r.tenant, "channel": r.channel, "destination": to,

@@ -11,7 +11,9 @@
 //! duplicates, decisions not to send, `unknown`, retries, dead letters) has
 //! no such field and is always kept. Counters are metrics, never sampled.
 
+use crate::event::Channel;
 use crate::event::identity::sha256_hex;
+use crate::intent::{Decision, State};
 use crate::store::IntentSummary;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -111,7 +113,7 @@ pub fn intent(trace_id: &str, i: &IntentSummary, template: TemplateRef<'_>, dupl
     let duplicate = duplicate.map_or("", Duplicate::as_str);
     // Created and queued to be sent: routine. A template error is created
     // with decision `send` too, but dead: never routine.
-    if created && i.decision == "send" && i.state == "queued" {
+    if created && i.decision == Decision::Send && i.state == State::Queued {
         tracing::info!(
             sample_by = %i.key, trace_id, intent = %i.key, attempt = 0, channel = %i.channel,
             template = template.id, template_revision = revision, outcome, duplicate,
@@ -131,7 +133,7 @@ pub fn intent(trace_id: &str, i: &IntentSummary, template: TemplateRef<'_>, dupl
 pub struct AttemptLine<'a> {
     pub key: &'a str,
     pub n: i64,
-    pub channel: &'a str,
+    pub channel: Channel,
     pub template: TemplateRef<'a>,
     pub provider: &'a str,
     /// `accepted`, `retryable`, `unknown` or `permanent`.
@@ -154,7 +156,7 @@ pub fn attempt(a: AttemptLine<'_>) {
             trace_id,
             intent = a.key,
             attempt = a.n,
-            channel = a.channel,
+            channel = a.channel.as_str(),
             template = a.template.id,
             template_revision = revision,
             provider = a.provider,
@@ -169,7 +171,7 @@ pub fn attempt(a: AttemptLine<'_>) {
             trace_id,
             intent = a.key,
             attempt = a.n,
-            channel = a.channel,
+            channel = a.channel.as_str(),
             template = a.template.id,
             template_revision = revision,
             provider = a.provider,
@@ -185,12 +187,12 @@ pub fn attempt(a: AttemptLine<'_>) {
 /// An intent planned in shadow mode ended `shadowed` where live would have
 /// called a provider: a decision not to send, so always kept. The destination
 /// is never logged (the intent's API view shows it masked).
-pub fn shadowed(key: &str, channel: &str, template: TemplateRef<'_>, trace_id: Option<&str>) {
+pub fn shadowed(key: &str, channel: Channel, template: TemplateRef<'_>, trace_id: Option<&str>) {
     tracing::info!(
         trace_id = trace_id.unwrap_or(""),
         intent = key,
         attempt = 0,
-        channel,
+        channel = channel.as_str(),
         template = template.id,
         template_revision = template.revision.unwrap_or(""),
         provider = "none",

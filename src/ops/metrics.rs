@@ -45,13 +45,12 @@ pub fn build_info(deployment: &str) {
 
 /// Channel, decision and reason are the bounded enums' own static names;
 /// template and revision are bounded by the templates a deployment has had.
-pub fn intent_created(channel: &str, decision: &str, reason: Option<&str>, template: TemplateRef<'_>) {
-    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
-    let decision = Decision::parse(decision).map_or("other", Decision::as_str);
+pub fn intent_created(channel: Channel, decision: Decision, reason: Option<&str>, template: TemplateRef<'_>) {
+    let decision = decision.as_str();
     let reason = reason.map_or("none", |r| Reason::parse(r).map_or("other", Reason::as_str));
     counter!(
         "herald_intents_created_total",
-        "channel" => channel,
+        "channel" => channel.as_str(),
         "decision" => decision,
         "template" => template.id.to_string(),
         "template_revision" => template.revision.unwrap_or("").to_string()
@@ -65,32 +64,31 @@ pub fn idempotency_conflict(kind: &'static str) {
     counter!("herald_idempotency_conflicts_total", "kind" => kind).increment(1);
 }
 
-pub fn attempt_started(channel: &str, provider: &str) {
-    counter!("herald_attempts_started_total", "channel" => channel.to_string(), "provider" => provider.to_string())
+pub fn attempt_started(channel: Channel, provider: &str) {
+    counter!("herald_attempts_started_total", "channel" => channel.as_str(), "provider" => provider.to_string())
         .increment(1);
 }
 
-pub fn attempt_finished(channel: &str, provider: &str, outcome: &str, template: TemplateRef<'_>, took: Duration) {
+pub fn attempt_finished(channel: Channel, provider: &str, outcome: &str, template: TemplateRef<'_>, took: Duration) {
     counter!(
         "herald_attempts_total",
-        "channel" => channel.to_string(),
+        "channel" => channel.as_str(),
         "provider" => provider.to_string(),
         "outcome" => outcome.to_string(),
         "template" => template.id.to_string(),
         "template_revision" => template.revision.unwrap_or("").to_string()
     )
     .increment(1);
-    histogram!("herald_attempt_duration_seconds", "channel" => channel.to_string(), "provider" => provider.to_string())
+    histogram!("herald_attempt_duration_seconds", "channel" => channel.as_str(), "provider" => provider.to_string())
         .record(took.as_secs_f64());
 }
 
 /// An intent planned in shadow mode reached the point where live would have
 /// called a provider (`source`: `worker`, or `digest` for a digest closed in shadow).
-pub fn shadowed(channel: &str, template: TemplateRef<'_>, source: &'static str) {
-    let channel = Channel::parse(channel).map_or("other", Channel::as_str);
+pub fn shadowed(channel: Channel, template: TemplateRef<'_>, source: &'static str) {
     counter!(
         "herald_intents_shadowed_total",
-        "channel" => channel,
+        "channel" => channel.as_str(),
         "template" => template.id.to_string(),
         "source" => source
     )

@@ -8,6 +8,7 @@
 
 use crate::clock::rfc3339;
 use crate::event::OccurredAt;
+use crate::intent::State;
 use crate::store::{ReportFilter, Store, StoreResult, TallyKind};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -124,15 +125,15 @@ pub async fn build(store: &dyn Store, tenant: Option<&str>, since_us: i64, until
     for c in rows.intents {
         let reason = c.reason.clone().unwrap_or_else(|| "none".into());
         *r.intents
-            .entry(c.channel.clone())
+            .entry(c.channel.as_str().to_string())
             .or_default()
-            .entry(c.decision.clone())
+            .entry(c.decision.as_str().to_string())
             .or_default()
             .entry(reason)
             .or_default() += c.n;
-        match c.state.as_str() {
-            "shadowed" => *r.would_send.entry(c.channel).or_default() += c.n,
-            "sent" => *r.sent.entry(c.channel).or_default() += c.n,
+        match c.state {
+            State::Shadowed => *r.would_send.entry(c.channel.as_str().to_string()).or_default() += c.n,
+            State::Sent => *r.sent.entry(c.channel.as_str().to_string()).or_default() += c.n,
             _ => {}
         }
     }

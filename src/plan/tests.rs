@@ -72,7 +72,7 @@ fn dir(r: RecipientRow) -> HashMap<String, RecipientRow> {
 }
 
 fn decision(i: &NewIntent) -> (&str, &str, Option<&str>) {
-    (i.decision.as_str(), i.state.as_str(), i.reason.as_deref())
+    (i.decision.as_str(), i.state.as_str(), i.reason.map(Reason::as_str))
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn one_intent_per_channel_and_recipient() {
     let out = run(&ev, &route(&["email", "sms", "in_app"]), &HashMap::new());
     assert_eq!(out.len(), 6);
     let queued: Vec<_> =
-        out.iter().filter(|i| i.state == "queued").map(|i| (&i.recipient_id[..], &i.channel[..])).collect();
+        out.iter().filter(|i| i.state == "queued").map(|i| (&i.recipient_id[..], i.channel.as_str())).collect();
     assert_eq!(queued, vec![("u-1", "email"), ("u-1", "sms"), ("u-1", "in_app"), ("u-2", "in_app")]);
     assert!(
         out.iter()
@@ -114,7 +114,7 @@ fn an_unconfigured_channel_is_channel_disabled() {
         suppressions: &HashMap::new(),
         now: night(),
     };
-    assert_eq!(plan(&input)[0].reason.as_deref(), Some("channel_disabled"));
+    assert_eq!(plan(&input)[0].reason, Some(Reason::ChannelDisabled));
 }
 
 #[test]

@@ -200,7 +200,7 @@ async fn insert_intents(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest]) -> 
     .bind(text(|r, _| &r.entity_id))
     .bind(rows.iter().map(|(r, _)| r.entity_version).collect::<Vec<_>>())
     .bind(text(|r, _| &r.occurred_at))
-    .bind(text(|_, i| &i.channel))
+    .bind(text(|_, i| i.channel.as_str()))
     .bind(text(|_, i| &i.recipient_id))
     .bind(opt(|_, i| i.destination.as_deref()))
     .bind(opt(|_, i| i.locale.as_deref()))
@@ -208,10 +208,10 @@ async fn insert_intents(tx: &mut Transaction<'_, Postgres>, new: &[&Ingest]) -> 
     .bind(opt(|_, i| i.template_revision.as_deref()))
     .bind(text(|r, _| &r.fingerprint))
     .bind(opt(|_, i| i.payload.as_ref().map(|(d, _)| d.as_str())))
-    .bind(text(|_, i| &i.decision))
-    .bind(opt(|_, i| i.reason.as_deref()))
+    .bind(text(|_, i| i.decision.as_str()))
+    .bind(opt(|_, i| i.reason.map(crate::intent::Reason::as_str)))
     .bind(opt(|_, i| i.detail.as_deref()))
-    .bind(text(|_, i| &i.state))
+    .bind(text(|_, i| i.state.as_str()))
     .bind(rows.iter().map(|(r, _)| r.now_us).collect::<Vec<_>>())
     .bind(rows.iter().map(|(_, i)| i.preferences_version).collect::<Vec<_>>())
     .bind(text(|_, i| i.mode.as_str()))
@@ -286,13 +286,13 @@ fn response(
             let new = created.contains(&i.key);
             any_created |= new;
             let (decision, reason, state) = match existing.get(&i.key).filter(|_| !new) {
-                Some(s) => (s.decision.as_str().into(), s.reason.clone(), s.state.as_str().into()),
-                None => (i.decision.clone(), i.reason.clone(), i.state.clone()),
+                Some(s) => (s.decision, s.reason.clone(), s.state),
+                None => (i.decision, i.reason.map(|r| r.as_str().to_string()), i.state),
             };
             IntentSummary {
                 id: i.key.clone(),
                 key: i.key.clone(),
-                channel: i.channel.clone(),
+                channel: i.channel,
                 recipient_id: i.recipient_id.clone(),
                 decision,
                 reason,

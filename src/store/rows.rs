@@ -3,6 +3,7 @@
 //! Times are microseconds since the Unix epoch in both databases.
 
 use super::{StoreError, StoreResult, SuppressionRow};
+use crate::event::Channel;
 use crate::intent::{Decision, Mode, OutcomeClass, Reason, State};
 use serde::{Deserialize, Serialize};
 
@@ -39,7 +40,7 @@ pub struct RecipientPut {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewIntent {
     pub key: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_id: String,
     pub destination: Option<String>,
     pub locale: Option<String>,
@@ -47,11 +48,11 @@ pub struct NewIntent {
     pub template_revision: Option<String>,
     /// (digest, canonical JSON) of the frozen content.
     pub payload: Option<(String, String)>,
-    pub decision: String,
-    pub reason: Option<String>,
+    pub decision: Decision,
+    pub reason: Option<Reason>,
     /// Free text for an operator (a template error's message).
     pub detail: Option<String>,
-    pub state: String,
+    pub state: State,
     /// When set and the intent is new, a job is queued to run at this time.
     pub run_at: Option<i64>,
     /// The recipient's preferences version that took part in the decision.
@@ -67,7 +68,7 @@ pub struct NewIntent {
 pub struct NewDigest {
     pub key: String,
     pub event_type: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_id: String,
     pub group_key: String,
     pub destination: Option<String>,
@@ -108,11 +109,11 @@ pub struct Ingest {
 pub struct IntentSummary {
     pub id: String,
     pub key: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_id: String,
-    pub decision: String,
+    pub decision: Decision,
     pub reason: Option<String>,
-    pub state: String,
+    pub state: State,
     pub created: bool,
 }
 
@@ -131,9 +132,9 @@ impl IngestResponse {
         let now: std::collections::HashMap<&str, &IntentStatus> = now.iter().map(|s| (s.key.as_str(), s)).collect();
         for i in &mut self.intents {
             if let Some(s) = now.get(i.key.as_str()) {
-                i.decision = s.decision.as_str().into();
+                i.decision = s.decision;
                 i.reason.clone_from(&s.reason);
-                i.state = s.state.as_str().into();
+                i.state = s.state;
             }
         }
     }
@@ -233,7 +234,7 @@ pub struct IntentRow {
     pub entity_id: String,
     pub entity_version: Option<i64>,
     pub occurred_at: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_id: String,
     pub destination: Option<String>,
     pub locale: Option<String>,
@@ -376,7 +377,7 @@ pub struct DigestRow {
     pub key: String,
     pub tenant: String,
     pub event_type: String,
-    pub channel: String,
+    pub channel: Channel,
     pub recipient_id: String,
     pub group_key: String,
     pub destination: Option<String>,

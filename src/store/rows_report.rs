@@ -1,6 +1,9 @@
 //! The values the shadow report crosses the store seam with: the ingest tally
 //! (posts by how they were answered) and the counts read back for a range.
 
+use crate::event::Channel;
+use crate::intent::{Decision, State};
+
 /// How one post was answered, as the ingest tally counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TallyKind {
@@ -64,10 +67,10 @@ pub struct ReportFilter {
 /// Intents planned in the range with the same channel, decision, reason and state.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct IntentCount {
-    pub channel: String,
-    pub decision: String,
+    pub channel: Channel,
+    pub decision: Decision,
     pub reason: Option<String>,
-    pub state: String,
+    pub state: State,
     pub n: i64,
 }
 

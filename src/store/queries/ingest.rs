@@ -279,10 +279,10 @@ macro_rules! ingest_queries {
             .await?
             .rows_affected()
                 == 1;
-            let summary = |decision: String, reason: Option<String>, state: String| IntentSummary {
+            let summary = |decision: Decision, reason: Option<String>, state: State| IntentSummary {
                 id: it.key.clone(),
                 key: it.key.clone(),
-                channel: it.channel.clone(),
+                channel: it.channel,
                 recipient_id: it.recipient_id.clone(),
                 decision,
                 reason,
@@ -308,7 +308,7 @@ macro_rules! ingest_queries {
                         .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)
                         .await?;
-                    return Ok(summary("send".into(), None, "queued".into()));
+                    return Ok(summary(Decision::Send, None, State::Queued));
                 }
                 if let Some(run_at) = it.run_at {
                     sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
@@ -318,11 +318,11 @@ macro_rules! ingest_queries {
                         .execute(&mut **tx)
                         .await?;
                 }
-                return Ok(summary(it.decision.clone(), it.reason.clone(), it.state.clone()));
+                return Ok(summary(it.decision, it.reason.map(|r| r.as_str().to_string()), it.state));
             }
             // The same event arrived under another request identity: report the
             // intent as it stands.
-            let (decision, reason, state): (String, Option<String>, String) =
+            let (decision, reason, state): (Decision, Option<String>, State) =
                 sqlx::query_as("SELECT decision, reason, state FROM intents WHERE key = $1")
                     .bind(&it.key)
                     .fetch_one(&mut **tx)
