@@ -320,6 +320,25 @@ async fn the_request_identity_decides_replay_or_mismatch() {
 }
 
 #[tokio::test]
+async fn a_recorded_identity_keeps_nothing_a_later_request_under_it_wrote() {
+    // SQLite writes a request alone without reading its record first (the
+    // pipeline read it before planning): a replay or a mismatch that gets
+    // this far writes its rows, finds the record, and must take them back.
+    each_backend(|store| async move {
+        store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
+        let replay = store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(2), "sms", Some(T0))]));
+        assert!(matches!(replay.await.unwrap(), IngestOutcome::Replayed { .. }));
+        let mismatch = store.events_ingest(ingest("r1", "fp2", vec![new_intent(&key(3), "sms", Some(T0))]));
+        assert_eq!(mismatch.await.unwrap(), IngestOutcome::Mismatch);
+        let left = store.intents_status("default", &[key(1), key(2), key(3)]).await.unwrap();
+        assert_eq!(left.iter().map(|s| s.key.as_str()).collect::<Vec<_>>(), [key(1).as_str()]);
+        let claimed = store.jobs_claim(claim(T0, 10)).await.unwrap();
+        assert_eq!(claimed.iter().map(|j| j.intent.key.as_str()).collect::<Vec<_>>(), [key(1).as_str()]);
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn concurrent_ingests_of_one_identity_create_once() {
     each_backend(|store| async move {
         let mut tasks = Vec::new();

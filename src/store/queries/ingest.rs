@@ -28,7 +28,7 @@ macro_rules! ingest_queries {
             let mut out = Vec::new();
             for ingest in batch {
                 let mut one = tx.begin().await?;
-                match ingest_one(&mut one, ingest).await {
+                match ingest_one(&mut one, ingest, true).await {
                     Ok(Step::Done(outcome @ IngestOutcome::Accepted { .. })) => {
                         one.commit().await?;
                         out.push(Ok(outcome));
@@ -59,24 +59,26 @@ macro_rules! ingest_queries {
         /// A request whose identity another transaction recorded while this one
         /// was writing (on Postgres the request INSERT waited for it): now a
         /// replay of it or a mismatch.
-        async fn decided_elsewhere(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
-            match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
-                Some(RequestSeen::Replay(response)) => Ok(IngestOutcome::Replayed { response }),
-                Some(RequestSeen::Mismatch) => Ok(IngestOutcome::Mismatch),
-                None => Err(StoreError::Corrupt("request record without a response".into())),
-            }
+        pub async fn decided_elsewhere(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
+            seen_before(tx, ingest).await?.ok_or_else(|| StoreError::Corrupt("request record without a response".into()))
         }
 
-        /// One request: the request record is read first, and written last with
-        /// its response, so a new request costs one statement for it and a
-        /// replay writes nothing.
-        async fn ingest_one(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Step> {
-            match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
-                Some(RequestSeen::Replay(response)) => return Ok(Step::Done(IngestOutcome::Replayed { response })),
-                Some(RequestSeen::Mismatch) => return Ok(Step::Done(IngestOutcome::Mismatch)),
-                None => {}
+        /// One request: the request record is written last with its response,
+        /// where a record written first by another request makes this one
+        /// [`Step::Raced`]. With `read_first` the record is read before anything
+        /// is written, so a replay writes nothing; without it a new request
+        /// saves that statement, and a replay that got this far (the caller read
+        /// the record just before) is written and then rolled back.
+        pub async fn ingest_one(tx: &mut Tx<'_>, ingest: &Ingest, read_first: bool) -> StoreResult<Step> {
+            if read_first && let Some(seen) = seen_before(tx, ingest).await? {
+                return Ok(Step::Done(seen));
             }
             if !event_claim(tx, ingest).await? {
+                // The identity's record decides before the event's: a reused
+                // identity with another body is a mismatch before a conflict.
+                if !read_first && let Some(seen) = seen_before(tx, ingest).await? {
+                    return Ok(Step::Done(seen));
+                }
                 return Ok(Step::Done(IngestOutcome::Conflict));
             }
 
@@ -126,6 +128,15 @@ macro_rules! ingest_queries {
                 return Ok(Step::Raced);
             }
             Ok(Step::Done(IngestOutcome::Accepted { response, any_created }))
+        }
+
+        /// The answer already recorded for this request's identity, if any.
+        async fn seen_before(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Option<IngestOutcome>> {
+            Ok(match request_seen(&mut **tx, &ingest.tenant, &ingest.identity, &ingest.fingerprint).await? {
+                Some(RequestSeen::Replay(response)) => Some(IngestOutcome::Replayed { response }),
+                Some(RequestSeen::Mismatch) => Some(IngestOutcome::Mismatch),
+                None => None,
+            })
         }
 
         /// The stored answer for a request identity: a replay when the
