@@ -12,8 +12,7 @@
 
 mod common;
 
-use common::{Scratch, arg};
-use herald::config::{DigestRoute, Route};
+use common::{Scratch, arg, sms_route};
 use herald::event::{Tenant, parse_event};
 use herald::intent::OutcomeClass;
 use herald::plan::{PlanInput, plan};
@@ -24,24 +23,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 const PER_EVENT: usize = 100;
-
-fn route(event: &str, digest: bool) -> Route {
-    Route {
-        event: event.into(),
-        template: "po_approved".into(),
-        channels: vec!["sms".into()],
-        critical: false,
-        skip_superseded: false,
-        failover_on_unknown: false,
-        digest: digest.then(|| DigestRoute {
-            window: Duration::from_secs(3600),
-            key: "{{ entity.type }}".into(),
-            template: "po_approved".into(),
-            channels: None,
-        }),
-        mode: None,
-    }
-}
 
 /// Recipient `n` of an event: what kind of decision they will get.
 fn recipient(n: usize, event: usize) -> (serde_json::Value, Option<RecipientRow>) {
@@ -81,7 +62,8 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
     store.migrate().await?;
     let mut templates = TemplateSet::built_in();
     let tenant = Tenant::default_tenant();
-    let (plain, batched) = (route("purchase_order.approved", false), route("purchase_order.batched", true));
+    let (plain, batched) =
+        (sms_route("purchase_order.approved", None), sms_route("purchase_order.batched", Some("{{ entity.type }}")));
     // As `app::load_templates` does at start-up.
     if let Some(d) = &batched.digest {
         templates.add_key(&d.key)?;

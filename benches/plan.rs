@@ -12,34 +12,17 @@
 
 mod common;
 
-use common::arg;
-use herald::config::{DigestRoute, Route};
+use common::{arg, sms_route};
+use herald::config::Route;
 use herald::event::{Event, Tenant, parse_event};
 use herald::plan::{PlanInput, plan};
 use herald::render::TemplateSet;
 use serde_json::json;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+const EVENT: &str = "purchase_order.approved";
 const DIGEST_KEY: &str = "{{ entity.type }}:{{ po.number }}";
-
-fn route(digest: bool) -> Route {
-    Route {
-        event: "purchase_order.approved".into(),
-        template: "po_approved".into(),
-        channels: vec!["sms".into()],
-        critical: false,
-        skip_superseded: false,
-        failover_on_unknown: false,
-        digest: digest.then(|| DigestRoute {
-            window: Duration::from_secs(3600),
-            key: DIGEST_KEY.into(),
-            template: "po_approved".into(),
-            channels: None,
-        }),
-        mode: None,
-    }
-}
 
 fn events(count: usize, recipients: usize) -> anyhow::Result<Vec<Event>> {
     (0..count)
@@ -48,7 +31,7 @@ fn events(count: usize, recipients: usize) -> anyhow::Result<Vec<Event>> {
                 .map(|n| json!({"id": format!("u-{e}-{n}"), "phone": format!("+1555{:07}", e * recipients + n)}))
                 .collect();
             Ok(parse_event(&json!({
-                "type": "purchase_order.approved",
+                "type": EVENT,
                 "entity": {"type": "purchase_order", "id": format!("PO-{e}"), "version": 1},
                 "occurred_at": "2026-11-30T10:15:00Z",
                 "data": {"po": {"number": format!("PO-{e}"), "total": "1,20,000"}, "approver": {"name": "Asha"}},
@@ -96,9 +79,9 @@ fn main() -> anyhow::Result<()> {
     once.add_key(DIGEST_KEY)?;
     println!("plan: {count} events × {recipients} SMS recipients, best of {rounds} rounds, µs per intent");
     let cases = [
-        ("plain route", route(false), &once),
-        ("digest route, key compiled per intent", route(true), &per_call),
-        ("digest route, key compiled once", route(true), &once),
+        ("plain route", sms_route(EVENT, None), &once),
+        ("digest route, key compiled per intent", sms_route(EVENT, Some(DIGEST_KEY)), &per_call),
+        ("digest route, key compiled once", sms_route(EVENT, Some(DIGEST_KEY)), &once),
     ];
     for (name, route, templates) in &cases {
         println!("  {name:<40}{:>8.2}", measure(&events, route, templates, rounds));

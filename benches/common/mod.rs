@@ -1,15 +1,37 @@
-//! What the benchmarks share: their flags, and a scratch Postgres database
-//! created for one run and dropped after it.
+//! What the benchmarks share: their flags, the route they plan through, and a
+//! scratch Postgres database created for one run and dropped after it.
 
 #![allow(dead_code)] // each bench uses its own part of this
 
+use herald::config::{DigestRoute, Route};
 use sqlx::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// The value after `--name` on the command line.
 pub fn arg(name: &str) -> Option<String> {
     let args: Vec<String> = std::env::args().collect();
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1).cloned())
+}
+
+/// An SMS route for `event` through the built-in `po_approved` template;
+/// with `digest_key`, batched into hourly digests by that key.
+pub fn sms_route(event: &str, digest_key: Option<&str>) -> Route {
+    Route {
+        event: event.into(),
+        template: "po_approved".into(),
+        channels: vec!["sms".into()],
+        critical: false,
+        skip_superseded: false,
+        failover_on_unknown: false,
+        digest: digest_key.map(|key| DigestRoute {
+            window: Duration::from_secs(3600),
+            key: key.into(),
+            template: "po_approved".into(),
+            channels: None,
+        }),
+        mode: None,
+    }
 }
 
 pub struct Scratch {
