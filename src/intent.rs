@@ -186,4 +186,22 @@ mod text_tests {
         assert_eq!((Channel::parse("SMS"), Channel::parse("inapp")), (None, None));
         assert!(serde_json::from_str::<Channel>("\"push\"").is_err());
     }
+
+    #[tokio::test]
+    async fn a_column_decodes_to_its_value_and_other_text_fails_to_decode() {
+        use crate::event::Channel;
+        use sqlx::Connection;
+        let mut db = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        let read = |sql: &'static str| sqlx::query_scalar::<_, Channel>(sql);
+        assert_eq!(read("SELECT 'in_app'").fetch_one(&mut db).await.unwrap(), Channel::InApp);
+        let e = read("SELECT 'pigeon'").fetch_one(&mut db).await.unwrap_err();
+        assert!(e.to_string().contains("\"pigeon\" is not a Channel"), "{e}");
+        let stored: (State, Option<Reason>) = sqlx::query_as("SELECT $1, $2")
+            .bind(State::Dead)
+            .bind(Reason::TemplateError)
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+        assert_eq!(stored, (State::Dead, Some(Reason::TemplateError)));
+    }
 }
