@@ -3,7 +3,8 @@
 //! of requests in one transaction. Instantiated per backend by
 //! [`super::shared_queries`].
 
-/// How one request's statements ended, before its savepoint is released.
+/// How one request's statements ended, before its savepoint (or, for a
+/// request alone on SQLite, its transaction) ends.
 pub enum Step {
     Done(crate::store::IngestOutcome),
     /// Another transaction recorded this request identity first.
