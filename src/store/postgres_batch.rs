@@ -285,20 +285,11 @@ fn response(
         .map(|i| {
             let new = created.contains(&i.key);
             any_created |= new;
-            let (decision, reason, state) = match existing.get(&i.key).filter(|_| !new) {
+            let status = match existing.get(&i.key).filter(|_| !new) {
                 Some(s) => (s.decision, s.reason.clone(), s.state),
-                None => (i.decision, i.reason.map(|r| r.as_str().to_string()), i.state),
+                None => i.planned(),
             };
-            IntentSummary {
-                id: i.key.clone(),
-                key: i.key.clone(),
-                channel: i.channel,
-                recipient_id: i.recipient_id.clone(),
-                decision,
-                reason,
-                state,
-                created: new,
-            }
+            i.summary(new, status)
         })
         .collect();
     (IngestResponse { event_key: request.event_key.clone(), replayed: false, intents }, any_created)

@@ -77,6 +77,31 @@ pub struct NewDigest {
     pub closes_at: i64,
 }
 
+/// An intent's decision, reason and state, as a request's answer gives them.
+pub type SummaryStatus = (Decision, Option<String>, State);
+
+impl NewIntent {
+    /// Its decision, reason and state as planned.
+    pub fn planned(&self) -> SummaryStatus {
+        (self.decision, self.reason.map(|r| r.as_str().to_string()), self.state)
+    }
+
+    /// This intent in a request's answer, with the status it has there: as
+    /// planned when the request created it, else as the stored one stands.
+    pub fn summary(&self, created: bool, (decision, reason, state): SummaryStatus) -> IntentSummary {
+        IntentSummary {
+            id: self.key.clone(),
+            key: self.key.clone(),
+            channel: self.channel,
+            recipient_id: self.recipient_id.clone(),
+            decision,
+            reason,
+            state,
+            created,
+        }
+    }
+}
+
 /// Everything one `POST /v1/events` writes.
 #[derive(Debug, Clone)]
 pub struct Ingest {

@@ -291,16 +291,6 @@ macro_rules! ingest_queries {
             .await?
             .rows_affected()
                 == 1;
-            let summary = |decision: Decision, reason: Option<String>, state: State| IntentSummary {
-                id: it.key.clone(),
-                key: it.key.clone(),
-                channel: it.channel,
-                recipient_id: it.recipient_id.clone(),
-                decision,
-                reason,
-                state,
-                created,
-            };
             if created {
                 if let Some(d) = &it.digest
                     && !digest_join(tx, ingest, d).await?
@@ -308,10 +298,12 @@ macro_rules! ingest_queries {
                     // The window closed between planning and this transaction:
                     // the member goes out on its own rather than being lost.
                     sqlx::query(
-                        "UPDATE intents SET decision = 'send', state = 'queued', link_key = NULL,
+                        "UPDATE intents SET decision = $2, state = $3, link_key = NULL,
                              detail = 'its digest window had already closed; sent on its own' WHERE key = $1",
                     )
                     .bind(&it.key)
+                    .bind(Decision::Send)
+                    .bind(State::Queued)
                     .execute(&mut **tx)
                     .await?;
                     sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
@@ -320,7 +312,7 @@ macro_rules! ingest_queries {
                         .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)
                         .await?;
-                    return Ok(summary(Decision::Send, None, State::Queued));
+                    return Ok(it.summary(created, (Decision::Send, None, State::Queued)));
                 }
                 if let Some(run_at) = it.run_at {
                     sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
@@ -330,16 +322,15 @@ macro_rules! ingest_queries {
                         .execute(&mut **tx)
                         .await?;
                 }
-                return Ok(summary(it.decision, it.reason.map(|r| r.as_str().to_string()), it.state));
+                return Ok(it.summary(created, it.planned()));
             }
             // The same event arrived under another request identity: report the
             // intent as it stands.
-            let (decision, reason, state): (Decision, Option<String>, State) =
-                sqlx::query_as("SELECT decision, reason, state FROM intents WHERE key = $1")
-                    .bind(&it.key)
-                    .fetch_one(&mut **tx)
-                    .await?;
-            Ok(summary(decision, reason, state))
+            let now: SummaryStatus = sqlx::query_as("SELECT decision, reason, state FROM intents WHERE key = $1")
+                .bind(&it.key)
+                .fetch_one(&mut **tx)
+                .await?;
+            Ok(it.summary(false, now))
         }
 
         /// Opens the digest window if this member is its first, and says whether
