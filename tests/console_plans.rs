@@ -57,7 +57,7 @@ async fn load(db: &TestDb, now_us: i64) {
                 CASE state WHEN 'dead' THEN 'permanent' WHEN 'queued' THEN 'retryable' ELSE 'accepted' END, 200, 'sms'
          FROM intents"
             .to_string(),
-        format!("INSERT INTO jobs (intent_key, run_at) SELECT key, {now_us} - 60000000 FROM intents WHERE state = 'queued'"),
+        format!("INSERT INTO jobs (intent_key, tenant, run_at) SELECT key, tenant, {now_us} - 60000000 FROM intents WHERE state = 'queued'"),
         // The ingest tally behind the shadow report: a row a minute per tenant for the 30 days.
         format!(
             "INSERT INTO ingest_tally (tenant, minute, kind, n)
@@ -102,32 +102,31 @@ fn queries(now_us: i64) -> Vec<(&'static str, String)> {
         ("The timeline's intent", format!("SELECT {cols} FROM intents i WHERE i.tenant = 'tenant-3' AND i.key = {key}")),
         ("The timeline's attempts", format!("SELECT intent_key, n, outcome FROM attempts WHERE intent_key = {key} ORDER BY n")),
         ("Dead letters by reason (a tenant's)",
-            "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
-             FROM intents WHERE state = 'dead' AND tenant = 'tenant-3' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2".into()),
+            "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(dead_at) AS oldest_at
+             FROM intents WHERE dead_at IS NOT NULL AND tenant = 'tenant-3' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2".into()),
         ("Dead letters by tenant and reason (admin)",
-            "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
-             FROM intents WHERE state = 'dead' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2".into()),
+            "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(dead_at) AS oldest_at
+             FROM intents WHERE dead_at IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2".into()),
         ("Dead letters: the newest 10 of each group, ranked (a tenant's)",
             "SELECT key FROM (
-                SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY updated_at DESC, key DESC) AS n
-                FROM intents WHERE state = 'dead' AND tenant = 'tenant-3') ranked WHERE n <= 10".into()),
+                SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY dead_at DESC, key DESC) AS n
+                FROM intents WHERE dead_at IS NOT NULL AND tenant = 'tenant-3') ranked WHERE n <= 10".into()),
         ("Dead letters: the newest 3 of each group, ranked (admin, every tenant)",
             "SELECT key FROM (
-                SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY updated_at DESC, key DESC) AS n
-                FROM intents WHERE state = 'dead') ranked WHERE n <= 3".into()),
+                SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY dead_at DESC, key DESC) AS n
+                FROM intents WHERE dead_at IS NOT NULL) ranked WHERE n <= 3".into()),
         ("Dead letters: the ranked examples, read by key (150 keys)", format!(
             "SELECT {cols} FROM intents i WHERE i.key = ANY(ARRAY(
-                SELECT key FROM intents WHERE state = 'dead' ORDER BY updated_at DESC LIMIT 150))
-             ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.updated_at DESC, i.key DESC")),
+                SELECT key FROM intents WHERE dead_at IS NOT NULL ORDER BY dead_at DESC LIMIT 150))
+             ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.dead_at DESC, i.key DESC")),
         ("The daily digest's examples of a reason (every tenant)", format!(
-            "SELECT {cols} FROM intents i WHERE i.state = 'dead' AND i.reason = 'rejected'
-             AND i.updated_at >= {} AND i.updated_at < {now_us}
-             ORDER BY i.updated_at DESC, i.key DESC LIMIT 3", now_us - 86_400_000_000)),
+            "SELECT {cols} FROM intents i WHERE i.dead_at IS NOT NULL AND i.reason = 'rejected'
+             AND i.dead_at >= {} AND i.dead_at < {now_us}
+             ORDER BY i.dead_at DESC, i.key DESC LIMIT 3", now_us - 86_400_000_000)),
         ("Health: a tenant's queue", format!(
             "SELECT CAST(COALESCE(SUM(CASE WHEN j.run_at <= {now_us} THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*),
                     MIN(CASE WHEN j.run_at <= {now_us} THEN j.run_at END)
-             FROM intents i JOIN jobs j ON j.intent_key = i.key
-             WHERE i.tenant = 'tenant-3' AND i.state IN ('queued', 'held', 'sending', 'unknown')")),
+             FROM jobs j WHERE j.tenant = 'tenant-3'")),
         ("Health: the whole queue (admin, and /metrics)", format!("SELECT COUNT(*), MIN(run_at) FROM jobs WHERE run_at <= {now_us}")),
         ("Health: a tenant's attempts in the last hour", format!(
             "SELECT COALESCE(a.outcome, 'unknown') AS outcome, COUNT(*) AS n FROM attempts a

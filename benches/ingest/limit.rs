@@ -127,7 +127,7 @@ const INSERT_INTENT: &str = "INSERT INTO intents (key, tenant, event_type, entit
      VALUES ($1, $2, $3, $4, $5, 1, $6, 'sms', $7, $8, 'en', 'po_approved', '1', $9, $10, 'send', NULL, NULL,
          'queued', 0, $11, $11, NULL, NULL)
      ON CONFLICT (key) DO NOTHING";
-const INSERT_JOB: &str = "INSERT INTO jobs (intent_key, run_at) VALUES ($1, $2)";
+const INSERT_JOB: &str = "INSERT INTO jobs (intent_key, tenant, run_at) VALUES ($1, $2, $3)";
 const OCCURRED_AT_UTC: &str = "2026-11-29T04:30:00.000000000Z";
 
 /// One event, one transaction: the request record with its response, both
@@ -165,7 +165,7 @@ where
         .bind(now)
         .execute(&mut *tx)
         .await?;
-    sqlx::query(INSERT_JOB).bind(r.intent_key.as_str()).bind(now).execute(&mut *tx).await?;
+    sqlx::query(INSERT_JOB).bind(r.intent_key.as_str()).bind(TENANT).bind(now).execute(&mut *tx).await?;
     tx.commit().await
 }
 
@@ -224,8 +224,9 @@ async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Re
     .bind(column(rows, |r| &r.content_digest))
     .execute(&mut *tx)
     .await?;
-    sqlx::query("INSERT INTO jobs (intent_key, run_at) SELECT k, $2 FROM UNNEST($1::text[]) AS u(k)")
+    sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at) SELECT k, $2, $3 FROM UNNEST($1::text[]) AS u(k)")
         .bind(column(rows, |r| &r.intent_key))
+        .bind(TENANT)
         .bind(now)
         .execute(&mut *tx)
         .await?;
@@ -287,9 +288,9 @@ async fn write_batch_sqlite(pool: &SqlitePool, rows: &[EventRows], now: i64) -> 
     q.push(" ON CONFLICT (key) DO NOTHING");
     q.build().execute(&mut *tx).await?;
 
-    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO jobs (intent_key, run_at) ");
+    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO jobs (intent_key, tenant, run_at) ");
     q.push_values(rows, |mut b, r| {
-        b.push_bind(&r.intent_key).push_bind(now);
+        b.push_bind(&r.intent_key).push_bind(TENANT).push_bind(now);
     });
     q.build().execute(&mut *tx).await?;
     tx.commit().await

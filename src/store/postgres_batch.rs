@@ -250,10 +250,10 @@ async fn queue_jobs(
     created: &HashSet<String>,
     wake: Wake<'_>,
 ) -> StoreResult<bool> {
-    let mut jobs: Vec<(&str, i64, Option<&str>)> = (new.iter())
+    let mut jobs: Vec<(&str, &str, i64, Option<&str>)> = (new.iter())
         .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
         .filter(|(_, i)| created.contains(&i.key))
-        .filter_map(|(r, i)| Some((i.key.as_str(), i.run_at?, r.traceparent.as_deref())))
+        .filter_map(|(r, i)| Some((i.key.as_str(), r.tenant.as_str(), i.run_at?, r.traceparent.as_deref())))
         .collect();
     if jobs.is_empty() {
         return Ok(false);
@@ -261,12 +261,14 @@ async fn queue_jobs(
     jobs.sort_unstable();
     sqlx::query(
         "WITH queued AS (
-             INSERT INTO jobs (intent_key, run_at, traceparent) SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::text[]))
-         SELECT pg_notify($4, $5)",
+             INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[]))
+         SELECT pg_notify($5, $6)",
     )
     .bind(jobs.iter().map(|j| j.0).collect::<Vec<_>>())
     .bind(jobs.iter().map(|j| j.1).collect::<Vec<_>>())
     .bind(jobs.iter().map(|j| j.2).collect::<Vec<_>>())
+    .bind(jobs.iter().map(|j| j.3).collect::<Vec<_>>())
     .bind(wake.channel)
     .bind(wake.token)
     .execute(&mut **tx)

@@ -108,8 +108,8 @@ macro_rules! digests_queries {
                 // Each continues the trace of the request that planned it.
                 for key in members {
                     sqlx::query(
-                        "INSERT INTO jobs (intent_key, run_at, traceparent)
-                         SELECT key, $2, traceparent FROM intents WHERE key = $1
+                        "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+                         SELECT key, tenant, $2, traceparent FROM intents WHERE key = $1
                          ON CONFLICT (intent_key) DO NOTHING",
                     )
                     .bind(&key)

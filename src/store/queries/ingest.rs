@@ -306,8 +306,9 @@ macro_rules! ingest_queries {
                     .bind(State::Queued)
                     .execute(&mut **tx)
                     .await?;
-                    sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
+                    sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES ($1, $2, $3, $4)")
                         .bind(&it.key)
+                        .bind(&ingest.tenant)
                         .bind(ingest.now_us)
                         .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)
@@ -315,8 +316,9 @@ macro_rules! ingest_queries {
                     return Ok(it.summary(created, (Decision::Send, None, State::Queued)));
                 }
                 if let Some(run_at) = it.run_at {
-                    sqlx::query("INSERT INTO jobs (intent_key, run_at, traceparent) VALUES ($1, $2, $3)")
+                    sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES ($1, $2, $3, $4)")
                         .bind(&it.key)
+                        .bind(&ingest.tenant)
                         .bind(run_at)
                         .bind(ingest.traceparent.as_deref())
                         .execute(&mut **tx)

@@ -10,7 +10,7 @@ macro_rules! ops_queries {
                 ", p.body AS content, e.body AS event_body FROM intents i
                  LEFT JOIN payloads p ON p.digest = i.payload_digest
                  LEFT JOIN payloads e ON e.digest = i.event_digest
-                 WHERE i.state = 'dead'"
+                 WHERE i.dead_at IS NOT NULL"
             ));
             if let Some(tenant) = &f.tenant {
                 q.push(" AND i.tenant = ").push_bind(tenant);
@@ -19,14 +19,15 @@ macro_rules! ops_queries {
                 q.push(" AND i.reason = ").push_bind(r);
             }
             if let Some(since) = f.since_us {
-                q.push(" AND i.updated_at >= ").push_bind(since);
+                q.push(" AND i.dead_at >= ").push_bind(since);
             }
             if let Some(c) = &f.cursor {
-                q.push(" AND (i.updated_at < ").push_bind(c.at);
-                q.push(" OR (i.updated_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
+                q.push(" AND (i.dead_at < ").push_bind(c.at);
+                q.push(" OR (i.dead_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
             }
-            q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
+            q.push(" ORDER BY i.dead_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
             let mut items: Vec<DeadLetter> = q.build_query_as().fetch_all(pool).await?;
+            // A dead letter's `dead_at` is its `updated_at`.
             Ok(page(&mut items, f.limit, |d| Cursor::new(d.intent.updated_at, &d.intent.key)))
         }
 
@@ -39,7 +40,7 @@ macro_rules! ops_queries {
         ) -> StoreResult<Vec<(String, i64)>> {
             let rows = sqlx::query_as(
                 "SELECT COALESCE(reason, 'unknown'), COUNT(*) FROM intents
-                 WHERE state = 'dead' AND ($1 IS NULL OR tenant = $1) AND updated_at >= $2 AND updated_at < $3
+                 WHERE dead_at IS NOT NULL AND ($1 IS NULL OR tenant = $1) AND dead_at >= $2 AND dead_at < $3
                  GROUP BY 1 ORDER BY 2 DESC, 1",
             )
             .bind(tenant)
@@ -55,8 +56,8 @@ macro_rules! ops_queries {
         /// Dead letters by tenant and reason: one tenant's, or every tenant's.
         pub async fn dead_letters_groups(pool: &Pool<$db>, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
             let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
-                "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(updated_at) AS oldest_at
-                 FROM intents WHERE state = 'dead'",
+                "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(dead_at) AS oldest_at
+                 FROM intents WHERE dead_at IS NOT NULL",
             );
             if let Some(t) = tenant {
                 q.push(" AND tenant = ").push_bind(t);
@@ -77,8 +78,8 @@ macro_rules! ops_queries {
         ) -> StoreResult<Vec<IntentRow>> {
             let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
                 "SELECT key FROM (
-                     SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY updated_at DESC, key DESC) AS n
-                     FROM intents WHERE state = 'dead'",
+                     SELECT key, ROW_NUMBER() OVER (PARTITION BY tenant, reason ORDER BY dead_at DESC, key DESC) AS n
+                     FROM intents WHERE dead_at IS NOT NULL",
             );
             if let Some(t) = tenant {
                 q.push(" AND tenant = ").push_bind(t);
@@ -93,7 +94,7 @@ macro_rules! ops_queries {
                 intent_columns!(),
                 " FROM intents i WHERE i.key ",
                 $in_keys,
-                " ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.updated_at DESC, i.key DESC"
+                " ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.dead_at DESC, i.key DESC"
             ))
             .bind($keys_arg(&keys))
             .fetch_all(pool)
@@ -113,9 +114,9 @@ macro_rules! ops_queries {
             // Each condition as its index reads it: `reason = $1` (not
             // COALESCE, which no index serves) and the tenant only when
             // given, so the newest `limit` come straight off `intents_dead`
-            // or `intents_dead_any_tenant` whatever the number of dead letters.
+            // whatever the number of dead letters.
             let mut q: QueryBuilder<'_, $db> =
-                QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.state = 'dead'"));
+                QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.dead_at IS NOT NULL"));
             if let Some(t) = tenant {
                 q.push(" AND i.tenant = ").push_bind(t);
             }
@@ -125,9 +126,9 @@ macro_rules! ops_queries {
             } else {
                 q.push(" AND i.reason = ").push_bind(reason);
             }
-            q.push(" AND i.updated_at >= ").push_bind(since_us);
-            q.push(" AND i.updated_at < ").push_bind(until_us);
-            q.push(" ORDER BY i.updated_at DESC, i.key DESC LIMIT ").push_bind(i64::from(limit));
+            q.push(" AND i.dead_at >= ").push_bind(since_us);
+            q.push(" AND i.dead_at < ").push_bind(until_us);
+            q.push(" ORDER BY i.dead_at DESC, i.key DESC LIMIT ").push_bind(i64::from(limit));
             Ok(q.build_query_as().fetch_all(pool).await?)
         }
 
@@ -141,8 +142,8 @@ macro_rules! ops_queries {
                 // replayed do not use up the limit call after call.
                 ReplaySelector::Reason { reason, since_us } => sqlx::query_scalar(
                     "SELECT i.key FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest
-                     WHERE i.tenant = $1 AND i.state = 'dead' AND i.reason = $2 AND i.updated_at >= $3
-                     ORDER BY CASE WHEN p.digest IS NULL THEN 1 ELSE 0 END, i.updated_at LIMIT $4",
+                     WHERE i.tenant = $1 AND i.dead_at IS NOT NULL AND i.reason = $2 AND i.dead_at >= $3
+                     ORDER BY CASE WHEN p.digest IS NULL THEN 1 ELSE 0 END, i.dead_at LIMIT $4",
                 )
                 .bind(&r.tenant)
                 .bind(reason)
@@ -179,12 +180,13 @@ macro_rules! ops_queries {
                         // The replay request's trace, linked to the one that
                         // planned the intent.
                         sqlx::query(
-                            "INSERT INTO jobs (intent_key, run_at, traceparent, links)
-                             VALUES ($1, $2, $3, (SELECT traceparent FROM intents WHERE key = $1))
+                            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent, links)
+                             VALUES ($1, $2, $3, $4, (SELECT traceparent FROM intents WHERE key = $1))
                              ON CONFLICT (intent_key) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL,
                                  traceparent = excluded.traceparent, links = excluded.links",
                         )
                         .bind(&key)
+                        .bind(&r.tenant)
                         .bind(r.now_us)
                         .bind(r.traceparent.as_deref())
                         .execute(&mut **tx)
@@ -309,7 +311,9 @@ macro_rules! ops_queries {
                 .rows_affected(),
                 PruneStep::Intents => {
                     let candidates: Vec<String> = sqlx::query_scalar(
-                        "SELECT key FROM intents WHERE updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') LIMIT $2",
+                        "SELECT key FROM intents
+                         WHERE created_at < $1 AND updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed')
+                         LIMIT $2",
                     )
                     .bind(cutoff_us)
                     .bind(batch)

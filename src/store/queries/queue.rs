@@ -167,8 +167,7 @@ macro_rules! queue_queries {
             Ok(())
         }
 
-        /// The queue: the whole deployment's (`/metrics`), or one tenant's
-        /// jobs, found through their intents (jobs carry no tenant).
+        /// The queue: the whole deployment's (`/metrics`), or one tenant's.
         pub async fn queue_stats(pool: &Pool<$db>, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
             let Some(tenant) = tenant else {
                 let (due, oldest): (i64, Option<i64>) = sqlx::query_as("SELECT COUNT(*), MIN(run_at) FROM jobs WHERE run_at <= $1")
@@ -178,16 +177,11 @@ macro_rules! queue_queries {
                 let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs").fetch_one(pool).await?;
                 return Ok(QueueStats { due, total, oldest_due_us: oldest });
             };
-            // A job's intent waits in one of these states (queued or held
-            // when planned, sending once claimed, unknown before its retry):
-            // the partial index `intents_pending` holds just those, so this
-            // reads the tenant's waiting intents and their jobs by key, never
-            // the tenant's other intents nor every tenant's jobs.
+            // Read from `jobs_by_tenant` (tenant, run_at) alone.
             let (due, total, oldest): (i64, i64, Option<i64>) = sqlx::query_as(
-                "SELECT CAST(COALESCE(SUM(CASE WHEN j.run_at <= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*),
-                        MIN(CASE WHEN j.run_at <= $2 THEN j.run_at END)
-                 FROM intents i JOIN jobs j ON j.intent_key = i.key
-                 WHERE i.tenant = $1 AND i.state IN ('queued', 'held', 'sending', 'unknown')",
+                "SELECT CAST(COALESCE(SUM(CASE WHEN run_at <= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*),
+                        MIN(CASE WHEN run_at <= $2 THEN run_at END)
+                 FROM jobs WHERE tenant = $1",
             )
             .bind(tenant)
             .bind(now_us)
