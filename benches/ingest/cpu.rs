@@ -72,13 +72,19 @@ fn ms_per_event(cpu: Duration, events: usize) -> f64 {
     cpu.as_secs_f64() * 1000.0 / events.max(1) as f64
 }
 
-/// CPU per event of one run: a process (Herald's; this one for the limit) and,
-/// on Postgres, the backends serving the run's database.
+/// CPU per event of one run: a process (Herald's; this one for the limit),
+/// on Postgres the backends serving the run's database, and when the process
+/// is Herald's, this benchmark's own (its clients and the fake provider).
 #[derive(Clone, Copy, Default, Serialize, Deserialize)]
 pub struct CpuFigures {
     pub process_ms: f64,
     /// `None` on SQLite (it runs inside the process) or a server on another host.
     pub database_ms: Option<f64>,
+    /// This benchmark's process while it drove Herald: the HTTP clients and
+    /// the fake provider, which share the cores with Herald and the database.
+    /// `None` for the limit, where this process is the one measured.
+    #[serde(default)]
+    pub harness_ms: Option<f64>,
 }
 
 /// Started before a run, stopped after it.
@@ -86,6 +92,8 @@ pub struct Meter {
     pid: u32,
     process: Duration,
     database: Option<(String, Backends)>,
+    /// This process's CPU at the start, when `pid` is another's.
+    harness: Option<Duration>,
 }
 
 impl Meter {
@@ -95,15 +103,20 @@ impl Meter {
             true => Backends::read(database_url).await.map(|b| (database_url.to_string(), b)),
             false => None,
         };
-        Meter { pid, process: process(pid).unwrap_or_default(), database }
+        let own = std::process::id();
+        let harness = (pid != own).then(|| process(own).unwrap_or_default());
+        Meter { pid, process: process(pid).unwrap_or_default(), database, harness }
     }
 
     pub async fn stop(self, events: usize) -> CpuFigures {
         let process_ms = ms_per_event(process(self.pid).unwrap_or_default().saturating_sub(self.process), events);
+        let harness_ms = self
+            .harness
+            .map(|before| ms_per_event(process(std::process::id()).unwrap_or_default().saturating_sub(before), events));
         let database_ms = match self.database {
             Some((url, before)) => Backends::read(&url).await.map(|now| ms_per_event(now.since(&before), events)),
             None => None,
         };
-        CpuFigures { process_ms, database_ms }
+        CpuFigures { process_ms, database_ms, harness_ms }
     }
 }

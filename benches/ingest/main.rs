@@ -173,9 +173,12 @@ async fn run(options: Options, args: String) -> anyhow::Result<bool> {
         None => None,
     };
     let mut report = Report {
-        command: format!("cargo bench --bench ingest -- {args}").trim().to_string(),
+        command: format!("cargo {} --bench ingest -- {args}", if cfg!(debug_assertions) { "test" } else { "bench" })
+            .trim()
+            .to_string(),
         smoke: options.smoke,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        optimised: !cfg!(debug_assertions),
         herald: format!("`herald serve` in its own process ({}), over loopback HTTP", env!("CARGO_BIN_EXE_herald")),
         events: options.events,
         connections: options.connections.clone(),

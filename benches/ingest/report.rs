@@ -10,6 +10,11 @@ pub struct Report {
     pub command: String,
     pub smoke: bool,
     pub cores: usize,
+    /// Whether this benchmark itself was built with optimisation (`cargo
+    /// bench`): built by `cargo test --bench`, its clients and fake provider
+    /// take several times the CPU, and every rate is lower for it.
+    #[serde(default)]
+    pub optimised: bool,
     /// How Herald ran: its own process, reached over loopback HTTP.
     pub herald: String,
     pub events: usize,
@@ -127,24 +132,33 @@ impl BackendReport {
             thousands(report.events as f64),
             report.cores
         );
+        if !report.optimised && !report.smoke {
+            out += "NOT OPTIMISED: this benchmark was built without optimisation (`cargo test --bench`), so its clients\n\
+                    and fake provider take CPU from Herald and the database and every rate below is low; measure with\n\
+                    `cargo bench --bench ingest`.\n\n";
+        }
         out += &format!(
-            "{:<36} {:>5} {:>10} {:>8} {:>8}   {:<16} {:>8}   {:>13}\n",
-            "", "conns", "per s", "p50 ms", "p99 ms", "Herald ÷ limit", "peak RSS", "CPU ms/event"
+            "{:<36} {:>5} {:>10} {:>8} {:>8}   {:<16} {:>8}   {:>13}   {:>7}\n",
+            "", "conns", "per s", "p50 ms", "p99 ms", "Herald ÷ limit", "peak RSS", "CPU ms/event", "harness"
         );
         let row =
             |what: &str, c: usize, rate: f64, p50: String, p99: String, ratio: String, rss: String, cpu: String| {
                 let line = format!(
-                    "{what:<36} {c:>5} {:>10} {p50:>8} {p99:>8}   {ratio:<16} {rss:>8}   {cpu:>13}",
+                    "{what:<36} {c:>5} {:>10} {p50:>8} {p99:>8}   {ratio:<16} {rss:>8}   {cpu}",
                     thousands(rate)
                 );
                 format!("{}\n", line.trim_end())
             };
         let ms = |x: f64| format!("{x:.1}");
         let mib = |x: f64| format!("{x:.0} MiB");
-        let cpu = |c: Option<CpuFigures>| match c {
-            Some(CpuFigures { process_ms, database_ms: Some(db) }) => format!("{process_ms:.3} + {db:.3}"),
-            Some(CpuFigures { process_ms, database_ms: None }) => format!("{process_ms:.3}"),
-            None => String::new(),
+        let cpu = |c: Option<CpuFigures>| {
+            let Some(CpuFigures { process_ms, database_ms, harness_ms }) = c else { return String::new() };
+            let measured = match database_ms {
+                Some(db) => format!("{process_ms:.3} + {db:.3}"),
+                None => format!("{process_ms:.3}"),
+            };
+            let harness = harness_ms.map_or(String::new(), |h| format!("{h:.3}"));
+            format!("{measured:>13}   {harness:>7}")
         };
         let mut connections: Vec<usize> = self.limit.iter().map(|l| l.connections).collect();
         connections.dedup();
@@ -218,7 +232,9 @@ impl BackendReport {
         );
         out += "CPU ms/event: user + system CPU per event (per notification end to end, per post in the storm) of the\n\
                  process — this benchmark's for the limit, Herald's otherwise — + the Postgres backends serving the run's\n\
-                 database (on SQLite the database runs inside the process). Far less disturbed by a busy machine than a rate.\n";
+                 database (on SQLite the database runs inside the process). Far less disturbed by a busy machine than a rate.\n\
+                 harness: this benchmark's own CPU per event while it drove Herald (its HTTP clients and the fake provider),\n\
+                 which shares the cores with Herald and the database.\n";
         out += &format!(
             "Storm: {} posts of one event → {} created, {} replayed, {} provider call(s).\n",
             thousands(s.posts as f64),
