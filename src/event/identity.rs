@@ -62,40 +62,52 @@ impl fmt::Display for NotificationKey {
 /// rather than relying on `serde_json`'s map order, which a `preserve_order`
 /// feature anywhere in the dependency tree would silently change.
 pub fn canonical_json(value: &Value) -> String {
-    let mut out = String::new();
+    let mut out = Vec::with_capacity(256);
     write_canonical(value, &mut out);
-    out
+    // Every byte above was written by serde_json or is ASCII punctuation.
+    String::from_utf8(out).expect("canonical JSON is UTF-8")
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+/// Written straight into one buffer: every request's fingerprint and every
+/// rendered message's digest pass through here, and a string per key and per
+/// scalar (`Value::to_string` goes through `fmt`) was a tenth of a replayed
+/// request's instructions.
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::from(k.as_str()).to_string());
-                out.push(':');
+                write_scalar(k.as_str(), out);
+                out.push(b':');
                 write_canonical(v, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(v, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        Value::Number(n) => out.push_str(&canonical_number(n)),
-        scalar => out.push_str(&scalar.to_string()),
+        Value::Number(n) => out.extend_from_slice(canonical_number(n).as_bytes()),
+        scalar => write_scalar(scalar, out),
     }
+}
+
+/// A string, `true`, `false` or `null` in serde_json's compact form.
+fn write_scalar<T: serde::Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Writing to memory has no I/O to fail, and a string or a JSON scalar
+    // always serialises.
+    serde_json::to_writer(out, value).expect("a JSON scalar serialises into memory");
 }
 
 /// One spelling per value: a double that holds a whole number within 64 bits
@@ -161,6 +173,54 @@ mod tests {
             for form in forms {
                 assert_eq!(canon(form), want, "{form}");
             }
+        }
+    }
+
+    /// The form every stored fingerprint and digest was taken over: keys
+    /// sorted, each key and scalar as `Value::to_string` writes it.
+    fn canonical_by_reference(value: &Value) -> String {
+        match value {
+            Value::Object(map) => {
+                let mut entries: Vec<_> = map.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                let inner: Vec<String> = (entries.into_iter())
+                    .map(|(k, v)| format!("{}:{}", Value::from(k.as_str()), canonical_by_reference(v)))
+                    .collect();
+                format!("{{{}}}", inner.join(","))
+            }
+            Value::Array(items) => {
+                format!("[{}]", items.iter().map(canonical_by_reference).collect::<Vec<_>>().join(","))
+            }
+            Value::Number(n) => canonical_number(n),
+            scalar => scalar.to_string(),
+        }
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        // Quotes, backslashes, control characters and non-ASCII: what escaping is about.
+        let text = prop_oneof![any::<String>(), r#"[\"\\/\x00-\x1f\x7f\u2028é😀a-z]{0,8}"#];
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+            text.clone().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(text.clone(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn canonical_json_is_byte_for_byte_the_reference_form(value in any_json()) {
+            proptest::prop_assert_eq!(canonical_json(&value), canonical_by_reference(&value));
         }
     }
 

@@ -36,12 +36,12 @@
 //! send (every export fails, quietly unless its warnings are read); a
 //! blocking client would need a second HTTP stack. Shutdown flushes it.
 
-use crate::event::identity::sha256_hex;
 use opentelemetry::trace::{
     SpanContext, SpanId, Status, TraceContextExt, TraceFlags, TraceId, TraceState, Tracer, TracerProvider,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, Sampler, SdkTracerProvider};
+use sha2::{Digest, Sha256};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
@@ -93,10 +93,13 @@ impl TraceParent {
     /// A trace context derived from `seed` (a request identity): the same
     /// seed gives the same trace in every process.
     pub fn derived(seed: &str) -> TraceParent {
-        let digest = sha256_hex(seed.as_bytes());
-        let trace_id = TraceId::from_hex(&digest[..32]).unwrap_or(TraceId::INVALID);
-        let parent_id = SpanId::from_hex(&digest[32..48]).unwrap_or(SpanId::INVALID);
-        TraceParent { trace_id, parent_id, sampled: true }
+        // The first 16 bytes of SHA-256(seed) are the trace id, the next 8
+        // the parent span id (what the first 32 and next 16 hex digits spell).
+        let digest = Sha256::digest(seed.as_bytes());
+        let (mut trace, mut parent) = ([0u8; 16], [0u8; 8]);
+        trace.copy_from_slice(&digest[..16]);
+        parent.copy_from_slice(&digest[16..24]);
+        TraceParent { trace_id: TraceId::from_bytes(trace), parent_id: SpanId::from_bytes(parent), sampled: true }
     }
 
     /// The trace id as logs carry it: 32 lowercase hex characters.
@@ -409,6 +412,17 @@ mod tests {
         ] {
             assert_eq!(TraceParent::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_derived_trace_is_spelled_by_the_seeds_sha256() {
+        // A retried request joins its original's trace across versions of
+        // Herald: the ids stay the first 32 and next 16 hex digits.
+        let seed = "default|key:k-1";
+        let digest = crate::event::identity::sha256_hex(seed.as_bytes());
+        let derived = TraceParent::derived(seed);
+        assert_eq!(derived.trace_id_hex(), digest[..32]);
+        assert_eq!(format!("{:016x}", derived.parent_id), digest[32..48]);
     }
 
     #[test]
