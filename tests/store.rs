@@ -2570,3 +2570,36 @@ async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_someone_chose
         }
     }
 }
+
+/// The replay check's generic plan, made on an empty table as it is when a
+/// deployment starts: Postgres keeps it for the connection's life, so it must
+/// probe the primary key once per identity, not scan the tenant's rows (as
+/// `tenant = $2 AND identity = ANY($1)` was planned, a bitmap scan filtered
+/// by the list, 9,900 rows a lookup by 10,000 requests).
+#[tokio::test]
+async fn the_replay_checks_plan_probes_each_identity_from_an_empty_table_on() {
+    for backend in backends() {
+        if !matches!(backend, common::Backend::Postgres) {
+            continue;
+        }
+        let db = TestDb::new(backend).await;
+        let store = PostgresStore::connect(&db.url).await.unwrap();
+        store.migrate().await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        sqlx::query("SET plan_cache_mode = force_generic_plan").execute(&mut *conn).await.unwrap();
+        sqlx::query(&format!("PREPARE replay_check(text[], text) AS {REQUESTS_OF_TENANT}"))
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE replay_check(ARRAY['a', 'b'], 'default')")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("Index Scan using requests_pkey"), "{plan}");
+        assert!(plan.contains("Index Cond: ((tenant = $2) AND (identity = u.identity))"), "{plan}");
+        for scan in ["Seq Scan", "Bitmap", "Hash"] {
+            assert!(!plan.contains(scan), "{scan} in the replay check's plan:\n{plan}");
+        }
+    }
+}

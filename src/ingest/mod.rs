@@ -42,6 +42,10 @@ pub mod tally;
 /// kind.
 const POSTGRES_WRITERS: usize = 2;
 
+/// Gathered request lookups in flight at once on SQLite (its read pool has
+/// four connections; the rest serve directory reads and the API's reads).
+const SQLITE_READERS: usize = 2;
+
 /// One request to ingest, as a front door hands it over: the caller's tenant,
 /// its idempotency key (already checked for shape) and the raw body.
 pub struct Request<'a> {
@@ -119,7 +123,8 @@ struct Identified {
 impl Ingestor {
     /// Starts the group commit's writers: on Postgres a few, so one batch is
     /// gathered while another commits; on SQLite one, as there is one writer
-    /// connection. On Postgres the reads before planning are gathered too.
+    /// connection. The reads before planning are gathered too: on SQLite the
+    /// request lookups only (see `reads`).
     pub fn new(
         store: Arc<dyn Store>,
         config: Arc<Config>,
@@ -133,7 +138,7 @@ impl Ingestor {
             true => {
                 (GroupCommit::start(store.clone(), POSTGRES_WRITERS), Reads::gathered(store.clone(), POSTGRES_WRITERS))
             }
-            false => (GroupCommit::start(store.clone(), 1), Reads::direct(store.clone())),
+            false => (GroupCommit::start(store.clone(), 1), Reads::requests_gathered(store.clone(), SQLITE_READERS)),
         };
         let tally = Tally::start(store.clone(), clock.clone());
         Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, reads, tally }

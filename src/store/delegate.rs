@@ -54,6 +54,17 @@ macro_rules! store_impl {
                 q::request_seen(&mut conn, tenant, identity, fingerprint).await
             }
 
+            async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
+                let gathered = match self.$reader.acquire().await {
+                    Ok(mut conn) => q::requests_seen(&mut conn, lookups).await,
+                    Err(e) => Err(e.into()),
+                };
+                super::gathered_or_each_alone("request lookup", lookups, gathered, |l| {
+                    self.request_find(&l.tenant, &l.identity, &l.fingerprint)
+                })
+                .await
+            }
+
             async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
                 let mut conn = self.$reader.acquire().await?;
                 q::event_digest(&mut conn, event_key).await

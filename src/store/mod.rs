@@ -15,7 +15,7 @@ mod rows_report;
 mod schema;
 mod sqlite;
 
-pub use postgres::{PostgresStore, RANDOM_PAGE_COST};
+pub use postgres::{PostgresStore, RANDOM_PAGE_COST, REQUESTS_OF_TENANT};
 pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};
 pub use rows::*;
 pub use rows_receipts::*;
@@ -182,8 +182,9 @@ pub trait Store: Send + Sync + 'static {
 
     /// [`Store::request_find`] for many requests at once (concurrent requests
     /// gathered by the ingest pipeline), answered in order. One request's
-    /// unreadable record fails only that request. Postgres reads every record
-    /// in one statement; the default asks one by one.
+    /// unreadable record fails only that request. Both backends read the
+    /// records in one statement per tenant, each identity once, and the
+    /// replays' intents in one more; the default asks one by one.
     async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
         each_alone(lookups, |l| self.request_find(&l.tenant, &l.identity, &l.fingerprint)).await
     }

@@ -19,6 +19,14 @@ pub const RANDOM_PAGE_COST: &str = "1.1";
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 
+/// The request records of one tenant (`$2`) among a list of identities
+/// (`$1`), read before planning: one probe of the primary key per identity
+/// at any table size (see `queries`).
+pub const REQUESTS_OF_TENANT: &str =
+    "SELECT r.identity, r.fingerprint, r.response FROM UNNEST($1::text[]) AS u(identity)
+     CROSS JOIN LATERAL (SELECT identity, fingerprint, response FROM requests
+                         WHERE tenant = $2 AND identity = u.identity LIMIT 1) r";
+
 fn keys_arg(keys: &[String]) -> Vec<String> {
     keys.to_vec()
 }
@@ -27,6 +35,7 @@ mod q {
     super::super::queries::shared_queries!(
         sqlx::Postgres,
         "= ANY($1)",
+        super::REQUESTS_OF_TENANT,
         super::keys_arg,
         " FOR UPDATE",
         "jsonb_array_elements($1::jsonb)",
@@ -179,48 +188,6 @@ impl PostgresStore {
         Ok(PostgresStore { pool, wake, wake_token })
     }
 
-    /// Every request record these lookups name, in one statement, and the
-    /// current state of the replays' intents in one more per tenant.
-    async fn requests_read(&self, lookups: &[RequestLookup]) -> StoreResult<Vec<StoreResult<Option<RequestSeen>>>> {
-        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-            "SELECT u.n, r.fingerprint, r.response
-             FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS u(tenant, identity, n)
-             JOIN requests r ON r.tenant = u.tenant AND r.identity = u.identity",
-        )
-        .bind(lookups.iter().map(|l| l.tenant.as_str()).collect::<Vec<_>>())
-        .bind(lookups.iter().map(|l| l.identity.as_str()).collect::<Vec<_>>())
-        .fetch_all(&self.pool)
-        .await?;
-        let mut seen: Vec<StoreResult<Option<RequestSeen>>> = lookups.iter().map(|_| Ok(None)).collect();
-        for (n, stored, response) in rows {
-            let i = usize::try_from(n - 1).ok().filter(|&i| i < lookups.len());
-            let i = i.ok_or_else(|| StoreError::Corrupt(format!("a request lookup answered for row {n}")))?;
-            seen[i] = RequestSeen::of_record(&lookups[i].fingerprint, &stored, response.as_deref());
-        }
-        // A replay answers with its intents as they are now.
-        // (A duplicate storm repeats the same keys once per replay: each once.)
-        let mut keys_by_tenant: HashMap<&str, std::collections::BTreeSet<String>> = HashMap::new();
-        for (lookup, seen) in lookups.iter().zip(&seen) {
-            if let Ok(Some(RequestSeen::Replay(response))) = seen {
-                keys_by_tenant.entry(&lookup.tenant).or_default().extend(response.intent_keys());
-            }
-        }
-        let mut now: HashMap<&str, Vec<IntentStatus>> = HashMap::new();
-        if !keys_by_tenant.is_empty() {
-            let mut conn = self.pool.acquire().await?;
-            for (tenant, keys) in keys_by_tenant {
-                let keys: Vec<String> = keys.into_iter().collect();
-                now.insert(tenant, q::intents_status(&mut conn, tenant, &keys).await?);
-            }
-        }
-        for (lookup, seen) in lookups.iter().zip(&mut seen) {
-            if let (Ok(Some(RequestSeen::Replay(response))), Some(now)) = (seen, now.get(lookup.tenant.as_str())) {
-                response.refresh(now);
-            }
-        }
-        Ok(seen)
-    }
-
     /// The directory and suppression entries of many requests in one
     /// statement, each request answered with the rows it asked for.
     async fn directories(&self, reads: &[DirectoryRead]) -> StoreResult<Vec<DirectoryRows>> {
@@ -350,14 +317,6 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let gathered = self.directories(reads).await.map(|rows| rows.into_iter().map(Ok).collect());
         super::gathered_or_each_alone("directory read", reads, gathered, |r| {
             self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes)
-        })
-        .await
-    }
-
-    async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
-        let gathered = self.requests_read(lookups).await;
-        super::gathered_or_each_alone("request lookup", lookups, gathered, |l| {
-            self.request_find(&l.tenant, &l.identity, &l.fingerprint)
         })
         .await
     }

@@ -25,6 +25,8 @@ mod q {
     super::super::queries::shared_queries!(
         sqlx::Sqlite,
         "IN (SELECT value FROM json_each($1))",
+        "SELECT identity, fingerprint, response FROM requests
+         WHERE tenant = $2 AND identity IN (SELECT value FROM json_each($1))",
         super::keys_arg,
         "",
         "json_each($1)",

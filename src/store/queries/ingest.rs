@@ -12,7 +12,7 @@ pub enum Step {
 }
 
 macro_rules! ingest_queries {
-    ($db:ty, $in_keys:literal, $keys_arg:path, $for_update:literal) => {
+    ($db:ty, $in_keys:literal, $requests_of:expr, $keys_arg:path, $for_update:literal) => {
         use crate::store::queries::ingest::Step;
         use sqlx::Connection as _;
 
@@ -161,6 +161,55 @@ macro_rules! ingest_queries {
             let now = intents_status(conn, tenant, &response.intent_keys()).await?;
             response.refresh(&now);
             Ok(Some(RequestSeen::Replay(response)))
+        }
+
+        /// [`request_seen`] for many lookups at once, answered in order: per
+        /// tenant one statement for the records and one for the replays'
+        /// intents as they are now. An identity asked for many times (a
+        /// duplicate storm's concurrent requests) is read once; a record whose
+        /// stored answer cannot be read fails only the lookups that name it.
+        pub async fn requests_seen(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            lookups: &[RequestLookup],
+        ) -> StoreResult<Vec<StoreResult<Option<RequestSeen>>>> {
+            use std::collections::{BTreeSet, HashMap};
+            let mut identities: HashMap<&str, BTreeSet<String>> = HashMap::new();
+            for l in lookups {
+                identities.entry(&l.tenant).or_default().insert(l.identity.clone());
+            }
+            let mut seen: Vec<StoreResult<Option<RequestSeen>>> = lookups.iter().map(|_| Ok(None)).collect();
+            for (tenant, identities) in identities {
+                let identities: Vec<String> = identities.into_iter().collect();
+                // A probe of the primary key per identity, never a scan of
+                // the tenant's rows (see `queries`).
+                let rows: Vec<(String, String, Option<String>)> = sqlx::query_as($requests_of)
+                .bind($keys_arg(&identities))
+                .bind(tenant)
+                .fetch_all(&mut *conn)
+                .await?;
+                let records: HashMap<String, (String, Option<String>)> =
+                    rows.into_iter().map(|(identity, stored, response)| (identity, (stored, response))).collect();
+                // A replay answers with its intents as they are now, each
+                // intent read once however many replays name it.
+                let mut keys = BTreeSet::new();
+                for (l, seen) in lookups.iter().zip(&mut seen).filter(|(l, _)| l.tenant == tenant) {
+                    let Some((stored, response)) = records.get(&l.identity) else { continue };
+                    *seen = RequestSeen::of_record(&l.fingerprint, stored, response.as_deref());
+                    if let Ok(Some(RequestSeen::Replay(response))) = seen {
+                        keys.extend(response.intent_keys());
+                    }
+                }
+                if keys.is_empty() {
+                    continue;
+                }
+                let now = intents_status(&mut *conn, tenant, &keys.into_iter().collect::<Vec<_>>()).await?;
+                for (_, seen) in lookups.iter().zip(&mut seen).filter(|(l, _)| l.tenant == tenant) {
+                    if let Ok(Some(RequestSeen::Replay(response))) = seen {
+                        response.refresh(&now);
+                    }
+                }
+            }
+            Ok(seen)
         }
 
         /// Records the content this event key is accepted with, or checks it
