@@ -1603,10 +1603,8 @@ async fn a_rejected_bus_message_is_recorded_once_and_seen_only_by_its_tenant() {
 /// caller waiting out one connection timeout per request in the batch.
 #[tokio::test]
 async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
-    if !backends().contains(&common::Backend::Postgres) {
-        return; // the pool to close is Postgres's; SQLite's writer is in-process
-    }
-    let db = TestDb::new(common::Backend::Postgres).await;
+    // The pool to close is Postgres's; SQLite's writer is in-process.
+    let Some(db) = common::postgres_db().await else { return };
     let store = PostgresStore::connect(&db.url).await.unwrap();
     store.migrate().await.unwrap();
     store.pool().close().await;
@@ -2505,17 +2503,16 @@ async fn an_older_databases_dead_letters_and_queue_are_carried_over() {
 /// (Before migration 0052 three indexes read `state` or `updated_at`.)
 #[tokio::test]
 async fn no_index_on_intents_reads_a_column_that_a_delivery_changes() {
-    for backend in backends() {
-        if !matches!(backend, common::Backend::Postgres) {
-            continue;
-        }
-        use sqlx::Connection;
-        let indexed = |db: TestDb| async move {
-            let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
-            // Key columns from pg_index; the columns of expressions and
-            // predicates from the dependencies Postgres records for them.
-            let columns: Vec<String> = sqlx::query_scalar(
-                "SELECT a.attname FROM pg_index x
+    if !backends().contains(&common::Backend::Postgres) {
+        return;
+    }
+    use sqlx::Connection;
+    let indexed = |db: TestDb| async move {
+        let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        // Key columns from pg_index; the columns of expressions and
+        // predicates from the dependencies Postgres records for them.
+        let columns: Vec<String> = sqlx::query_scalar(
+            "SELECT a.attname FROM pg_index x
                  JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = ANY(x.indkey)
                  WHERE x.indrelid = 'intents'::regclass
                  UNION
@@ -2525,49 +2522,43 @@ async fn no_index_on_intents_reads_a_column_that_a_delivery_changes() {
                  JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = d.refobjsubid
                  WHERE x.indrelid = 'intents'::regclass
                  ORDER BY 1",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-            columns
-        };
-        // What starting an attempt and recording its outcome write.
-        let changed = ["attempts", "publication_seq", "state", "updated_at"];
-        let old = TestDb::new(backend).await;
-        migrate_up_to(&old, 51).await;
-        let before = indexed(old).await;
-        assert!(before.iter().any(|c| c == "state"), "the check sees a predicate's column: {before:?}");
-        let db = TestDb::new(backend).await;
-        db.store().await;
-        let now = indexed(db).await;
-        let read: Vec<&String> = now.iter().filter(|c| changed.contains(&c.as_str())).collect();
-        assert!(read.is_empty(), "indexed columns a delivery changes: {read:?} (of {now:?})");
-    }
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        columns
+    };
+    // What starting an attempt and recording its outcome write.
+    let changed = ["attempts", "publication_seq", "state", "updated_at"];
+    let old = TestDb::new(common::Backend::Postgres).await;
+    migrate_up_to(&old, 51).await;
+    let before = indexed(old).await;
+    assert!(before.iter().any(|c| c == "state"), "the check sees a predicate's column: {before:?}");
+    let db = TestDb::new(common::Backend::Postgres).await;
+    db.store().await;
+    let now = indexed(db).await;
+    let read: Vec<&String> = now.iter().filter(|c| changed.contains(&c.as_str())).collect();
+    assert!(read.is_empty(), "indexed columns a delivery changes: {read:?} (of {now:?})");
 }
 
 #[tokio::test]
 async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_someone_chose_otherwise() {
-    for backend in backends() {
-        if !matches!(backend, common::Backend::Postgres) {
-            continue;
-        }
-        let db = TestDb::new(backend).await;
-        let cost = |store: PostgresStore| async move {
-            let mut conn = store.pool().acquire().await.unwrap();
-            sqlx::query_scalar::<_, String>("SHOW random_page_cost").fetch_one(&mut *conn).await.unwrap()
-        };
-        assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, RANDOM_PAGE_COST);
-        // A setting someone chose, higher or lower, is kept.
-        for chosen in ["2", "1"] {
-            common::execute(
+    let Some(db) = common::postgres_db().await else { return };
+    let cost = |store: PostgresStore| async move {
+        let mut conn = store.pool().acquire().await.unwrap();
+        sqlx::query_scalar::<_, String>("SHOW random_page_cost").fetch_one(&mut *conn).await.unwrap()
+    };
+    assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, RANDOM_PAGE_COST);
+    // A setting someone chose, higher or lower, is kept.
+    for chosen in ["2", "1"] {
+        common::execute(
                 &db,
                 &format!(
                     "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET random_page_cost = {chosen}', current_database()); END $$"
                 ),
             )
             .await;
-            assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, chosen);
-        }
+        assert_eq!(cost(PostgresStore::connect(&db.url).await.unwrap()).await, chosen);
     }
 }
 
@@ -2578,28 +2569,23 @@ async fn postgres_sessions_plan_for_a_working_set_in_memory_unless_someone_chose
 /// by the list, 9,900 rows a lookup by 10,000 requests).
 #[tokio::test]
 async fn the_replay_checks_plan_probes_each_identity_from_an_empty_table_on() {
-    for backend in backends() {
-        if !matches!(backend, common::Backend::Postgres) {
-            continue;
-        }
-        let db = TestDb::new(backend).await;
-        let store = PostgresStore::connect(&db.url).await.unwrap();
-        store.migrate().await.unwrap();
-        let mut conn = store.pool().acquire().await.unwrap();
-        sqlx::query("SET plan_cache_mode = force_generic_plan").execute(&mut *conn).await.unwrap();
-        sqlx::query(&format!("PREPARE replay_check(text[], text) AS {REQUESTS_OF_TENANT}"))
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE replay_check(ARRAY['a', 'b'], 'default')")
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
-        assert!(plan.contains("Index Scan using requests_pkey"), "{plan}");
-        assert!(plan.contains("Index Cond: ((tenant = $2) AND (identity = u.identity))"), "{plan}");
-        for scan in ["Seq Scan", "Bitmap", "Hash"] {
-            assert!(!plan.contains(scan), "{scan} in the replay check's plan:\n{plan}");
-        }
+    let Some(db) = common::postgres_db().await else { return };
+    let store = PostgresStore::connect(&db.url).await.unwrap();
+    store.migrate().await.unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    sqlx::query("SET plan_cache_mode = force_generic_plan").execute(&mut *conn).await.unwrap();
+    sqlx::query(&format!("PREPARE replay_check(text[], text) AS {REQUESTS_OF_TENANT}"))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar("EXPLAIN EXECUTE replay_check(ARRAY['a', 'b'], 'default')")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan using requests_pkey"), "{plan}");
+    assert!(plan.contains("Index Cond: ((tenant = $2) AND (identity = u.identity))"), "{plan}");
+    for scan in ["Seq Scan", "Bitmap", "Hash"] {
+        assert!(!plan.contains(scan), "{scan} in the replay check's plan:\n{plan}");
     }
 }

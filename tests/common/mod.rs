@@ -46,6 +46,15 @@ pub fn backends() -> Vec<Backend> {
     out
 }
 
+/// A scratch Postgres database when the Postgres leg runs, else None: for a
+/// test of what only Postgres has (its plans, its settings, its pool).
+pub async fn postgres_db() -> Option<TestDb> {
+    match backends().contains(&Backend::Postgres) {
+        true => Some(TestDb::new(Backend::Postgres).await),
+        false => None,
+    }
+}
+
 pub struct TestDb {
     pub url: String,
     pub backend: Backend,
