@@ -97,7 +97,7 @@ impl PostgresStore {
                     notified = queued;
                     let left: Vec<&Ingest> =
                         (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
-                    let mut rest = q::ingest_batch(&mut tx, left).await?.into_iter();
+                    let mut rest = q::ingest_batch(&mut tx, left, true).await?.into_iter();
                     decided
                         .into_iter()
                         .map(|o| {
@@ -110,10 +110,10 @@ impl PostgresStore {
                 Pass::Raced => {
                     tx.rollback().await?;
                     tx = self.pool.begin().await?;
-                    q::ingest_batch(&mut tx, batch).await?
+                    q::ingest_batch(&mut tx, batch, true).await?
                 }
             },
-            false => q::ingest_batch(&mut tx, batch).await?,
+            false => q::ingest_batch(&mut tx, batch, true).await?,
         };
         let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
         if queued && !notified {

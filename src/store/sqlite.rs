@@ -119,7 +119,7 @@ impl SqliteStore {
                     return Ok(vec![q::decided_elsewhere(&mut tx, only).await]);
                 }
             },
-            _ => q::ingest_batch(&mut tx, batch).await?,
+            _ => q::ingest_batch(&mut tx, batch, false).await?,
         };
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {

@@ -22,14 +22,22 @@ macro_rules! ingest_queries {
         /// and a later request sees an earlier one's rows, as two transactions
         /// in a row would. A request whose statements failed is reported as
         /// the error, for the caller to run again on its own.
+        ///
+        /// `read_first` as for [`ingest_one`]: Postgres reads each record first
+        /// (what reaches this loop there is what its batch statements set
+        /// aside, replays among them); SQLite does not, since its pipeline read
+        /// the records just before and every statement is a hand-off to its one
+        /// writer's thread — a record there after all is found by the request's
+        /// own insert, and its rows go with its savepoint.
         pub async fn ingest_batch<'b>(
             tx: &mut Tx<'_>,
             batch: impl IntoIterator<Item = &'b Ingest>,
+            read_first: bool,
         ) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
             let mut out = Vec::new();
             for ingest in batch {
                 let mut one = tx.begin().await?;
-                match ingest_one(&mut one, ingest, true).await {
+                match ingest_one(&mut one, ingest, read_first).await {
                     Ok(Step::Done(outcome @ IngestOutcome::Accepted { .. })) => {
                         one.commit().await?;
                         out.push(Ok(outcome));
