@@ -5,12 +5,38 @@
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
-/// A port nobody listens on right now (the OS picks it).
+/// A port nobody uses right now, below the kernel's ephemeral range, for a
+/// service the suite stops and starts again (Postgres, Redis, Herald).
+///
+/// A port the OS picks (`bind` to port 0) comes from the ephemeral range, the
+/// one outgoing connections take their local ports from; while a service is
+/// down for a restart, one of the run's many outgoing connections can take
+/// its port, and the restart then fails to bind — a fault of the harness, not
+/// of Herald (seen once in CI as "pg_ctl: could not start server" after a
+/// restart). Below the range no outgoing connection is ever given the port.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (ephemeral_from.saturating_sub(12_000).max(1024), ephemeral_from);
+    let span = u32::from(high - low);
+    // Each call walks on from where the last stopped, so ports handed out
+    // before their services bind them differ; the walk starts where the
+    // process id says, so runs side by side start apart.
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(u32::MAX, std::process::id() % span, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..span {
+        let port = low + (NEXT.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free port from {low} to {high}")
 }
 
 /// Sends a signal by name (`KILL`, `TERM`, `STOP`, `CONT`) to one process.
@@ -52,6 +78,11 @@ pub struct Postgres {
     bin: PathBuf,
     as_postgres_user: bool,
     pub port: u16,
+    /// Held by a restart and by a termination of backends: a termination
+    /// scheduled while a restart is under way waits for the server to be
+    /// back (it found it refusing connections, and failed, once in a run),
+    /// then cuts the connections Herald has made since.
+    admin: tokio::sync::Mutex<()>,
 }
 
 impl Postgres {
@@ -69,7 +100,7 @@ impl Postgres {
                 bail!("chown postgres {} failed", data.display());
             }
         }
-        let pg = Postgres { dir, bin, as_postgres_user, port: free_port()? };
+        let pg = Postgres { dir, bin, as_postgres_user, port: free_port()?, admin: Default::default() };
         pg.run("initdb", &["-D", &pg.data(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]).await?;
         // fsync off: the suite kills processes, never the machine, and a
         // process crash loses nothing the kernel already has.
@@ -136,12 +167,22 @@ impl Postgres {
     /// `pg_ctl restart` in fast mode: every connection is cut, in-flight
     /// transactions roll back, and the server is back a moment later.
     pub async fn restart(&self) -> anyhow::Result<()> {
-        self.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", &self.log()]).await
+        let _admin = self.admin.lock().await;
+        let restarted = self.pg_ctl(&["restart", "-m", "fast", "-w", "-t", "60", "-l", &self.log()]).await;
+        // pg_ctl only says the server did not start; why is in its log, and
+        // the cluster's directory is gone when the run ends.
+        restarted.map_err(|e| {
+            let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            e.context(format!("the server's log ends:\n{}", tail.join("\n")))
+        })
     }
 
     /// Terminates every backend connected to `database` (Herald's pools).
     pub async fn terminate_backends(&self, database: &str) -> anyhow::Result<u64> {
         use sqlx::Connection;
+        let _admin = self.admin.lock().await;
         let mut admin = sqlx::PgConnection::connect(&self.url("postgres")).await?;
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
@@ -276,5 +317,29 @@ impl Drop for Redis {
         {
             let _ = std::process::Command::new("kill").args(["-CONT", &pid.to_string()]).status();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::free_port;
+
+    #[test]
+    fn a_services_port_is_never_one_an_outgoing_connection_could_take() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+        let ephemeral_from: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+        for _ in 0..20 {
+            let port = free_port().unwrap();
+            assert!((1024..ephemeral_from).contains(&port), "{port} is in or above the ephemeral range");
+            // Free: it can be listened on now.
+            std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+        }
+        // Ports handed out before anything binds them differ.
+        let ports: std::collections::HashSet<u16> = (0..100).map(|_| free_port().unwrap()).collect();
+        assert_eq!(ports.len(), 100);
+        // A port in use is never given.
+        let held = std::net::TcpListener::bind(("127.0.0.1", free_port().unwrap())).unwrap();
+        let taken = held.local_addr().unwrap().port();
+        assert!((0..50).all(|_| free_port().unwrap() != taken));
     }
 }
