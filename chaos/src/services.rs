@@ -173,9 +173,8 @@ impl Postgres {
         // the cluster's directory is gone when the run ends.
         restarted.map_err(|e| {
             let log = std::fs::read_to_string(self.log()).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            e.context(format!("the server's log ends:\n{}", tail.join("\n")))
+            let lines: Vec<&str> = log.lines().collect();
+            e.context(format!("the server's log ends:\n{}", lines[lines.len().saturating_sub(15)..].join("\n")))
         })
     }
 

@@ -148,32 +148,22 @@ macro_rules! ingest_queries {
             })
         }
 
-        /// The stored answer for a request identity: a replay when the
-        /// fingerprint matches (its intents as they are now), else a mismatch.
-        /// A record without a response (not yet answered) counts as unseen.
+        /// [`requests_seen`] of one identity.
         pub async fn request_seen(
             conn: &mut <$db as sqlx::Database>::Connection,
             tenant: &str,
             identity: &str,
             fingerprint: &str,
         ) -> StoreResult<Option<RequestSeen>> {
-            let row: Option<(String, Option<String>)> =
-                sqlx::query_as("SELECT fingerprint, response FROM requests WHERE tenant = $1 AND identity = $2")
-                    .bind(tenant)
-                    .bind(identity)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            let Some((stored, response)) = row else { return Ok(None) };
-            let seen = RequestSeen::of_record(fingerprint, &stored, response.as_deref())?;
-            let Some(RequestSeen::Replay(mut response)) = seen else { return Ok(seen) };
-            let now = intents_status(conn, tenant, &response.intent_keys()).await?;
-            response.refresh(&now);
-            Ok(Some(RequestSeen::Replay(response)))
+            let lookup = RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() };
+            requests_seen(conn, std::slice::from_ref(&lookup)).await?.pop().unwrap_or(Ok(None))
         }
 
-        /// [`request_seen`] for many lookups at once, answered in order: per
-        /// tenant one statement for the records and one for the replays'
-        /// intents as they are now. An identity asked for many times (a
+        /// The stored answers for request identities, answered in order: a
+        /// replay when the fingerprint matches (its intents as they are now),
+        /// else a mismatch; a record without a response (not yet answered)
+        /// counts as unseen. Per tenant one statement reads the records and
+        /// one the replays' intents. An identity asked for many times (a
         /// duplicate storm's concurrent requests) is read once; a record whose
         /// stored answer cannot be read fails only the lookups that name it.
         pub async fn requests_seen(
