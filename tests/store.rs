@@ -1376,6 +1376,45 @@ async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audience
     .await;
 }
 
+/// A batch of new identities goes set-wise (one statement per table), and a
+/// request in it whose event was accepted with other content is decided as
+/// it would be alone: a conflict, or — when its identity was used before for
+/// another body — a mismatch first. SQLite's set-wise pass does not read the
+/// request records, so it must leave such a request to be decided on its own.
+#[tokio::test]
+async fn a_set_wise_batch_decides_a_conflict_and_a_reused_identity_as_a_request_alone_would() {
+    each_backend(|store| async move {
+        let sms = |n: u32| new_intent(&key(n), "sms", Some(T0));
+        let first = store.events_ingest(request("a", "fa", "E1", "c1", vec![sms(1)])).await.unwrap();
+        assert!(matches!(first, IngestOutcome::Accepted { any_created: true, .. }), "{first:?}");
+        let batch = store
+            .events_ingest_batch(vec![
+                request("b", "fb", "E1", "c1-changed", vec![sms(1)]),
+                request("c", "fc", "E5", "c5", vec![sms(5)]),
+                request("d", "fd", "E6", "c6", vec![sms(6)]),
+            ])
+            .await;
+        let batch: Vec<IngestOutcome> = batch.into_iter().map(Result::unwrap).collect();
+        assert_eq!(batch[0], IngestOutcome::Conflict);
+        assert!(batch[1..].iter().all(|o| matches!(o, IngestOutcome::Accepted { any_created: true, .. })), "{batch:?}");
+        assert_eq!(store.request_find("default", "b", "fb").await.unwrap(), None, "the conflict kept nothing");
+        // Identity "a" again, for E1 with other content: its record decides.
+        let reused = store
+            .events_ingest_batch(vec![
+                request("a", "fa2", "E1", "c1-changed", vec![sms(1)]),
+                request("e", "fe", "E7", "c7", vec![sms(7)]),
+            ])
+            .await;
+        assert_eq!(reused[0].as_ref().unwrap(), &IngestOutcome::Mismatch);
+        assert!(matches!(reused[1], Ok(IngestOutcome::Accepted { any_created: true, .. })), "{:?}", reused[1]);
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(5), key(6), key(7)], "one job per new intent");
+    })
+    .await;
+}
+
 /// A receipt is recorded once, moves the delivery status only forward, and a
 /// bounce puts the address on its intent's tenant's list (and nowhere else).
 #[tokio::test]

@@ -4,6 +4,7 @@
 //! so enqueueing is part of the same transaction (the outbox is the queue).
 
 mod backfill;
+mod batch;
 mod delegate;
 mod postgres;
 mod postgres_batch;
@@ -14,6 +15,7 @@ mod rows_receipts;
 mod rows_report;
 mod schema;
 mod sqlite;
+mod sqlite_batch;
 
 pub use postgres::{PostgresStore, RANDOM_PAGE_COST, REQUESTS_OF_TENANT};
 pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};

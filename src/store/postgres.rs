@@ -2,7 +2,8 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
-use super::postgres_batch::Pass;
+use super::batch::{self, Pass};
+use super::postgres_batch::PgStatements;
 use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
@@ -84,28 +85,20 @@ fn wake_token() -> String {
 
 impl PostgresStore {
     /// One transaction for a batch of requests: set-wise when the batch fits
-    /// (see [`super::postgres_batch`]), else — and for what the set-wise pass
-    /// leaves undecided — request by request in savepoints. Listeners learn
-    /// of new jobs when it commits.
+    /// (see [`super::batch`]), else — and for what the set-wise pass leaves
+    /// undecided — request by request in savepoints. Listeners learn of new
+    /// jobs when it commits.
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
         let mut notified = false;
-        let wake = super::postgres_batch::Wake { channel: CHANNEL, token: &self.wake_token };
-        let outcomes = match super::postgres_batch::fits(batch) {
-            true => match super::postgres_batch::write(&mut tx, batch, wake).await? {
+        let statements = PgStatements { channel: CHANNEL, token: &self.wake_token };
+        let outcomes = match batch::fits(batch) {
+            true => match batch::write(&statements, &mut tx, batch).await? {
                 Pass::Decided(decided, queued) => {
+                    // Its jobs' statement notified the listeners.
                     notified = queued;
-                    let left: Vec<&Ingest> =
-                        (decided.iter().zip(batch)).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect();
-                    let mut rest = q::ingest_batch(&mut tx, left, true).await?.into_iter();
-                    decided
-                        .into_iter()
-                        .map(|o| {
-                            o.map(Ok)
-                                .or_else(|| rest.next())
-                                .unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch lost a request".into())))
-                        })
-                        .collect()
+                    let rest = q::ingest_batch(&mut tx, batch::undecided(&decided, batch), true).await?;
+                    batch::merge(decided, rest)
                 }
                 Pass::Raced => {
                     tx.rollback().await?;

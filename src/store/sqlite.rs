@@ -2,8 +2,10 @@
 //! write goes through a single connection, so writers queue in Herald instead of
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
+use super::batch::Pass;
 use super::queries::ingest::Step;
 use super::queries::{applied_set, report, transition_columns};
+use super::sqlite_batch::SqliteStatements;
 use super::*;
 use serde_json::json;
 use sqlx::migrate::Migrator;
@@ -99,24 +101,45 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// One transaction on the writer for a batch of requests. A request
-    /// alone (every request under light load) is written without a savepoint
-    /// (the transaction is its own: its commit or rollback writes it entirely
-    /// or not at all) and without reading its record first (the pipeline read
-    /// it before planning): three statements fewer on the one writer. A record
-    /// there after all (a concurrent duplicate, or a caller that did not read)
-    /// is found when the request's own is written, and this one's rows go.
+    /// One transaction on the writer for a batch of requests. A request alone
+    /// (every request under light load) is written row by row without a
+    /// savepoint (the transaction is its own: its commit or rollback writes
+    /// it entirely or not at all). A batch goes set-wise when it fits (see
+    /// [`super::batch`]), else — and for what the set-wise pass leaves
+    /// undecided — request by request in savepoints. None reads the request
+    /// records first: the pipeline read them just before planning, and a
+    /// record there after all (a concurrent duplicate) is found when the
+    /// request's own is written, and this one's rows go.
+    ///
+    /// A request alone stays row by row because the set-wise statements pass
+    /// their rows as JSON, and for one request that costs more than the one
+    /// statement it saves: bodies escaped into the JSON, parsed by SQLite and
+    /// unescaped again (1 client, alternating runs: Herald's CPU per
+    /// notification 2.37 ms row by row, 2.60 ms set-wise, p50 2.0 → 2.2 ms).
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.writer.begin().await?;
         let outcomes = match batch {
             [only] => match q::ingest_one(&mut tx, only, false).await? {
                 Step::Done(outcome) => vec![Ok(outcome)],
                 Step::Raced => {
-                    // Its identity was recorded first (a concurrent duplicate):
-                    // that record stands, this transaction's rows go.
+                    // Its identity was recorded first: that record stands.
                     tx.rollback().await?;
                     let mut tx = self.writer.begin().await?;
                     return Ok(vec![q::decided_elsewhere(&mut tx, only).await]);
+                }
+            },
+            _ if super::batch::fits(batch) => match super::batch::write(&SqliteStatements, &mut tx, batch).await? {
+                Pass::Decided(decided, _) => {
+                    let rest = q::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
+                    super::batch::merge(decided, rest)
+                }
+                Pass::Raced => {
+                    // An identity was recorded first: that record stands, this
+                    // transaction's rows go, and each request reads its record
+                    // before it writes.
+                    tx.rollback().await?;
+                    tx = self.writer.begin().await?;
+                    q::ingest_batch(&mut tx, batch, true).await?
                 }
             },
             _ => q::ingest_batch(&mut tx, batch, false).await?,

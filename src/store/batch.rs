@@ -1,0 +1,321 @@
+//! A batch of new requests written set-wise: each statement once per batch,
+//! the batch's rows given as one parameter — arrays read by `UNNEST` on
+//! Postgres ([`super::postgres_batch`]), one JSON array read by `json_each` on
+//! SQLite ([`super::sqlite_batch`]) — instead of once per request.
+//!
+//! It takes the common case only — requests that are new, each with its own
+//! identity and event and no digest member — and leaves the rest to the
+//! savepoint path ([`super::queries::ingest`]), which decides any request as a
+//! transaction of its own would. Every statement takes its rows in key order,
+//! so two batches lock shared rows in one order.
+
+use super::*;
+use serde::Serialize;
+use sqlx::Transaction;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Whether the batch can go set-wise: each request with its own identity,
+/// event and intent keys, and no digest member (a window row is locked and may
+/// turn a member into a send of its own). A batch of one goes set-wise too:
+/// one statement per table, where the savepoint path takes one per row and
+/// more for its savepoint.
+pub fn fits(batch: &[Ingest]) -> bool {
+    let (mut identities, mut events, mut keys) = (HashSet::new(), HashSet::new(), HashSet::new());
+    !batch.is_empty()
+        && batch.iter().all(|r| {
+            identities.insert((r.tenant.as_str(), r.identity.as_str()))
+                && events.insert(r.event_key.as_str())
+                && r.intents.iter().all(|i| i.digest.is_none() && keys.insert(i.key.as_str()))
+        })
+}
+
+/// What the set-wise pass made of a batch.
+pub enum Pass {
+    /// Per request, in order: its outcome, or None for one left to the
+    /// savepoint path (a request seen before, a replay or a mismatch; an event
+    /// record that vanished under it); and whether the pass queued jobs.
+    Decided(Vec<Option<IngestOutcome>>, bool),
+    /// Another transaction recorded one of these identities first: the
+    /// transaction must be rolled back and the batch decided request by request.
+    Raced,
+}
+
+/// A content record to store, or whose use to note.
+#[derive(Serialize)]
+pub struct Payload<'a> {
+    pub digest: &'a str,
+    pub body: &'a str,
+    pub at: i64,
+}
+
+/// A job for a new intent that is to be sent, with its request's trace.
+#[derive(Serialize)]
+pub struct Job<'a> {
+    pub key: &'a str,
+    pub tenant: &'a str,
+    pub run_at: i64,
+    pub traceparent: Option<&'a str>,
+}
+
+/// A request's record: its answer and the status it was given with.
+pub struct Answer<'a> {
+    pub request: &'a Ingest,
+    pub response: String,
+    pub status: i64,
+}
+
+/// The statements of a set-wise batch as one backend writes them, each one
+/// statement for all its rows.
+pub(super) trait Statements {
+    type Db: sqlx::Database;
+
+    /// The (tenant, identity) of those requests that have a record already;
+    /// None where the backend does not read them first.
+    async fn seen(
+        &self,
+        tx: &mut Transaction<'_, Self::Db>,
+        batch: &[Ingest],
+    ) -> StoreResult<Option<Vec<(String, String)>>>;
+
+    /// Each event's content record, where its key is new; the keys inserted.
+    async fn insert_events(&self, tx: &mut Transaction<'_, Self::Db>, events: &[&Ingest]) -> StoreResult<Vec<String>>;
+
+    /// Marks these content records used now (read by touching: retention
+    /// cannot prune a record this batch is about to hang intents on), with
+    /// the digest each was accepted with.
+    async fn touch_events(
+        &self,
+        tx: &mut Transaction<'_, Self::Db>,
+        keys: &[&str],
+        now_us: i64,
+    ) -> StoreResult<Vec<(String, String)>>;
+
+    /// Stores each content; a reuse moves `created_at` forward.
+    async fn put_payloads(&self, tx: &mut Transaction<'_, Self::Db>, payloads: &[Payload<'_>]) -> StoreResult<()>;
+
+    /// Inserts the intents where their keys are new; the keys inserted.
+    async fn insert_intents(
+        &self,
+        tx: &mut Transaction<'_, Self::Db>,
+        rows: &[(&Ingest, &NewIntent)],
+    ) -> StoreResult<Vec<String>>;
+
+    /// The decision, reason and state of these intents as they stand.
+    async fn intents_status(&self, tx: &mut Transaction<'_, Self::Db>, keys: &[&str])
+    -> StoreResult<Vec<IntentStatus>>;
+
+    /// Queues the jobs (and on Postgres tells listeners, at commit).
+    async fn queue_jobs(&self, tx: &mut Transaction<'_, Self::Db>, jobs: &[Job<'_>]) -> StoreResult<()>;
+
+    /// Writes the request records where their identities are new; how many.
+    async fn record_requests(&self, tx: &mut Transaction<'_, Self::Db>, answers: &[Answer<'_>]) -> StoreResult<u64>;
+}
+
+pub(super) async fn write<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    batch: &[Ingest],
+) -> StoreResult<Pass> {
+    let seen = seen(statements, tx, batch).await?;
+    let mut out: Vec<Option<IngestOutcome>> = vec![None; batch.len()];
+    let fresh: Vec<usize> = (0..batch.len()).filter(|i| !seen.as_ref().is_some_and(|s| s.contains(i))).collect();
+    let (conflicts, vanished) = claim_events(statements, tx, batch, &fresh).await?;
+    if seen.is_some() {
+        // Without a record for its identity, the event's decides. Where the
+        // records were not read, the savepoint path reads the record of a
+        // request in conflict: a reused identity with another body is a
+        // mismatch before it is a conflict.
+        for &i in &conflicts {
+            out[i] = Some(IngestOutcome::Conflict);
+        }
+    }
+    let new: Vec<usize> = fresh.into_iter().filter(|i| !conflicts.contains(i) && !vanished.contains(i)).collect();
+    if new.is_empty() {
+        return Ok(Pass::Decided(out, false));
+    }
+    let requests: Vec<&Ingest> = new.iter().map(|&i| &batch[i]).collect();
+    statements.put_payloads(tx, &payloads(&requests)).await?;
+    let created = insert_intents(statements, tx, &requests).await?;
+    let existing = existing_status(statements, tx, &requests, &created).await?;
+    let queued = queue_jobs(statements, tx, &requests, &created).await?;
+    let answers: Vec<(usize, IngestResponse, bool)> = (new.iter())
+        .map(|&i| {
+            let (response, any_created) = response(&batch[i], &created, &existing);
+            (i, response, any_created)
+        })
+        .collect();
+    if !record_requests(statements, tx, batch, &answers).await? {
+        return Ok(Pass::Raced);
+    }
+    for (i, response, any_created) in answers {
+        out[i] = Some(IngestOutcome::Accepted { response, any_created });
+    }
+    Ok(Pass::Decided(out, queued))
+}
+
+/// The requests (by index) whose identity has a record already; None where
+/// the records were not read.
+async fn seen<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    batch: &[Ingest],
+) -> StoreResult<Option<HashSet<usize>>> {
+    let Some(found) = statements.seen(tx, batch).await? else { return Ok(None) };
+    let found: HashSet<(&str, &str)> = found.iter().map(|(t, i)| (t.as_str(), i.as_str())).collect();
+    Ok(Some(
+        (0..batch.len()).filter(|&i| found.contains(&(batch[i].tenant.as_str(), batch[i].identity.as_str()))).collect(),
+    ))
+}
+
+/// Records each event's content, or checks it against the content it was
+/// accepted with: the requests (by index) whose content differs, and those
+/// whose content record vanished between the insert and the read (retention),
+/// which the savepoint path decides.
+async fn claim_events<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    batch: &[Ingest],
+    fresh: &[usize],
+) -> StoreResult<(HashSet<usize>, HashSet<usize>)> {
+    let mut order: Vec<&Ingest> = fresh.iter().map(|&i| &batch[i]).collect();
+    order.sort_by(|a, b| a.event_key.cmp(&b.event_key));
+    let inserted: HashSet<String> = statements.insert_events(tx, &order).await?.into_iter().collect();
+    let others: Vec<&str> = order.iter().map(|r| r.event_key.as_str()).filter(|k| !inserted.contains(*k)).collect();
+    if others.is_empty() {
+        return Ok(Default::default());
+    }
+    let now_us = order.iter().map(|r| r.now_us).max().unwrap_or_default();
+    let accepted: HashMap<String, String> = statements.touch_events(tx, &others, now_us).await?.into_iter().collect();
+    let (mut conflicts, mut vanished) = (HashSet::new(), HashSet::new());
+    for &i in fresh.iter().filter(|&&i| !inserted.contains(&batch[i].event_key)) {
+        match accepted.get(&batch[i].event_key) {
+            Some(digest) if *digest == batch[i].content_digest => {}
+            Some(_) => _ = conflicts.insert(i),
+            None => _ = vanished.insert(i),
+        }
+    }
+    Ok((conflicts, vanished))
+}
+
+/// Each content once, in digest order.
+fn payloads<'a>(new: &[&'a Ingest]) -> Vec<Payload<'a>> {
+    let mut payloads: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
+    for r in new {
+        payloads.insert(&r.fingerprint, (&r.event_body, r.now_us));
+        for (digest, body) in r.intents.iter().filter_map(|i| i.payload.as_ref()) {
+            payloads.insert(digest, (body, r.now_us));
+        }
+    }
+    payloads.into_iter().map(|(digest, (body, at))| Payload { digest, body, at }).collect()
+}
+
+/// Inserts every intent, in key order; returns the keys that were new.
+async fn insert_intents<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    new: &[&Ingest],
+) -> StoreResult<HashSet<String>> {
+    let mut rows: Vec<(&Ingest, &NewIntent)> =
+        new.iter().flat_map(|r| r.intents.iter().map(move |i| (*r, i))).collect();
+    rows.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+    Ok(statements.insert_intents(tx, &rows).await?.into_iter().collect())
+}
+
+/// The intents that existed already (the same event under another request
+/// identity), as they stand.
+async fn existing_status<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    new: &[&Ingest],
+    created: &HashSet<String>,
+) -> StoreResult<HashMap<String, IntentStatus>> {
+    let keys: Vec<&str> =
+        new.iter().flat_map(|r| &r.intents).map(|i| i.key.as_str()).filter(|k| !created.contains(*k)).collect();
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows = statements.intents_status(tx, &keys).await?;
+    Ok(rows.into_iter().map(|s| (s.key.clone(), s)).collect())
+}
+
+/// A job for each new intent that is to be sent; true when there were any.
+async fn queue_jobs<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    new: &[&Ingest],
+    created: &HashSet<String>,
+) -> StoreResult<bool> {
+    let mut jobs: Vec<Job<'_>> = (new.iter())
+        .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
+        .filter(|(_, i)| created.contains(&i.key))
+        .filter_map(|(r, i)| {
+            Some(Job { key: &i.key, tenant: &r.tenant, run_at: i.run_at?, traceparent: r.traceparent.as_deref() })
+        })
+        .collect();
+    if jobs.is_empty() {
+        return Ok(false);
+    }
+    jobs.sort_unstable_by(|a, b| a.key.cmp(b.key));
+    statements.queue_jobs(tx, &jobs).await?;
+    Ok(true)
+}
+
+/// A request's answer: its intents in the order it planned them.
+fn response(
+    request: &Ingest,
+    created: &HashSet<String>,
+    existing: &HashMap<String, IntentStatus>,
+) -> (IngestResponse, bool) {
+    let mut any_created = false;
+    let intents = (request.intents.iter())
+        .map(|i| {
+            let new = created.contains(&i.key);
+            any_created |= new;
+            let status = match existing.get(&i.key).filter(|_| !new) {
+                Some(s) => (s.decision, s.reason.clone(), s.state),
+                None => i.planned(),
+            };
+            i.summary(new, status)
+        })
+        .collect();
+    (IngestResponse { event_key: request.event_key.clone(), replayed: false, intents }, any_created)
+}
+
+/// The request records with their responses, in identity order; false when
+/// another transaction recorded one of the identities first.
+async fn record_requests<S: Statements>(
+    statements: &S,
+    tx: &mut Transaction<'_, S::Db>,
+    batch: &[Ingest],
+    answers: &[(usize, IngestResponse, bool)],
+) -> StoreResult<bool> {
+    let mut rows: Vec<Answer<'_>> = Vec::with_capacity(answers.len());
+    for (i, response, any_created) in answers {
+        let response = serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        rows.push(Answer { request: &batch[*i], response, status: if *any_created { 202 } else { 200 } });
+    }
+    rows.sort_by(|a, b| (&a.request.tenant, &a.request.identity).cmp(&(&b.request.tenant, &b.request.identity)));
+    Ok(statements.record_requests(tx, &rows).await? == rows.len() as u64)
+}
+
+/// The batch's outcomes: the set-wise pass's where it decided, and in order
+/// those of the savepoint path for the requests it left (`rest`).
+pub fn merge(
+    decided: Vec<Option<IngestOutcome>>,
+    rest: Vec<StoreResult<IngestOutcome>>,
+) -> Vec<StoreResult<IngestOutcome>> {
+    let mut rest = rest.into_iter();
+    decided
+        .into_iter()
+        .map(|o| {
+            o.map(Ok)
+                .or_else(|| rest.next())
+                .unwrap_or_else(|| Err(StoreError::Corrupt("an ingest batch lost a request".into())))
+        })
+        .collect()
+}
+
+/// The requests the set-wise pass left undecided, in order.
+pub fn undecided<'a>(decided: &[Option<IngestOutcome>], batch: &'a [Ingest]) -> Vec<&'a Ingest> {
+    decided.iter().zip(batch).filter(|(o, _)| o.is_none()).map(|(_, r)| r).collect()
+}

@@ -1,0 +1,225 @@
+//! SQLite's statements of a set-wise ingest batch ([`super::batch`]): the
+//! batch's rows as one JSON array parameter, read by `json_each`, one object
+//! per row. Every statement on SQLite is a hand-off to its one writer's thread
+//! and back, so what counts is how many there are, not what each carries.
+//!
+//! (An `INSERT … SELECT` with an upsert clause needs a `WHERE` in its
+//! `SELECT`, or SQLite reads the `ON` of `ON CONFLICT` as a join's.)
+
+use super::batch::{Answer, Job, Payload, Statements};
+use super::*;
+use serde::Serialize;
+use sqlx::{Sqlite, Transaction};
+
+/// A JSON array of these rows.
+fn rows<T: Serialize>(rows: impl IntoIterator<Item = T>) -> StoreResult<String> {
+    let rows: Vec<T> = rows.into_iter().collect();
+    serde_json::to_string(&rows).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+pub struct SqliteStatements;
+
+impl Statements for SqliteStatements {
+    type Db = Sqlite;
+
+    /// Not read: the pipeline looked every record up just before it planned,
+    /// and a record written since (a concurrent duplicate) is found by the
+    /// request records' insert ([`super::batch::Pass::Raced`]), at the cost of
+    /// rerunning the batch; a request whose event is in conflict is left to
+    /// the savepoint path, which reads its record.
+    async fn seen(&self, _: &mut Transaction<'_, Sqlite>, _: &[Ingest]) -> StoreResult<Option<Vec<(String, String)>>> {
+        Ok(None)
+    }
+
+    async fn insert_events(&self, tx: &mut Transaction<'_, Sqlite>, events: &[&Ingest]) -> StoreResult<Vec<String>> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            key: &'a str,
+            tenant: &'a str,
+            event_type: &'a str,
+            entity_type: &'a str,
+            entity_id: &'a str,
+            occurred_at: &'a str,
+            digest: &'a str,
+            at: i64,
+        }
+        let events = rows(events.iter().map(|r| Row {
+            key: &r.event_key,
+            tenant: &r.tenant,
+            event_type: &r.event_type,
+            entity_type: &r.entity_type,
+            entity_id: &r.entity_id,
+            occurred_at: &r.occurred_at,
+            digest: &r.content_digest,
+            at: r.now_us,
+        }))?;
+        Ok(sqlx::query_scalar(
+            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+             SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
+                    value->>'occurred_at', value->>'digest', value->>'at'
+             FROM json_each($1) WHERE true
+             ON CONFLICT (event_key) DO NOTHING
+             RETURNING event_key",
+        )
+        .bind(events)
+        .fetch_all(&mut **tx)
+        .await?)
+    }
+
+    async fn touch_events(
+        &self,
+        tx: &mut Transaction<'_, Sqlite>,
+        keys: &[&str],
+        now_us: i64,
+    ) -> StoreResult<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "UPDATE events SET created_at = MAX(created_at, $2) WHERE event_key IN (SELECT value FROM json_each($1))
+             RETURNING event_key, content_digest",
+        )
+        .bind(rows(keys)?)
+        .bind(now_us)
+        .fetch_all(&mut **tx)
+        .await?)
+    }
+
+    async fn put_payloads(&self, tx: &mut Transaction<'_, Sqlite>, payloads: &[Payload<'_>]) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO payloads (digest, body, created_at)
+             SELECT value->>'digest', value->>'body', value->>'at' FROM json_each($1) WHERE true
+             ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+             WHERE payloads.created_at < excluded.created_at",
+        )
+        .bind(rows(payloads)?)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_intents(
+        &self,
+        tx: &mut Transaction<'_, Sqlite>,
+        intents: &[(&Ingest, &NewIntent)],
+    ) -> StoreResult<Vec<String>> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            key: &'a str,
+            tenant: &'a str,
+            event_type: &'a str,
+            entity_type: &'a str,
+            entity_id: &'a str,
+            entity_version: Option<i64>,
+            occurred_at: &'a str,
+            channel: &'a str,
+            recipient_id: &'a str,
+            destination: Option<&'a str>,
+            locale: Option<&'a str>,
+            template_id: &'a str,
+            template_revision: Option<&'a str>,
+            event_digest: &'a str,
+            payload_digest: Option<&'a str>,
+            decision: &'a str,
+            reason: Option<&'a str>,
+            detail: Option<&'a str>,
+            state: &'a str,
+            at: i64,
+            preferences_version: Option<i64>,
+            mode: &'a str,
+            traceparent: Option<&'a str>,
+        }
+        let intents = rows(intents.iter().map(|(r, i)| Row {
+            key: &i.key,
+            tenant: &r.tenant,
+            event_type: &r.event_type,
+            entity_type: &r.entity_type,
+            entity_id: &r.entity_id,
+            entity_version: r.entity_version,
+            occurred_at: &r.occurred_at,
+            channel: i.channel.as_str(),
+            recipient_id: &i.recipient_id,
+            destination: i.destination.as_deref(),
+            locale: i.locale.as_deref(),
+            template_id: &i.template_id,
+            template_revision: i.template_revision.as_deref(),
+            event_digest: &r.fingerprint,
+            payload_digest: i.payload.as_ref().map(|(d, _)| d.as_str()),
+            decision: i.decision.as_str(),
+            reason: i.reason.map(crate::intent::Reason::as_str),
+            detail: i.detail.as_deref(),
+            state: i.state.as_str(),
+            at: r.now_us,
+            preferences_version: i.preferences_version,
+            mode: i.mode.as_str(),
+            traceparent: r.traceparent.as_deref(),
+        }))?;
+        Ok(sqlx::query_scalar(
+            "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
+                 channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+                 payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+                 preferences_version, link_key, mode, traceparent)
+             SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
+                    value->>'entity_version', value->>'occurred_at', value->>'channel', value->>'recipient_id',
+                    value->>'destination', value->>'locale', value->>'template_id', value->>'template_revision',
+                    value->>'event_digest', value->>'payload_digest', value->>'decision', value->>'reason',
+                    value->>'detail', value->>'state', 0, value->>'at', value->>'at', value->>'preferences_version',
+                    NULL, value->>'mode', value->>'traceparent'
+             FROM json_each($1) WHERE true
+             ON CONFLICT (key) DO NOTHING
+             RETURNING key",
+        )
+        .bind(intents)
+        .fetch_all(&mut **tx)
+        .await?)
+    }
+
+    async fn intents_status(&self, tx: &mut Transaction<'_, Sqlite>, keys: &[&str]) -> StoreResult<Vec<IntentStatus>> {
+        Ok(sqlx::query_as(
+            "SELECT key, decision, reason, state, mode FROM intents WHERE key IN (SELECT value FROM json_each($1))",
+        )
+        .bind(rows(keys)?)
+        .fetch_all(&mut **tx)
+        .await?)
+    }
+
+    /// The jobs; the worker is woken in-process once the transaction commits.
+    async fn queue_jobs(&self, tx: &mut Transaction<'_, Sqlite>, jobs: &[Job<'_>]) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+             SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each($1)",
+        )
+        .bind(rows(jobs)?)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_requests(&self, tx: &mut Transaction<'_, Sqlite>, answers: &[Answer<'_>]) -> StoreResult<u64> {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            tenant: &'a str,
+            identity: &'a str,
+            fingerprint: &'a str,
+            at: i64,
+            status: i64,
+            response: &'a str,
+        }
+        let answers = rows(answers.iter().map(|a| Row {
+            tenant: &a.request.tenant,
+            identity: &a.request.identity,
+            fingerprint: &a.request.fingerprint,
+            at: a.request.now_us,
+            status: a.status,
+            response: &a.response,
+        }))?;
+        Ok(sqlx::query(
+            "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+             SELECT value->>'tenant', value->>'identity', value->>'fingerprint', value->>'at', value->>'status',
+                    value->>'response'
+             FROM json_each($1) WHERE true
+             ON CONFLICT (tenant, identity) DO NOTHING",
+        )
+        .bind(answers)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected())
+    }
+}
