@@ -17,6 +17,28 @@ fn rows<T: Serialize>(rows: impl IntoIterator<Item = T>) -> StoreResult<String> 
     serde_json::to_string(&rows).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// The columns an event's record and each of its intents repeat.
+#[derive(Serialize)]
+struct Event<'a> {
+    tenant: &'a str,
+    event_type: &'a str,
+    entity_type: &'a str,
+    entity_id: &'a str,
+    occurred_at: &'a str,
+}
+
+impl<'a> Event<'a> {
+    fn of(r: &'a Ingest) -> Event<'a> {
+        Event {
+            tenant: &r.tenant,
+            event_type: &r.event_type,
+            entity_type: &r.entity_type,
+            entity_id: &r.entity_id,
+            occurred_at: &r.occurred_at,
+        }
+    }
+}
+
 pub struct SqliteStatements;
 
 impl Statements for SqliteStatements {
@@ -35,21 +57,14 @@ impl Statements for SqliteStatements {
         #[derive(Serialize)]
         struct Row<'a> {
             key: &'a str,
-            tenant: &'a str,
-            event_type: &'a str,
-            entity_type: &'a str,
-            entity_id: &'a str,
-            occurred_at: &'a str,
+            #[serde(flatten)]
+            event: Event<'a>,
             digest: &'a str,
             at: i64,
         }
         let events = rows(events.iter().map(|r| Row {
             key: &r.event_key,
-            tenant: &r.tenant,
-            event_type: &r.event_type,
-            entity_type: &r.entity_type,
-            entity_id: &r.entity_id,
-            occurred_at: &r.occurred_at,
+            event: Event::of(r),
             digest: &r.content_digest,
             at: r.now_us,
         }))?;
@@ -103,12 +118,9 @@ impl Statements for SqliteStatements {
         #[derive(Serialize)]
         struct Row<'a> {
             key: &'a str,
-            tenant: &'a str,
-            event_type: &'a str,
-            entity_type: &'a str,
-            entity_id: &'a str,
+            #[serde(flatten)]
+            event: Event<'a>,
             entity_version: Option<i64>,
-            occurred_at: &'a str,
             channel: &'a str,
             recipient_id: &'a str,
             destination: Option<&'a str>,
@@ -128,12 +140,8 @@ impl Statements for SqliteStatements {
         }
         let intents = rows(intents.iter().map(|(r, i)| Row {
             key: &i.key,
-            tenant: &r.tenant,
-            event_type: &r.event_type,
-            entity_type: &r.entity_type,
-            entity_id: &r.entity_id,
+            event: Event::of(r),
             entity_version: r.entity_version,
-            occurred_at: &r.occurred_at,
             channel: i.channel.as_str(),
             recipient_id: &i.recipient_id,
             destination: i.destination.as_deref(),
