@@ -16,9 +16,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Whether the batch can go set-wise: each request with its own identity,
 /// event and intent keys, and no digest member (a window row is locked and may
-/// turn a member into a send of its own). A batch of one goes set-wise too:
-/// one statement per table, where the savepoint path takes one per row and
-/// more for its savepoint.
+/// turn a member into a send of its own). On Postgres a batch of one goes
+/// set-wise too: one statement per table, where the savepoint path takes one
+/// per row and more for its savepoint; SQLite writes a request alone row by
+/// row (see its `ingest_tx`).
 pub fn fits(batch: &[Ingest]) -> bool {
     let (mut identities, mut events, mut keys) = (HashSet::new(), HashSet::new(), HashSet::new());
     !batch.is_empty()
@@ -32,8 +33,9 @@ pub fn fits(batch: &[Ingest]) -> bool {
 /// What the set-wise pass made of a batch.
 pub enum Pass {
     /// Per request, in order: its outcome, or None for one left to the
-    /// savepoint path (a request seen before, a replay or a mismatch; an event
-    /// record that vanished under it); and whether the pass queued jobs.
+    /// savepoint path (a request seen before, a replay or a mismatch; where
+    /// the records were not read, a request whose event is in conflict; an
+    /// event record that vanished under it); and whether the pass queued jobs.
     Decided(Vec<Option<IngestOutcome>>, bool),
     /// Another transaction recorded one of these identities first: the
     /// transaction must be rolled back and the batch decided request by request.
@@ -111,6 +113,8 @@ pub(super) trait Statements {
     async fn record_requests(&self, tx: &mut Transaction<'_, Self::Db>, answers: &[Answer<'_>]) -> StoreResult<u64>;
 }
 
+/// Writes, in the caller's transaction, every request of a batch that fits
+/// which it can decide set-wise, and says what it left (see [`Pass`]).
 pub(super) async fn write<S: Statements>(
     statements: &S,
     tx: &mut Transaction<'_, S::Db>,
