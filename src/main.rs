@@ -285,7 +285,11 @@ fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tr
     let provider =
         trace::provider(export, config.tracing.sample_ratio, &config.deployment).map_err(anyhow::Error::msg)?;
     let spans = provider.as_ref().map(trace::layer);
-    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal: a file, a pipe or a log
+    // collector gets the plain line, without escape codes around each field.
+    let lines = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let registry = tracing_subscriber::registry().with(spans).with(sample);
     if config.log.format == "json" {
         registry.with(lines.json().with_filter(lines_only)).init();

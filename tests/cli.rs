@@ -293,3 +293,35 @@ async fn the_shadow_report_prints_what_shadow_would_have_sent() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--since"), "{}", stderr(&out));
 }
+
+/// A log read from a file, a pipe or a collector is plain text: each field
+/// `name=value` with no terminal escape codes around it, so that a search for
+/// `addr=` or `intent=` finds the line. (Until this test, every line carried
+/// them wherever stderr went.)
+#[test]
+fn serve_writes_plain_log_lines_when_stderr_is_not_a_terminal() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("herald.toml"), "listen = \"127.0.0.1:0\"\ndatabase_url = \"sqlite://h.db\"\n")
+        .unwrap();
+    let log = dir.path().join("herald.log");
+    let mut child = herald(dir.path(), &["serve", "--config", "herald.toml"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start herald serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("herald is listening") || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(text.contains("herald is listening"), "serve did not say it was listening: {text:?}");
+    assert!(!text.contains('\u{1b}'), "escape codes in a log file: {text:?}");
+    assert!(text.contains(" addr=127.0.0.1:"), "the field is not plain name=value: {text:?}");
+}
