@@ -250,9 +250,10 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
-        // One transaction and at most four statements for the batch, each given the
-        // batch as one JSON array of rows: a statement per outcome costs a
-        // round trip to SQLite's thread each, and the writer is shared with ingest.
+        // One transaction and at most four statements for the batch, each
+        // given the batch as one JSON array of rows: a statement per outcome
+        // costs a round trip to SQLite's thread each, and the writer is shared
+        // with ingest.
         let outcomes = json_rows(finished.iter().map(|f| {
             json!([
                 f.key,
@@ -291,26 +292,25 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         let applied_now = applied_set(&applied);
         let applied_outcomes: Vec<&FinishedAttempt> =
             finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
-        if applied_outcomes.is_empty() {
-            tx.commit().await?;
-            return Ok(report(finished, &applied));
+        // A statement with nothing to do is skipped: each is a hop to the
+        // writer's thread. Outcomes all stale leave nothing to write; most
+        // batches hold no retry.
+        if !applied_outcomes.is_empty() {
+            let intents = json_rows(applied_outcomes.iter().map(|f| {
+                let (state, reason, _) = transition_columns(&f.transition);
+                json!([f.key, state.as_str(), reason, f.finished_at_us])
+            }));
+            sqlx::query(
+                "UPDATE intents SET state = u.state, reason = u.reason, updated_at = u.at
+                 FROM (SELECT value->>0 AS k, value->>1 AS state, value->>2 AS reason, value->>3 AS at FROM json_each($1)) AS u
+                 WHERE intents.key = u.k",
+            )
+            .bind(intents)
+            .execute(&mut *tx)
+            .await?;
         }
-        let intents = json_rows(applied_outcomes.iter().map(|f| {
-            let (state, reason, _) = transition_columns(&f.transition);
-            json!([f.key, state.as_str(), reason, f.finished_at_us])
-        }));
-        sqlx::query(
-            "UPDATE intents SET state = u.state, reason = u.reason, updated_at = u.at
-             FROM (SELECT value->>0 AS k, value->>1 AS state, value->>2 AS reason, value->>3 AS at FROM json_each($1)) AS u
-             WHERE intents.key = u.k",
-        )
-        .bind(intents)
-        .execute(&mut *tx)
-        .await?;
         let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
             applied_outcomes.iter().partition(|f| transition_columns(&f.transition).2.is_some());
-        // A statement with nothing to do is skipped: each is a hop to the
-        // writer's thread, and most batches hold no retry.
         if !done.is_empty() {
             sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
                 .bind(json_rows(done.iter().map(|f| json!(f.key))))
