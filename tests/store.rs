@@ -1415,6 +1415,51 @@ async fn a_set_wise_batch_decides_a_conflict_and_a_reused_identity_as_a_request_
     .await;
 }
 
+/// On Postgres a batch is first written as one statement on the guess that
+/// all of it is new. Each way the guess can be wrong — an event, an intent or
+/// a request identity already there — must leave nothing of the guess behind
+/// and the batch decided as it would be without it.
+#[tokio::test]
+async fn a_batch_guessed_new_keeps_nothing_of_the_guess_when_a_row_was_there() {
+    each_backend(|store| async move {
+        let sms = |n: u32| new_intent(&key(n), "sms", Some(T0));
+        store.events_ingest(request("a", "fa", "E1", "c1", vec![sms(1)])).await.unwrap();
+        // An intent there already, under a new event and identity (as a key
+        // reused across events would be): not created again, no second job.
+        let intent = store
+            .events_ingest_batch(vec![
+                request("b", "fb", "E2", "c2", vec![sms(1), sms(2)]),
+                request("c", "fc", "E3", "c3", vec![sms(3)]),
+            ])
+            .await;
+        let IngestOutcome::Accepted { response, any_created: true } = intent[0].as_ref().unwrap() else {
+            panic!("{:?}", intent[0])
+        };
+        assert_eq!(response.intents.iter().map(|i| i.created).collect::<Vec<_>>(), vec![false, true]);
+        assert!(matches!(intent[1], Ok(IngestOutcome::Accepted { any_created: true, .. })), "{:?}", intent[1]);
+        // An identity there already, for a new event: a mismatch, and its
+        // event and intent are not kept.
+        let identity = store
+            .events_ingest_batch(vec![
+                request("a", "fa2", "E4", "c4", vec![sms(4)]),
+                request("d", "fd", "E5", "c5", vec![sms(5)]),
+            ])
+            .await;
+        assert_eq!(identity[0].as_ref().unwrap(), &IngestOutcome::Mismatch);
+        assert!(matches!(identity[1], Ok(IngestOutcome::Accepted { any_created: true, .. })), "{:?}", identity[1]);
+        assert!(store.intents_status("default", &[key(4)]).await.unwrap().is_empty(), "the mismatch created nothing");
+        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
+        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![key(1), key(2), key(3), key(5)], "one job per new intent");
+        for (identity, fingerprint) in [("b", "fb"), ("c", "fc"), ("d", "fd")] {
+            let seen = store.request_find("default", identity, fingerprint).await.unwrap();
+            assert!(matches!(seen, Some(RequestSeen::Replay(_))), "{identity}: {seen:?}");
+        }
+    })
+    .await;
+}
+
 /// A receipt is recorded once, moves the delivery status only forward, and a
 /// bounce puts the address on its intent's tenant's list (and nowhere else).
 #[tokio::test]

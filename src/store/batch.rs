@@ -12,7 +12,9 @@
 use super::*;
 use serde::Serialize;
 use sqlx::Transaction;
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::Hash;
 
 /// Whether the batch can go set-wise: each request with its own identity,
 /// event and intent keys, and no digest member (a window row is locked and may
@@ -40,6 +42,54 @@ pub enum Pass {
     /// Another transaction recorded one of these identities first: the
     /// transaction must be rolled back and the batch decided request by request.
     Raced,
+}
+
+/// A batch that fits, written on the guess that all of it is new — every
+/// event, intent and request identity, as nearly every batch is — whose
+/// answers are then known before anything is written: every intent created.
+/// A backend writes these rows at once (on Postgres one statement) and keeps
+/// them only where the database says each row was indeed new; otherwise the
+/// transaction is rolled back and the batch goes through [`write`].
+pub struct AllNew<'a> {
+    /// In key order, as every statement takes its rows.
+    pub events: Vec<&'a Ingest>,
+    pub payloads: Vec<Payload<'a>>,
+    pub intents: Vec<(&'a Ingest, &'a NewIntent)>,
+    pub jobs: Vec<Job<'a>>,
+    pub answers: Vec<Answer<'a>>,
+    /// Per request, in the batch's order: what it is answered if the guess holds.
+    pub outcomes: Vec<IngestOutcome>,
+}
+
+impl<'a> AllNew<'a> {
+    /// The rows of a batch that [`fits`], as if all of it were new.
+    pub fn of(batch: &'a [Ingest]) -> StoreResult<AllNew<'a>> {
+        let requests: Vec<&Ingest> = batch.iter().collect();
+        let intents = intent_rows(&requests);
+        let created: HashSet<&str> = intents.iter().map(|(_, i)| i.key.as_str()).collect();
+        let decided: Vec<(usize, IngestResponse, bool)> = (batch.iter().enumerate())
+            .map(|(i, request)| {
+                let (response, any_created) = response(request, &created, &HashMap::new());
+                (i, response, any_created)
+            })
+            .collect();
+        Ok(AllNew {
+            payloads: payloads(&requests),
+            jobs: jobs(&requests, &created),
+            answers: answer_rows(batch, &decided)?,
+            outcomes: (decided.into_iter())
+                .map(|(_, response, any_created)| IngestOutcome::Accepted { response, any_created })
+                .collect(),
+            events: by_event_key(requests),
+            intents,
+        })
+    }
+
+    /// How many rows of events, intents and request records are new if the
+    /// guess holds.
+    pub fn expected(&self) -> (i64, i64, i64) {
+        (self.events.len() as i64, self.intents.len() as i64, self.answers.len() as i64)
+    }
 }
 
 /// A content record to store, or whose use to note.
@@ -181,8 +231,7 @@ async fn claim_events<S: Statements>(
     batch: &[Ingest],
     fresh: &[usize],
 ) -> StoreResult<(HashSet<usize>, HashSet<usize>)> {
-    let mut order: Vec<&Ingest> = fresh.iter().map(|&i| &batch[i]).collect();
-    order.sort_by(|a, b| a.event_key.cmp(&b.event_key));
+    let order = by_event_key(fresh.iter().map(|&i| &batch[i]).collect());
     let inserted: HashSet<String> = statements.insert_events(tx, &order).await?.into_iter().collect();
     let others: Vec<&str> = order.iter().map(|r| r.event_key.as_str()).filter(|k| !inserted.contains(*k)).collect();
     if others.is_empty() {
@@ -219,10 +268,21 @@ async fn insert_intents<S: Statements>(
     tx: &mut Transaction<'_, S::Db>,
     new: &[&Ingest],
 ) -> StoreResult<HashSet<String>> {
+    Ok(statements.insert_intents(tx, &intent_rows(new)).await?.into_iter().collect())
+}
+
+/// The events of these requests, in key order.
+fn by_event_key(mut requests: Vec<&Ingest>) -> Vec<&Ingest> {
+    requests.sort_by(|a, b| a.event_key.cmp(&b.event_key));
+    requests
+}
+
+/// Every intent of these requests with its request, in key order.
+fn intent_rows<'a>(new: &[&'a Ingest]) -> Vec<(&'a Ingest, &'a NewIntent)> {
     let mut rows: Vec<(&Ingest, &NewIntent)> =
         new.iter().flat_map(|r| r.intents.iter().map(move |i| (*r, i))).collect();
     rows.sort_by(|a, b| a.1.key.cmp(&b.1.key));
-    Ok(statements.insert_intents(tx, &rows).await?.into_iter().collect())
+    rows
 }
 
 /// The intents that existed already (the same event under another request
@@ -249,31 +309,37 @@ async fn queue_jobs<S: Statements>(
     new: &[&Ingest],
     created: &HashSet<String>,
 ) -> StoreResult<bool> {
-    let mut jobs: Vec<Job<'_>> = (new.iter())
-        .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
-        .filter(|(_, i)| created.contains(&i.key))
-        .filter_map(|(r, i)| {
-            Some(Job { key: &i.key, tenant: &r.tenant, run_at: i.run_at?, traceparent: r.traceparent.as_deref() })
-        })
-        .collect();
+    let jobs = jobs(new, created);
     if jobs.is_empty() {
         return Ok(false);
     }
-    jobs.sort_unstable_by(|a, b| a.key.cmp(b.key));
     statements.queue_jobs(tx, &jobs).await?;
     Ok(true)
 }
 
+/// A job for each created intent that is to be sent, in key order.
+fn jobs<'a, S: Borrow<str> + Eq + Hash>(new: &[&'a Ingest], created: &HashSet<S>) -> Vec<Job<'a>> {
+    let mut jobs: Vec<Job<'_>> = (new.iter())
+        .flat_map(|r| r.intents.iter().map(move |i| (r, i)))
+        .filter(|(_, i)| created.contains(i.key.as_str()))
+        .filter_map(|(r, i)| {
+            Some(Job { key: &i.key, tenant: &r.tenant, run_at: i.run_at?, traceparent: r.traceparent.as_deref() })
+        })
+        .collect();
+    jobs.sort_unstable_by(|a, b| a.key.cmp(b.key));
+    jobs
+}
+
 /// A request's answer: its intents in the order it planned them.
-fn response(
+fn response<S: Borrow<str> + Eq + Hash>(
     request: &Ingest,
-    created: &HashSet<String>,
+    created: &HashSet<S>,
     existing: &HashMap<String, IntentStatus>,
 ) -> (IngestResponse, bool) {
     let mut any_created = false;
     let intents = (request.intents.iter())
         .map(|i| {
-            let new = created.contains(&i.key);
+            let new = created.contains(i.key.as_str());
             any_created |= new;
             let status = match existing.get(&i.key).filter(|_| !new) {
                 Some(s) => (s.decision, s.reason.clone(), s.state),
@@ -293,13 +359,19 @@ async fn record_requests<S: Statements>(
     batch: &[Ingest],
     answers: &[(usize, IngestResponse, bool)],
 ) -> StoreResult<bool> {
+    let rows = answer_rows(batch, answers)?;
+    Ok(statements.record_requests(tx, &rows).await? == rows.len() as u64)
+}
+
+/// The request records of these answers, in identity order.
+fn answer_rows<'a>(batch: &'a [Ingest], answers: &[(usize, IngestResponse, bool)]) -> StoreResult<Vec<Answer<'a>>> {
     let mut rows: Vec<Answer<'_>> = Vec::with_capacity(answers.len());
     for (i, response, any_created) in answers {
         let response = serde_json::to_string(response).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         rows.push(Answer { request: &batch[*i], response, status: if *any_created { 202 } else { 200 } });
     }
     rows.sort_by(|a, b| (&a.request.tenant, &a.request.identity).cmp(&(&b.request.tenant, &b.request.identity)));
-    Ok(statements.record_requests(tx, &rows).await? == rows.len() as u64)
+    Ok(rows)
 }
 
 /// The batch's outcomes: the set-wise pass's where it decided, and in order

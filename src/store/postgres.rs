@@ -2,7 +2,7 @@
 //! with `FOR UPDATE SKIP LOCKED`; a batch of outcomes is written with `UNNEST`,
 //! so a batch costs a handful of statements, not a handful per job.
 
-use super::batch::{self, Pass};
+use super::batch::{self, AllNew, Pass};
 use super::postgres_batch::PgStatements;
 use super::queries::{report, transition_columns};
 use super::*;
@@ -84,11 +84,41 @@ fn wake_token() -> String {
 }
 
 impl PostgresStore {
-    /// One transaction for a batch of requests: set-wise when the batch fits
-    /// (see [`super::batch`]), else — and for what the set-wise pass leaves
-    /// undecided — request by request in savepoints. Listeners learn of new
-    /// jobs when it commits.
+    /// A batch of requests: when it fits (see [`super::batch`]), first as one
+    /// statement on the guess that all of it is new; else, or when the guess
+    /// was wrong, as [`PostgresStore::ingest_decided`] decides it.
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        if batch::fits(batch)
+            && let Some(outcomes) = self.ingest_all_new(batch).await?
+        {
+            return Ok(outcomes);
+        }
+        self.ingest_decided(batch).await
+    }
+
+    /// A batch that fits, in a transaction of one statement on the guess that
+    /// every row is new; None, with nothing kept, when the database found
+    /// any of them there already.
+    async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
+        let rows = AllNew::of(batch)?;
+        let statements = PgStatements { channel: CHANNEL, token: &self.wake_token };
+        let mut tx = self.pool.begin().await?;
+        if !statements.insert_all_new(&mut tx, &rows).await? {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.commit().await?;
+        if !rows.jobs.is_empty() {
+            self.wake.notify_one();
+        }
+        Ok(Some(rows.outcomes.into_iter().map(Ok).collect()))
+    }
+
+    /// One transaction for a batch of requests, each decided as it would be
+    /// alone: set-wise when the batch fits, else — and for what the set-wise
+    /// pass leaves undecided — request by request in savepoints. Listeners
+    /// learn of new jobs when it commits.
+    async fn ingest_decided(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
         let mut notified = false;
         let statements = PgStatements { channel: CHANNEL, token: &self.wake_token };

@@ -1,15 +1,250 @@
 //! Postgres's statements of a set-wise ingest batch ([`super::batch`]): each
 //! column an array parameter, read by `UNNEST`.
+//!
+//! Each table's insert is written once, its parameters numbered from where it
+//! starts, so that the same text serves twice: alone, as a statement of the
+//! set-wise pass; and with the others, as the one statement that writes a
+//! batch all of which is new ([`AllNew`]) — one round trip where the pass
+//! takes six, and each is a receive, a plan lookup, an executor's start and
+//! end and a reply for the backend (docs/performance.md).
 
-use super::batch::{Answer, Job, Payload, Statements};
+use super::batch::{AllNew, Answer, Job, Payload, Statements};
 use super::*;
-use sqlx::{Postgres, Transaction};
+use sqlx::error::BoxDynError;
+use sqlx::postgres::PgArguments;
+use sqlx::{Arguments, Postgres, Row, Transaction};
+use std::sync::LazyLock;
 
 /// Where the listeners of new jobs are told: the channel, and the payload that
 /// names the store that sent it.
 pub struct PgStatements<'a> {
     pub channel: &'a str,
     pub token: &'a str,
+}
+
+/// One table's insert of a batch's rows, each column an array parameter: its
+/// columns' types in the order they are bound, and its text given the
+/// `UNNEST` of those parameters.
+struct Insert {
+    types: &'static [&'static str],
+    text: fn(&str) -> String,
+}
+
+impl Insert {
+    /// The insert with its parameters numbered from `$first`.
+    fn at(&self, first: usize) -> String {
+        let arrays: Vec<String> =
+            self.types.iter().enumerate().map(|(n, t)| format!("${}::{t}[]", first + n)).collect();
+        (self.text)(&format!("UNNEST({})", arrays.join(", ")))
+    }
+}
+
+const EVENTS: Insert = Insert {
+    types: &["text", "text", "text", "text", "text", "text", "text", "bigint"],
+    text: |rows| {
+        format!(
+            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+             SELECT * FROM {rows}
+             ON CONFLICT (event_key) DO NOTHING"
+        )
+    },
+};
+
+fn bind_events(args: &mut PgArguments, events: &[&Ingest]) -> Result<(), BoxDynError> {
+    let col = |f: fn(&Ingest) -> &str| events.iter().map(|r| f(r)).collect::<Vec<&str>>();
+    args.add(col(|r| &r.event_key))?;
+    args.add(col(|r| &r.tenant))?;
+    args.add(col(|r| &r.event_type))?;
+    args.add(col(|r| &r.entity_type))?;
+    args.add(col(|r| &r.entity_id))?;
+    args.add(col(|r| &r.occurred_at))?;
+    args.add(col(|r| &r.content_digest))?;
+    args.add(events.iter().map(|r| r.now_us).collect::<Vec<_>>())
+}
+
+const PAYLOADS: Insert = Insert {
+    types: &["text", "text", "bigint"],
+    text: |rows| {
+        format!(
+            "INSERT INTO payloads (digest, body, created_at)
+             SELECT * FROM {rows}
+             ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+             WHERE payloads.created_at < excluded.created_at"
+        )
+    },
+};
+
+fn bind_payloads(args: &mut PgArguments, payloads: &[Payload<'_>]) -> Result<(), BoxDynError> {
+    args.add(payloads.iter().map(|p| p.digest).collect::<Vec<_>>())?;
+    args.add(payloads.iter().map(|p| p.body).collect::<Vec<_>>())?;
+    args.add(payloads.iter().map(|p| p.at).collect::<Vec<_>>())
+}
+
+const INTENTS: Insert = Insert {
+    types: &[
+        "text", "text", "text", "text", "text", "bigint", "text", "text", "text", "text", "text", "text", "text",
+        "text", "text", "text", "text", "text", "text", "bigint", "bigint", "text", "text",
+    ],
+    text: |rows| {
+        format!(
+            "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
+                 channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+                 payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+                 preferences_version, link_key, mode, traceparent)
+             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp
+             FROM {rows}
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)
+             ON CONFLICT (key) DO NOTHING"
+        )
+    },
+};
+
+fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Result<(), BoxDynError> {
+    let text =
+        |f: for<'a> fn(&'a Ingest, &'a NewIntent) -> &'a str| rows.iter().map(|(r, i)| f(r, i)).collect::<Vec<&str>>();
+    let opt = |f: for<'a> fn(&'a Ingest, &'a NewIntent) -> Option<&'a str>| {
+        rows.iter().map(|(r, i)| f(r, i)).collect::<Vec<Option<&str>>>()
+    };
+    args.add(text(|_, i| &i.key))?;
+    args.add(text(|r, _| &r.tenant))?;
+    args.add(text(|r, _| &r.event_type))?;
+    args.add(text(|r, _| &r.entity_type))?;
+    args.add(text(|r, _| &r.entity_id))?;
+    args.add(rows.iter().map(|(r, _)| r.entity_version).collect::<Vec<_>>())?;
+    args.add(text(|r, _| &r.occurred_at))?;
+    args.add(text(|_, i| i.channel.as_str()))?;
+    args.add(text(|_, i| &i.recipient_id))?;
+    args.add(opt(|_, i| i.destination.as_deref()))?;
+    args.add(opt(|_, i| i.locale.as_deref()))?;
+    args.add(text(|_, i| &i.template_id))?;
+    args.add(opt(|_, i| i.template_revision.as_deref()))?;
+    args.add(text(|r, _| &r.fingerprint))?;
+    args.add(opt(|_, i| i.payload.as_ref().map(|(d, _)| d.as_str())))?;
+    args.add(text(|_, i| i.decision.as_str()))?;
+    args.add(opt(|_, i| i.reason.map(crate::intent::Reason::as_str)))?;
+    args.add(opt(|_, i| i.detail.as_deref()))?;
+    args.add(text(|_, i| i.state.as_str()))?;
+    args.add(rows.iter().map(|(r, _)| r.now_us).collect::<Vec<_>>())?;
+    args.add(rows.iter().map(|(_, i)| i.preferences_version).collect::<Vec<_>>())?;
+    args.add(text(|_, i| i.mode.as_str()))?;
+    args.add(opt(|r, _| r.traceparent.as_deref()))
+}
+
+/// A job is queued only for an intent just created, which has none; the
+/// `ON CONFLICT` is for the statement of a batch guessed all new, whose
+/// guess may be wrong and is rolled back when it is.
+const JOBS: Insert = Insert {
+    types: &["text", "text", "bigint", "text"],
+    text: |rows| {
+        format!(
+            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+             SELECT * FROM {rows}
+             ON CONFLICT (intent_key) DO NOTHING"
+        )
+    },
+};
+
+fn bind_jobs(args: &mut PgArguments, jobs: &[Job<'_>]) -> Result<(), BoxDynError> {
+    args.add(jobs.iter().map(|j| j.key).collect::<Vec<_>>())?;
+    args.add(jobs.iter().map(|j| j.tenant).collect::<Vec<_>>())?;
+    args.add(jobs.iter().map(|j| j.run_at).collect::<Vec<_>>())?;
+    args.add(jobs.iter().map(|j| j.traceparent).collect::<Vec<_>>())
+}
+
+const REQUESTS: Insert = Insert {
+    types: &["text", "text", "text", "bigint", "bigint", "text"],
+    text: |rows| {
+        format!(
+            "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+             SELECT * FROM {rows}
+             ON CONFLICT (tenant, identity) DO NOTHING"
+        )
+    },
+};
+
+fn bind_requests(args: &mut PgArguments, answers: &[Answer<'_>]) -> Result<(), BoxDynError> {
+    args.add(answers.iter().map(|a| a.request.tenant.as_str()).collect::<Vec<_>>())?;
+    args.add(answers.iter().map(|a| a.request.identity.as_str()).collect::<Vec<_>>())?;
+    args.add(answers.iter().map(|a| a.request.fingerprint.as_str()).collect::<Vec<_>>())?;
+    args.add(answers.iter().map(|a| a.request.now_us).collect::<Vec<_>>())?;
+    args.add(answers.iter().map(|a| a.status).collect::<Vec<_>>())?;
+    args.add(answers.iter().map(|a| a.response.as_str()).collect::<Vec<_>>())
+}
+
+/// Each statement's arguments, bound by `bind`.
+fn arguments(bind: impl FnOnce(&mut PgArguments) -> Result<(), BoxDynError>) -> StoreResult<PgArguments> {
+    let mut args = PgArguments::default();
+    bind(&mut args).map_err(|e| StoreError::Database(sqlx::Error::Encode(e)))?;
+    Ok(args)
+}
+
+static INSERT_EVENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING event_key", EVENTS.at(1)));
+static PUT_PAYLOADS: LazyLock<String> = LazyLock::new(|| PAYLOADS.at(1));
+static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING key", INTENTS.at(1)));
+/// The jobs, and in the same statement the notification of listeners
+/// (delivered when the transaction commits).
+static QUEUE_JOBS: LazyLock<String> =
+    LazyLock::new(|| format!("WITH queued AS ({}) SELECT pg_notify($5, $6)", JOBS.at(1)));
+static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
+
+/// Every row of a batch guessed all new, in one statement: how many events,
+/// intents and request records were new (the guess holds when each is every
+/// one). With `jobs`, the jobs too, and listeners told of them (at commit); a
+/// batch that queues nothing leaves the jobs table alone. The inserts see one
+/// snapshot and none reads another's rows, so the order Postgres runs them in
+/// changes nothing.
+fn all_new(jobs: bool) -> String {
+    let payloads = 1 + EVENTS.types.len();
+    let intents = payloads + PAYLOADS.types.len();
+    let requests = intents + INTENTS.types.len() + if jobs { JOBS.types.len() } else { 0 };
+    let (queue, notify) = match jobs {
+        true => {
+            let (first, channel) = (intents + INTENTS.types.len(), requests + REQUESTS.types.len());
+            (
+                format!(", j AS ({})", JOBS.at(first)),
+                format!(", (SELECT count(*) FROM (SELECT pg_notify(${channel}, ${})) n)", channel + 1),
+            )
+        }
+        false => (String::new(), String::new()),
+    };
+    format!(
+        "WITH e AS ({} RETURNING 1), p AS ({}), i AS ({} RETURNING 1){queue}, r AS ({} RETURNING 1)
+         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM i), (SELECT count(*) FROM r){notify}",
+        EVENTS.at(1),
+        PAYLOADS.at(payloads),
+        INTENTS.at(intents),
+        REQUESTS.at(requests),
+    )
+}
+
+static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| all_new(true));
+static INSERT_ALL_NEW_UNQUEUED: LazyLock<String> = LazyLock::new(|| all_new(false));
+
+impl PgStatements<'_> {
+    /// Writes a batch guessed all new in one statement; whether the guess
+    /// held. When it did not, the transaction holds rows it must not keep:
+    /// the caller rolls it back.
+    pub async fn insert_all_new(&self, tx: &mut Transaction<'_, Postgres>, rows: &AllNew<'_>) -> StoreResult<bool> {
+        let queues = !rows.jobs.is_empty();
+        let args = arguments(|args| {
+            bind_events(args, &rows.events)?;
+            bind_payloads(args, &rows.payloads)?;
+            bind_intents(args, &rows.intents)?;
+            if queues {
+                bind_jobs(args, &rows.jobs)?;
+            }
+            bind_requests(args, &rows.answers)?;
+            if queues {
+                args.add(self.channel)?;
+                args.add(self.token)?;
+            }
+            Ok(())
+        })?;
+        let statement = if queues { &INSERT_ALL_NEW } else { &INSERT_ALL_NEW_UNQUEUED };
+        let row = sqlx::query_with(statement.as_str(), args).fetch_one(&mut **tx).await?;
+        let new: (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+        Ok(new == rows.expected())
+    }
 }
 
 impl Statements for PgStatements<'_> {
@@ -33,23 +268,8 @@ impl Statements for PgStatements<'_> {
     }
 
     async fn insert_events(&self, tx: &mut Transaction<'_, Postgres>, events: &[&Ingest]) -> StoreResult<Vec<String>> {
-        let col = |f: fn(&Ingest) -> &str| events.iter().map(|r| f(r)).collect::<Vec<&str>>();
-        Ok(sqlx::query_scalar(
-            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[])
-             ON CONFLICT (event_key) DO NOTHING
-             RETURNING event_key",
-        )
-        .bind(col(|r| &r.event_key))
-        .bind(col(|r| &r.tenant))
-        .bind(col(|r| &r.event_type))
-        .bind(col(|r| &r.entity_type))
-        .bind(col(|r| &r.entity_id))
-        .bind(col(|r| &r.occurred_at))
-        .bind(col(|r| &r.content_digest))
-        .bind(events.iter().map(|r| r.now_us).collect::<Vec<_>>())
-        .fetch_all(&mut **tx)
-        .await?)
+        let args = arguments(|args| bind_events(args, events))?;
+        Ok(sqlx::query_scalar_with(INSERT_EVENTS.as_str(), args).fetch_all(&mut **tx).await?)
     }
 
     async fn touch_events(
@@ -69,17 +289,8 @@ impl Statements for PgStatements<'_> {
     }
 
     async fn put_payloads(&self, tx: &mut Transaction<'_, Postgres>, payloads: &[Payload<'_>]) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO payloads (digest, body, created_at)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[])
-             ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
-             WHERE payloads.created_at < excluded.created_at",
-        )
-        .bind(payloads.iter().map(|p| p.digest).collect::<Vec<_>>())
-        .bind(payloads.iter().map(|p| p.body).collect::<Vec<_>>())
-        .bind(payloads.iter().map(|p| p.at).collect::<Vec<_>>())
-        .execute(&mut **tx)
-        .await?;
+        let args = arguments(|args| bind_payloads(args, payloads))?;
+        sqlx::query_with(PUT_PAYLOADS.as_str(), args).execute(&mut **tx).await?;
         Ok(())
     }
 
@@ -88,51 +299,8 @@ impl Statements for PgStatements<'_> {
         tx: &mut Transaction<'_, Postgres>,
         rows: &[(&Ingest, &NewIntent)],
     ) -> StoreResult<Vec<String>> {
-        let text = |f: for<'a> fn(&'a Ingest, &'a NewIntent) -> &'a str| {
-            rows.iter().map(|(r, i)| f(r, i)).collect::<Vec<&str>>()
-        };
-        let opt = |f: for<'a> fn(&'a Ingest, &'a NewIntent) -> Option<&'a str>| {
-            rows.iter().map(|(r, i)| f(r, i)).collect::<Vec<Option<&str>>>()
-        };
-        Ok(sqlx::query_scalar(
-            "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
-                 channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-                 payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-                 preferences_version, link_key, mode, traceparent)
-             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp
-             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[],
-                         $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[],
-                         $16::text[], $17::text[], $18::text[], $19::text[], $20::bigint[], $21::bigint[], $22::text[],
-                         $23::text[])
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)
-             ON CONFLICT (key) DO NOTHING
-             RETURNING key",
-        )
-        .bind(text(|_, i| &i.key))
-        .bind(text(|r, _| &r.tenant))
-        .bind(text(|r, _| &r.event_type))
-        .bind(text(|r, _| &r.entity_type))
-        .bind(text(|r, _| &r.entity_id))
-        .bind(rows.iter().map(|(r, _)| r.entity_version).collect::<Vec<_>>())
-        .bind(text(|r, _| &r.occurred_at))
-        .bind(text(|_, i| i.channel.as_str()))
-        .bind(text(|_, i| &i.recipient_id))
-        .bind(opt(|_, i| i.destination.as_deref()))
-        .bind(opt(|_, i| i.locale.as_deref()))
-        .bind(text(|_, i| &i.template_id))
-        .bind(opt(|_, i| i.template_revision.as_deref()))
-        .bind(text(|r, _| &r.fingerprint))
-        .bind(opt(|_, i| i.payload.as_ref().map(|(d, _)| d.as_str())))
-        .bind(text(|_, i| i.decision.as_str()))
-        .bind(opt(|_, i| i.reason.map(crate::intent::Reason::as_str)))
-        .bind(opt(|_, i| i.detail.as_deref()))
-        .bind(text(|_, i| i.state.as_str()))
-        .bind(rows.iter().map(|(r, _)| r.now_us).collect::<Vec<_>>())
-        .bind(rows.iter().map(|(_, i)| i.preferences_version).collect::<Vec<_>>())
-        .bind(text(|_, i| i.mode.as_str()))
-        .bind(opt(|r, _| r.traceparent.as_deref()))
-        .fetch_all(&mut **tx)
-        .await?)
+        let args = arguments(|args| bind_intents(args, rows))?;
+        Ok(sqlx::query_scalar_with(INSERT_INTENTS.as_str(), args).fetch_all(&mut **tx).await?)
     }
 
     async fn intents_status(
@@ -146,40 +314,18 @@ impl Statements for PgStatements<'_> {
             .await?)
     }
 
-    /// The jobs, and in the same statement the notification of listeners
-    /// (delivered when the transaction commits).
     async fn queue_jobs(&self, tx: &mut Transaction<'_, Postgres>, jobs: &[Job<'_>]) -> StoreResult<()> {
-        sqlx::query(
-            "WITH queued AS (
-                 INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[]))
-             SELECT pg_notify($5, $6)",
-        )
-        .bind(jobs.iter().map(|j| j.key).collect::<Vec<_>>())
-        .bind(jobs.iter().map(|j| j.tenant).collect::<Vec<_>>())
-        .bind(jobs.iter().map(|j| j.run_at).collect::<Vec<_>>())
-        .bind(jobs.iter().map(|j| j.traceparent).collect::<Vec<_>>())
-        .bind(self.channel)
-        .bind(self.token)
-        .execute(&mut **tx)
-        .await?;
+        let args = arguments(|args| {
+            bind_jobs(args, jobs)?;
+            args.add(self.channel)?;
+            args.add(self.token)
+        })?;
+        sqlx::query_with(QUEUE_JOBS.as_str(), args).execute(&mut **tx).await?;
         Ok(())
     }
 
     async fn record_requests(&self, tx: &mut Transaction<'_, Postgres>, answers: &[Answer<'_>]) -> StoreResult<u64> {
-        Ok(sqlx::query(
-            "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[])
-             ON CONFLICT (tenant, identity) DO NOTHING",
-        )
-        .bind(answers.iter().map(|a| a.request.tenant.as_str()).collect::<Vec<_>>())
-        .bind(answers.iter().map(|a| a.request.identity.as_str()).collect::<Vec<_>>())
-        .bind(answers.iter().map(|a| a.request.fingerprint.as_str()).collect::<Vec<_>>())
-        .bind(answers.iter().map(|a| a.request.now_us).collect::<Vec<_>>())
-        .bind(answers.iter().map(|a| a.status).collect::<Vec<_>>())
-        .bind(answers.iter().map(|a| a.response.as_str()).collect::<Vec<_>>())
-        .execute(&mut **tx)
-        .await?
-        .rows_affected())
+        let args = arguments(|args| bind_requests(args, answers))?;
+        Ok(sqlx::query_with(RECORD_REQUESTS.as_str(), args).execute(&mut **tx).await?.rows_affected())
     }
 }
