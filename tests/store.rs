@@ -2129,6 +2129,34 @@ async fn new_work_wakes_a_waiting_worker() {
     .await;
 }
 
+/// On Postgres another process's worker learns of new jobs by LISTEN. The
+/// notifications are gathered (at most one per short window), so one asked
+/// for while another was just sent must still come: each of several commits
+/// in a row wakes the other store's waiting worker.
+#[tokio::test]
+async fn new_work_wakes_a_worker_of_another_process_each_time() {
+    for backend in backends().into_iter().filter(|b| matches!(b, common::Backend::Postgres)) {
+        let db = TestDb::new(backend).await;
+        let (ours, theirs) = (db.store().await, db.store().await);
+        for n in 1..=3 {
+            let waiter = {
+                let theirs = theirs.clone();
+                tokio::spawn(async move { theirs.wait_for_work(std::time::Duration::from_secs(3600)).await })
+            };
+            // Each round's commit follows the last one's notification within
+            // its window: it is asked for while the announcer waits. (A wake-up
+            // that comes before the wait begins is kept for it; each commit
+            // wakes the other store once, so none is left from a round before.)
+            let request = ingest(&format!("r{n}"), &format!("fp{n}"), vec![new_intent(&key(n), "sms", Some(T0))]);
+            ours.events_ingest(request).await.unwrap();
+            tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+                .await
+                .unwrap_or_else(|_| panic!("commit {n} did not wake the other process's worker"))
+                .unwrap();
+        }
+    }
+}
+
 /// Every notable transition, on every write path, leaves one publication row
 /// in its own transaction — but only for a store that publishes.
 #[tokio::test]

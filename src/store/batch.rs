@@ -37,8 +37,8 @@ pub enum Pass {
     /// Per request, in order: its outcome, or None for one left to the
     /// savepoint path (a request seen before, a replay or a mismatch; where
     /// the records were not read, a request whose event is in conflict; an
-    /// event record that vanished under it); and whether the pass queued jobs.
-    Decided(Vec<Option<IngestOutcome>>, bool),
+    /// event record that vanished under it).
+    Decided(Vec<Option<IngestOutcome>>),
     /// Another transaction recorded one of these identities first: the
     /// transaction must be rolled back and the batch decided request by request.
     Raced,
@@ -156,7 +156,7 @@ pub(super) trait Statements {
     async fn intents_status(&self, tx: &mut Transaction<'_, Self::Db>, keys: &[&str])
     -> StoreResult<Vec<IntentStatus>>;
 
-    /// Queues the jobs (and on Postgres tells listeners, at commit).
+    /// Queues the jobs.
     async fn queue_jobs(&self, tx: &mut Transaction<'_, Self::Db>, jobs: &[Job<'_>]) -> StoreResult<()>;
 
     /// Writes the request records where their identities are new; how many.
@@ -185,13 +185,13 @@ pub(super) async fn write<S: Statements>(
     }
     let new: Vec<usize> = fresh.into_iter().filter(|i| !conflicts.contains(i) && !vanished.contains(i)).collect();
     if new.is_empty() {
-        return Ok(Pass::Decided(out, false));
+        return Ok(Pass::Decided(out));
     }
     let requests: Vec<&Ingest> = new.iter().map(|&i| &batch[i]).collect();
     statements.put_payloads(tx, &payloads(&requests)).await?;
     let created = insert_intents(statements, tx, &requests).await?;
     let existing = existing_status(statements, tx, &requests, &created).await?;
-    let queued = queue_jobs(statements, tx, &requests, &created).await?;
+    queue_jobs(statements, tx, &requests, &created).await?;
     let answers: Vec<(usize, IngestResponse, bool)> = (new.iter())
         .map(|&i| {
             let (response, any_created) = response(&batch[i], &created, &existing);
@@ -204,7 +204,7 @@ pub(super) async fn write<S: Statements>(
     for (i, response, any_created) in answers {
         out[i] = Some(IngestOutcome::Accepted { response, any_created });
     }
-    Ok(Pass::Decided(out, queued))
+    Ok(Pass::Decided(out))
 }
 
 /// The requests (by index) whose identity has a record already; None where
@@ -302,19 +302,18 @@ async fn existing_status<S: Statements>(
     Ok(rows.into_iter().map(|s| (s.key.clone(), s)).collect())
 }
 
-/// A job for each new intent that is to be sent; true when there were any.
+/// A job for each new intent that is to be sent.
 async fn queue_jobs<S: Statements>(
     statements: &S,
     tx: &mut Transaction<'_, S::Db>,
     new: &[&Ingest],
     created: &HashSet<String>,
-) -> StoreResult<bool> {
+) -> StoreResult<()> {
     let jobs = jobs(new, created);
-    if jobs.is_empty() {
-        return Ok(false);
+    if !jobs.is_empty() {
+        statements.queue_jobs(tx, &jobs).await?;
     }
-    statements.queue_jobs(tx, &jobs).await?;
-    Ok(true)
+    Ok(())
 }
 
 /// A job for each created intent that is to be sent, in key order.

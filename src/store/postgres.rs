@@ -9,7 +9,7 @@ use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 
 const CHANNEL: &str = "herald_jobs";
 
@@ -68,14 +68,48 @@ async fn start_attempts(
 pub struct PostgresStore {
     pool: PgPool,
     wake: Arc<Notify>,
-    /// Sent with this store's `pg_notify`, so that its own listener ignores
-    /// what its commits already woke in-process: the echo would wake the
-    /// worker a second time, for a claim that finds nothing.
-    wake_token: String,
+    /// Asks [`announce`] to tell other processes of new jobs; full when it
+    /// has been asked already and not yet done it.
+    announce: mpsc::Sender<()>,
 }
 
-/// A token no other store (in this process or another) sends: the process id,
-/// when the store started and a count of stores in this process.
+/// How often at most a process tells the others of new jobs: the first
+/// commit's at once, those within this time after it by one notification
+/// at its end.
+const ANNOUNCE_WINDOW: Duration = Duration::from_millis(10);
+
+/// Tells the workers of other processes that new jobs are due, each time it is
+/// asked (`asked`), with `pg_notify` in a statement of its own after the jobs'
+/// commit, and at most once per [`ANNOUNCE_WINDOW`]: what it is asked while it
+/// waits is one notification at the window's end. Ends when the store is gone.
+///
+/// The notification was the ingest transaction's own, but a transaction that
+/// notifies holds a lock every notifying transaction takes until its commit
+/// is flushed, so the ingest writers' commits went one at a time, and every
+/// batch woke this process's own listener for nothing. The statement commits
+/// without waiting for its flush (`synchronous_commit` off for it alone): a
+/// notification is not kept across a crash whatever the setting, and the
+/// jobs it announces were flushed before it was asked.
+async fn announce(pool: PgPool, token: String, mut asked: mpsc::Receiver<()>) {
+    while asked.recv().await.is_some() {
+        let sent = sqlx::query("SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)")
+            .bind(CHANNEL)
+            .bind(&token)
+            .execute(&pool)
+            .await;
+        if let Err(e) = sent {
+            // Their workers poll; the next commit asks again.
+            tracing::warn!(error = %e, "telling other processes of new jobs failed; their workers will poll");
+        }
+        tokio::time::sleep(ANNOUNCE_WINDOW).await;
+    }
+}
+
+/// The payload of a store's notifications, which no other store (in this
+/// process or another) sends, so that its own listener ignores them: its
+/// workers were woken in-process at the commit, and the echo would wake them
+/// again for a claim that finds nothing. The process id, when the store
+/// started and a count of stores in this process.
 fn wake_token() -> String {
     static STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -101,32 +135,34 @@ impl PostgresStore {
     /// any of them there already.
     async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
         let rows = AllNew::of(batch)?;
-        let statements = PgStatements { channel: CHANNEL, token: &self.wake_token };
         let mut tx = self.pool.begin().await?;
-        if !statements.insert_all_new(&mut tx, &rows).await? {
+        if !PgStatements.insert_all_new(&mut tx, &rows).await? {
             tx.rollback().await?;
             return Ok(None);
         }
         tx.commit().await?;
         if !rows.jobs.is_empty() {
-            self.wake.notify_one();
+            self.jobs_queued();
         }
         Ok(Some(rows.outcomes.into_iter().map(Ok).collect()))
     }
 
+    /// After a commit that queued jobs: this process's workers are woken at
+    /// once, other processes' by [`announce`].
+    fn jobs_queued(&self) {
+        self.wake.notify_one();
+        // Full: a notification is already due, and covers these jobs too.
+        let _ = self.announce.try_send(());
+    }
+
     /// One transaction for a batch of requests, each decided as it would be
     /// alone: set-wise when the batch fits, else — and for what the set-wise
-    /// pass leaves undecided — request by request in savepoints. Listeners
-    /// learn of new jobs when it commits.
+    /// pass leaves undecided — request by request in savepoints.
     async fn ingest_decided(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let mut notified = false;
-        let statements = PgStatements { channel: CHANNEL, token: &self.wake_token };
         let outcomes = match batch::fits(batch) {
-            true => match batch::write(&statements, &mut tx, batch).await? {
-                Pass::Decided(decided, queued) => {
-                    // Its jobs' statement notified the listeners.
-                    notified = queued;
+            true => match batch::write(&PgStatements, &mut tx, batch).await? {
+                Pass::Decided(decided) => {
                     let rest = q::ingest_batch(&mut tx, batch::undecided(&decided, batch), true).await?;
                     batch::merge(decided, rest)
                 }
@@ -138,14 +174,9 @@ impl PostgresStore {
             },
             false => q::ingest_batch(&mut tx, batch, true).await?,
         };
-        let queued = outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. })));
-        if queued && !notified {
-            // Delivered to listeners when the transaction commits.
-            sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(&self.wake_token).execute(&mut *tx).await?;
-        }
         tx.commit().await?;
-        if queued {
-            self.wake.notify_one();
+        if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
+            self.jobs_queued();
         }
         Ok(outcomes)
     }
@@ -208,7 +239,9 @@ impl PostgresStore {
             }
             Err(e) => tracing::warn!(error = %e, "LISTEN unavailable; workers will poll"),
         }
-        Ok(PostgresStore { pool, wake, wake_token })
+        let (announce_to, asked) = mpsc::channel(1);
+        tokio::spawn(announce(pool.clone(), wake_token, asked));
+        Ok(PostgresStore { pool, wake, announce: announce_to })
     }
 
     /// The directory and suppression entries of many requests in one

@@ -15,12 +15,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::{Arguments, Postgres, Row, Transaction};
 use std::sync::LazyLock;
 
-/// Where the listeners of new jobs are told: the channel, and the payload that
-/// names the store that sent it.
-pub struct PgStatements<'a> {
-    pub channel: &'a str,
-    pub token: &'a str,
-}
+pub struct PgStatements;
 
 /// One table's insert of a batch's rows, each column an array parameter: its
 /// columns' types in the order they are bound, and its text given the
@@ -181,35 +176,27 @@ fn arguments(bind: impl FnOnce(&mut PgArguments) -> Result<(), BoxDynError>) -> 
 static INSERT_EVENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING event_key", EVENTS.at(1)));
 static PUT_PAYLOADS: LazyLock<String> = LazyLock::new(|| PAYLOADS.at(1));
 static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING key", INTENTS.at(1)));
-/// The jobs, and in the same statement the notification of listeners
-/// (delivered when the transaction commits).
-static QUEUE_JOBS: LazyLock<String> =
-    LazyLock::new(|| format!("WITH queued AS ({}) SELECT pg_notify($5, $6)", JOBS.at(1)));
+static QUEUE_JOBS: LazyLock<String> = LazyLock::new(|| JOBS.at(1));
 static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 
 /// Every row of a batch guessed all new, in one statement: how many events,
 /// intents and request records were new (the guess holds when each is every
-/// one). With `jobs`, the jobs too, and listeners told of them (at commit); a
-/// batch that queues nothing leaves the jobs table alone. The inserts see one
-/// snapshot and none reads another's rows, so the order Postgres runs them in
-/// changes nothing.
+/// one). With `jobs`, the jobs too; a batch that queues nothing leaves the
+/// jobs table alone. The inserts see one snapshot and none reads another's
+/// rows, so the order Postgres runs them in changes nothing.
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
-    let requests = intents + INTENTS.types.len() + if jobs { JOBS.types.len() } else { 0 };
-    let (queue, notify) = match jobs {
+    let (queue, requests) = match jobs {
         true => {
-            let (first, channel) = (intents + INTENTS.types.len(), requests + REQUESTS.types.len());
-            (
-                format!(", j AS ({})", JOBS.at(first)),
-                format!(", (SELECT count(*) FROM (SELECT pg_notify(${channel}, ${})) n)", channel + 1),
-            )
+            let first = intents + INTENTS.types.len();
+            (format!(", j AS ({})", JOBS.at(first)), first + JOBS.types.len())
         }
-        false => (String::new(), String::new()),
+        false => (String::new(), intents + INTENTS.types.len()),
     };
     format!(
         "WITH e AS ({} RETURNING 1), p AS ({}), i AS ({} RETURNING 1){queue}, r AS ({} RETURNING 1)
-         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM i), (SELECT count(*) FROM r){notify}",
+         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM i), (SELECT count(*) FROM r)",
         EVENTS.at(1),
         PAYLOADS.at(payloads),
         INTENTS.at(intents),
@@ -220,7 +207,7 @@ fn all_new(jobs: bool) -> String {
 static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| all_new(true));
 static INSERT_ALL_NEW_UNQUEUED: LazyLock<String> = LazyLock::new(|| all_new(false));
 
-impl PgStatements<'_> {
+impl PgStatements {
     /// Writes a batch guessed all new in one statement; whether the guess
     /// held. When it did not, the transaction holds rows it must not keep:
     /// the caller rolls it back.
@@ -233,12 +220,7 @@ impl PgStatements<'_> {
             if queues {
                 bind_jobs(args, &rows.jobs)?;
             }
-            bind_requests(args, &rows.answers)?;
-            if queues {
-                args.add(self.channel)?;
-                args.add(self.token)?;
-            }
-            Ok(())
+            bind_requests(args, &rows.answers)
         })?;
         let statement = if queues { &INSERT_ALL_NEW } else { &INSERT_ALL_NEW_UNQUEUED };
         let row = sqlx::query_with(statement.as_str(), args).fetch_one(&mut **tx).await?;
@@ -247,7 +229,7 @@ impl PgStatements<'_> {
     }
 }
 
-impl Statements for PgStatements<'_> {
+impl Statements for PgStatements {
     type Db = Postgres;
 
     async fn seen(
@@ -315,11 +297,7 @@ impl Statements for PgStatements<'_> {
     }
 
     async fn queue_jobs(&self, tx: &mut Transaction<'_, Postgres>, jobs: &[Job<'_>]) -> StoreResult<()> {
-        let args = arguments(|args| {
-            bind_jobs(args, jobs)?;
-            args.add(self.channel)?;
-            args.add(self.token)
-        })?;
+        let args = arguments(|args| bind_jobs(args, jobs))?;
         sqlx::query_with(QUEUE_JOBS.as_str(), args).execute(&mut **tx).await?;
         Ok(())
     }

@@ -129,7 +129,7 @@ impl SqliteStore {
                 }
             },
             _ if super::batch::fits(batch) => match super::batch::write(&SqliteStatements, &mut tx, batch).await? {
-                Pass::Decided(decided, _) => {
+                Pass::Decided(decided) => {
                     let rest = q::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
                     super::batch::merge(decided, rest)
                 }
