@@ -1122,6 +1122,14 @@ fn request(identity: &str, fingerprint: &str, event: &str, content: &str, intent
     }
 }
 
+/// The keys of every job due at T0, claimed, in order.
+async fn claimed_keys(store: &Arc<dyn Store>) -> Vec<String> {
+    let mut keys: Vec<String> =
+        store.jobs_claim(claim(T0, 100)).await.unwrap().into_iter().map(|j| j.intent.key).collect();
+    keys.sort();
+    keys
+}
+
 #[tokio::test]
 async fn a_batch_decides_each_request_as_transactions_in_a_row_would() {
     each_backend(|store| async move {
@@ -1168,10 +1176,7 @@ async fn a_batch_decides_each_request_as_transactions_in_a_row_would() {
         assert_eq!(store.request_find("default", "x", "fx2").await.unwrap(), Some(RequestSeen::Mismatch));
         let status = store.intents_status("default", &[key(1), key(2), key(3), key(4)]).await.unwrap();
         assert_eq!(status.len(), 3, "the mismatching request created nothing: {status:?}");
-        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
-        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
-        keys.sort();
-        assert_eq!(keys, vec![key(1), key(2), key(4)]);
+        assert_eq!(claimed_keys(&store).await, vec![key(1), key(2), key(4)]);
         // A later batch replays what the first one accepted.
         let again = store.events_ingest_batch(vec![request("a", "fa", "E1", "c1", vec![])]).await;
         assert!(matches!(again[0], Ok(IngestOutcome::Replayed { .. })), "{:?}", again[0]);
@@ -1368,10 +1373,7 @@ async fn a_batch_of_distinct_requests_decides_replays_conflicts_and_new_audience
         }
         let Some(RequestSeen::Replay(c)) = store.request_find("default", "c", "fc").await.unwrap() else { panic!() };
         assert_eq!(c.intents.iter().map(|i| i.created).collect::<Vec<_>>(), vec![false, true], "stored as answered");
-        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
-        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
-        keys.sort();
-        assert_eq!(keys, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
+        assert_eq!(claimed_keys(&store).await, vec![key(1), key(2), key(3), key(6), key(66)], "one job per new intent");
     })
     .await;
 }
@@ -1407,10 +1409,7 @@ async fn a_set_wise_batch_decides_a_conflict_and_a_reused_identity_as_a_request_
             .await;
         assert_eq!(reused[0].as_ref().unwrap(), &IngestOutcome::Mismatch);
         assert!(matches!(reused[1], Ok(IngestOutcome::Accepted { any_created: true, .. })), "{:?}", reused[1]);
-        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
-        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
-        keys.sort();
-        assert_eq!(keys, vec![key(1), key(5), key(6), key(7)], "one job per new intent");
+        assert_eq!(claimed_keys(&store).await, vec![key(1), key(5), key(6), key(7)], "one job per new intent");
     })
     .await;
 }
@@ -1448,10 +1447,7 @@ async fn a_batch_guessed_new_keeps_nothing_of_the_guess_when_a_row_was_there() {
         assert_eq!(identity[0].as_ref().unwrap(), &IngestOutcome::Mismatch);
         assert!(matches!(identity[1], Ok(IngestOutcome::Accepted { any_created: true, .. })), "{:?}", identity[1]);
         assert!(store.intents_status("default", &[key(4)]).await.unwrap().is_empty(), "the mismatch created nothing");
-        let jobs = store.jobs_claim(claim(T0, 100)).await.unwrap();
-        let mut keys: Vec<String> = jobs.iter().map(|j| j.intent.key.clone()).collect();
-        keys.sort();
-        assert_eq!(keys, vec![key(1), key(2), key(3), key(5)], "one job per new intent");
+        assert_eq!(claimed_keys(&store).await, vec![key(1), key(2), key(3), key(5)], "one job per new intent");
         for (identity, fingerprint) in [("b", "fb"), ("c", "fc"), ("d", "fd")] {
             let seen = store.request_find("default", identity, fingerprint).await.unwrap();
             assert!(matches!(seen, Some(RequestSeen::Replay(_))), "{identity}: {seen:?}");
