@@ -122,12 +122,11 @@ impl PostgresStore {
     /// statement on the guess that all of it is new; else, or when the guess
     /// was wrong, as [`PostgresStore::ingest_decided`] decides it.
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
-        if batch::fits(batch)
-            && let Some(outcomes) = self.ingest_all_new(batch).await?
-        {
+        let fits = batch::fits(batch);
+        if fits && let Some(outcomes) = self.ingest_all_new(batch).await? {
             return Ok(outcomes);
         }
-        self.ingest_decided(batch).await
+        self.ingest_decided(batch, fits).await
     }
 
     /// A batch that fits, in a transaction of one statement on the guess that
@@ -156,11 +155,11 @@ impl PostgresStore {
     }
 
     /// One transaction for a batch of requests, each decided as it would be
-    /// alone: set-wise when the batch fits, else — and for what the set-wise
+    /// alone: set-wise when the batch `fits`, else — and for what the set-wise
     /// pass leaves undecided — request by request in savepoints.
-    async fn ingest_decided(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+    async fn ingest_decided(&self, batch: &[Ingest], fits: bool) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcomes = match batch::fits(batch) {
+        let outcomes = match fits {
             true => match batch::write(&PgStatements, &mut tx, batch).await? {
                 Pass::Decided(decided) => {
                     let rest = q::ingest_batch(&mut tx, batch::undecided(&decided, batch), true).await?;
