@@ -2153,6 +2153,30 @@ async fn new_work_wakes_a_worker_of_another_process_each_time() {
     }
 }
 
+/// A dead letter replayed (and a digest closed) queues work as an ingest
+/// does: on Postgres another process's worker is told too, not left to its
+/// next poll.
+#[tokio::test]
+async fn a_replayed_dead_letter_wakes_a_worker_of_another_process() {
+    for backend in backends().into_iter().filter(|b| matches!(b, common::Backend::Postgres)) {
+        let db = TestDb::new(backend).await;
+        let ours = db.store().await;
+        // A dead letter queues no job: nothing to tell anyone yet.
+        ours.events_ingest(dead_letter("default", 1, "rejected", T0)).await.unwrap();
+        let theirs = db.store().await;
+        let waiter = {
+            let theirs = theirs.clone();
+            tokio::spawn(async move { theirs.wait_for_work(std::time::Duration::from_secs(3600)).await })
+        };
+        let out = ours.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(1)]), "default", T0 + 1)).await;
+        assert_eq!(out.unwrap()[0].outcome, ReplayOutcome::Queued);
+        tokio::time::timeout(std::time::Duration::from_secs(10), waiter)
+            .await
+            .expect("the replay did not wake the other process's worker")
+            .unwrap();
+    }
+}
+
 /// Every notable transition, on every write path, leaves one publication row
 /// in its own transaction — but only for a store that publishes.
 #[tokio::test]

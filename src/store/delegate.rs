@@ -100,7 +100,7 @@ macro_rules! store_impl {
                 let outcome = q::digest_close(&mut tx, &close).await?;
                 if outcome == DigestCloseOutcome::Closed {
                     tx.commit().await?;
-                    self.wake.notify_one();
+                    self.jobs_queued();
                 } else {
                     tx.rollback().await?;
                 }
@@ -150,7 +150,7 @@ macro_rules! store_impl {
                 let mut tx = self.$writer.begin().await?;
                 let out = q::dead_letters_replay(&mut tx, &replay).await?;
                 tx.commit().await?;
-                self.wake.notify_one();
+                self.jobs_queued();
                 Ok(out)
             }
 

@@ -146,8 +146,9 @@ impl PostgresStore {
         Ok(Some(rows.outcomes.into_iter().map(Ok).collect()))
     }
 
-    /// After a commit that queued jobs: this process's workers are woken at
-    /// once, other processes' by [`announce`].
+    /// After a commit that queued jobs (an ingest, a dead-letter replay, a
+    /// digest closed): this process's workers are woken at once, other
+    /// processes' by [`announce`].
     fn jobs_queued(&self) {
         self.wake.notify_one();
         // Full: a notification is already due, and covers these jobs too.

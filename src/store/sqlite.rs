@@ -146,9 +146,15 @@ impl SqliteStore {
         };
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
-            self.wake.notify_one();
+            self.jobs_queued();
         }
         Ok(outcomes)
+    }
+
+    /// After a commit that queued jobs: the workers are woken (one process,
+    /// so no one else to tell).
+    fn jobs_queued(&self) {
+        self.wake.notify_one();
     }
 }
 
