@@ -47,9 +47,10 @@ pub enum Pass {
 /// A batch that fits, written on the guess that all of it is new — every
 /// event, intent and request identity, as nearly every batch is — whose
 /// answers are then known before anything is written: every intent created.
-/// A backend writes these rows at once (on Postgres one statement) and keeps
-/// them only where the database says each row was indeed new; otherwise the
-/// transaction is rolled back and the batch goes through [`write`].
+/// A backend writes these rows at once (on Postgres one statement, committed
+/// on its own) and keeps them only where the database says each row was
+/// indeed new; otherwise nothing of them is kept and the batch goes through
+/// [`write`].
 pub struct AllNew<'a> {
     /// In key order, as every statement takes its rows.
     pub events: Vec<&'a Ingest>,

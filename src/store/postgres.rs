@@ -129,17 +129,14 @@ impl PostgresStore {
         self.ingest_decided(batch, fits).await
     }
 
-    /// A batch that fits, in a transaction of one statement on the guess that
-    /// every row is new; None, with nothing kept, when the database found
-    /// any of them there already.
+    /// A batch that fits, as one statement on the guess that every row is
+    /// new, committed on its own; None, with nothing kept, when the database
+    /// found any of them there already.
     async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
         let rows = AllNew::of(batch)?;
-        let mut tx = self.pool.begin().await?;
-        if !PgStatements.insert_all_new(&mut tx, &rows).await? {
-            tx.rollback().await?;
+        if !PgStatements.insert_all_new(&self.pool, &rows).await? {
             return Ok(None);
         }
-        tx.commit().await?;
         if !rows.jobs.is_empty() {
             self.jobs_queued();
         }

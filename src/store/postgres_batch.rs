@@ -12,7 +12,8 @@ use super::batch::{AllNew, Answer, Job, Payload, Statements};
 use super::*;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
-use sqlx::{Arguments, Postgres, Row, Transaction};
+use sqlx::postgres::PgPool;
+use sqlx::{Arguments, Postgres, Transaction};
 use std::sync::LazyLock;
 
 pub struct PgStatements;
@@ -179,9 +180,12 @@ static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING
 static QUEUE_JOBS: LazyLock<String> = LazyLock::new(|| JOBS.at(1));
 static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 
-/// Every row of a batch guessed all new, in one statement: how many events,
-/// intents and request records were new (the guess holds when each is every
-/// one). With `jobs`, the jobs too; a batch that queues nothing leaves the
+/// Every row of a batch guessed all new, in one statement that commits on its
+/// own. It counts the events, intents and request records that were new and
+/// compares them with the counts it is given (the batch's own): when one
+/// differs, a row was there already and the statement ends in
+/// `herald_guess_wrong()` (migration 0053), which aborts it, so nothing of it
+/// is kept. With `jobs`, the jobs too; a batch that queues nothing leaves the
 /// jobs table alone. The inserts see one snapshot and none reads another's
 /// rows, so the order Postgres runs them in changes nothing.
 fn all_new(jobs: bool) -> String {
@@ -194,25 +198,35 @@ fn all_new(jobs: bool) -> String {
         }
         false => (String::new(), intents + INTENTS.types.len()),
     };
+    let counts = requests + REQUESTS.types.len();
     format!(
         "WITH e AS ({} RETURNING 1), p AS ({}), i AS ({} RETURNING 1){queue}, r AS ({} RETURNING 1)
-         SELECT (SELECT count(*) FROM e), (SELECT count(*) FROM i), (SELECT count(*) FROM r)",
+         SELECT CASE WHEN (SELECT count(*) FROM e) = ${} AND (SELECT count(*) FROM i) = ${}
+                      AND (SELECT count(*) FROM r) = ${}
+                     THEN 0 ELSE herald_guess_wrong() END",
         EVENTS.at(1),
         PAYLOADS.at(payloads),
         INTENTS.at(intents),
         REQUESTS.at(requests),
+        counts,
+        counts + 1,
+        counts + 2,
     )
 }
 
 static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| all_new(true));
 static INSERT_ALL_NEW_UNQUEUED: LazyLock<String> = LazyLock::new(|| all_new(false));
 
+/// The code `herald_guess_wrong()` aborts a statement with.
+const GUESS_WRONG: &str = "ZH001";
+
 impl PgStatements {
-    /// Writes a batch guessed all new in one statement; whether the guess
-    /// held. When it did not, the transaction holds rows it must not keep:
-    /// the caller rolls it back.
-    pub async fn insert_all_new(&self, tx: &mut Transaction<'_, Postgres>, rows: &AllNew<'_>) -> StoreResult<bool> {
+    /// Writes a batch guessed all new in one statement, committed on its own;
+    /// whether the guess held. When it did not, Postgres aborted the
+    /// statement and nothing of it was kept.
+    pub async fn insert_all_new(&self, pool: &PgPool, rows: &AllNew<'_>) -> StoreResult<bool> {
         let queues = !rows.jobs.is_empty();
+        let (events, intents, requests) = rows.expected();
         let args = arguments(|args| {
             bind_events(args, &rows.events)?;
             bind_payloads(args, &rows.payloads)?;
@@ -220,12 +234,17 @@ impl PgStatements {
             if queues {
                 bind_jobs(args, &rows.jobs)?;
             }
-            bind_requests(args, &rows.answers)
+            bind_requests(args, &rows.answers)?;
+            args.add(events)?;
+            args.add(intents)?;
+            args.add(requests)
         })?;
         let statement = if queues { &INSERT_ALL_NEW } else { &INSERT_ALL_NEW_UNQUEUED };
-        let row = sqlx::query_with(statement.as_str(), args).fetch_one(&mut **tx).await?;
-        let new: (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
-        Ok(new == rows.expected())
+        match sqlx::query_with(statement.as_str(), args).execute(pool).await {
+            Ok(_) => Ok(true),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(GUESS_WRONG) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
