@@ -39,12 +39,8 @@ url = "{sms_url}"
 }
 
 impl Herald {
-    pub async fn start(database_url: &str, sms_url: &str) -> anyhow::Result<Herald> {
-        Herald::start_with(database_url, sms_url, "").await
-    }
-
-    /// [`Herald::start`] with more TOML appended to the config (the bus
-    /// benchmark's `[[ingest.nats]]`).
+    /// `herald serve` with [`config`] and `extra` TOML appended to it (the
+    /// bus benchmark's `[[ingest.nats]]`, a process without workers).
     pub async fn start_with(database_url: &str, sms_url: &str, extra: &str) -> anyhow::Result<Herald> {
         let dir = tempfile::tempdir()?;
         // A free port: the OS picks it, Herald binds it a moment later.

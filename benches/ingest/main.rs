@@ -220,6 +220,18 @@ async fn measure(backend: &Backend, options: &Options) -> anyhow::Result<Backend
         problems.extend(m.problems);
         herald.push(h);
     }
+    let mut alone = over_http::alone(backend, top, options.events).await?;
+    if let Some(single) = limits.iter().find(|l| l.connections == top && l.events_per_tx == 1) {
+        alone.figures.vs_limit = alone.figures.ingest_per_s / single.events_per_s;
+    }
+    if let Some(batched) = limits.iter().find(|l| l.connections == top && l.events_per_tx == limit::BATCH) {
+        alone.figures.vs_batched = alone.figures.ingest_per_s / batched.events_per_s;
+    }
+    eprintln!(
+        "{name}: Herald without workers, {top} connections: ingest {:.0}/s (p50 {:.2} ms, p99 {:.2} ms), {} queued",
+        alone.figures.ingest_per_s, alone.figures.p50_ms, alone.figures.p99_ms, alone.figures.queued
+    );
+    problems.extend(alone.problems);
     let storm = over_http::storm(backend, top, options.events).await?;
     eprintln!(
         "{name}: duplicate storm, {top} connections: {:.0} posts/s, {} provider call(s)",
@@ -239,6 +251,7 @@ async fn measure(backend: &Backend, options: &Options) -> anyhow::Result<Backend
         backend: name.into(),
         limit: limits,
         herald,
+        alone: Some(alone.figures),
         storm: storm.figures,
         failures: failures.figures,
         targets: Vec::new(),

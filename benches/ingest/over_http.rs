@@ -6,7 +6,7 @@ use crate::cpu::Meter;
 use crate::db::{Backend, FreshDb};
 use crate::herald::Herald;
 use crate::provider::FakeProvider;
-use crate::report::{FailFigures, HeraldFigures, StormFigures};
+use crate::report::{AloneFigures, FailFigures, HeraldFigures, StormFigures};
 use crate::shape::event_body;
 use crate::stats::Latencies;
 use std::collections::BTreeMap;
@@ -128,9 +128,14 @@ struct Setup {
 
 impl Setup {
     async fn new(backend: &Backend, fail_rate: f64) -> anyhow::Result<Setup> {
+        Setup::with(backend, fail_rate, "").await
+    }
+
+    /// [`Setup::new`] with more TOML for Herald's config.
+    async fn with(backend: &Backend, fail_rate: f64, extra: &str) -> anyhow::Result<Setup> {
         let db = backend.fresh().await?;
         let provider = FakeProvider::start(fail_rate).await?;
-        match Herald::start(&db.url, &provider.url).await {
+        match Herald::start_with(&db.url, &provider.url, extra).await {
             Ok(herald) => Ok(Setup { db: Some(db), provider, herald: Some(herald) }),
             Err(e) => {
                 db.dispose().await;
@@ -193,6 +198,46 @@ pub async fn distinct(backend: &Backend, connections: usize, events: usize) -> a
             peak_rss_mib: mib(rss),
             delivered: tally.accepted_keys,
             duplicates: tally.duplicates,
+            cpu: Some(cpu),
+        };
+        anyhow::Ok(Measured { figures, problems })
+    }
+    .await;
+    setup.finish().await;
+    result
+}
+
+/// `events` distinct events over `connections` to a Herald that runs no
+/// workers (`[worker] disabled`, as an API-only process of a deployment that
+/// scales the two apart): ingest alone, the work the limit does, without
+/// delivery's share of the cores and the database. Every request must be
+/// answered 202 and leave its job in the queue.
+pub async fn alone(backend: &Backend, connections: usize, events: usize) -> anyhow::Result<Measured<AloneFigures>> {
+    let setup = Setup::with(backend, 0.0, "[worker]\ndisabled = true\n").await?;
+    let result = async {
+        let meter = setup.meter().await;
+        let mut posted = post(&setup.herald().base, connections, events, event_body).await?;
+        let cpu = meter.stop(events).await;
+        let rss = setup.herald().peak_rss_bytes()?;
+        let mut problems: Vec<String> = posted.unexpected(&[202]).into_iter().collect();
+        let store = herald::store::connect(&setup.db.as_ref().expect("kept until finish").url).await?;
+        let queued = store.queue_stats(None, i64::MAX).await?.total;
+        if queued != events as i64 {
+            problems.push(format!("ingest alone: {events} events accepted, {queued} jobs queued"));
+        }
+        if setup.provider.tally().calls > 0 {
+            problems.push("ingest alone: a process without workers called the provider".into());
+        }
+        let figures = AloneFigures {
+            connections,
+            events,
+            ingest_per_s: per_s(events, posted.elapsed),
+            p50_ms: posted.latencies.percentile_ms(50.0),
+            p99_ms: posted.latencies.percentile_ms(99.0),
+            vs_limit: 0.0,
+            vs_batched: 0.0,
+            peak_rss_mib: mib(rss),
+            queued,
             cpu: Some(cpu),
         };
         anyhow::Ok(Measured { figures, problems })

@@ -28,6 +28,10 @@ pub struct BackendReport {
     pub backend: String,
     pub limit: Vec<LimitFigures>,
     pub herald: Vec<HeraldFigures>,
+    /// Ingest without delivery, at the largest connection count (absent in
+    /// reports written before it was measured).
+    #[serde(default)]
+    pub alone: Option<AloneFigures>,
     pub storm: StormFigures,
     pub failures: FailFigures,
     pub targets: Vec<TargetCheck>,
@@ -70,6 +74,25 @@ pub struct HeraldFigures {
     pub duplicates: usize,
     /// Per notification, first POST to the last acceptance: Herald's process and Postgres's backends.
     #[serde(default)]
+    pub cpu: Option<CpuFigures>,
+}
+
+/// Ingest alone: a Herald that runs no workers, so that nothing is delivered
+/// while it ingests (the issue's "ingest alone", the limit's own shape).
+#[derive(Serialize, Deserialize)]
+pub struct AloneFigures {
+    pub connections: usize,
+    pub events: usize,
+    pub ingest_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Over the limit's rate at the same connections, 1 and `BATCH` events per transaction.
+    pub vs_limit: f64,
+    pub vs_batched: f64,
+    pub peak_rss_mib: f64,
+    /// Jobs in the queue afterwards: one per event.
+    pub queued: i64,
+    /// Per event: Herald's process and Postgres's backends.
     pub cpu: Option<CpuFigures>,
 }
 
@@ -203,6 +226,18 @@ impl BackendReport {
                     cpu(h.cpu),
                 );
             }
+            if let Some(a) = self.alone.as_ref().filter(|a| a.connections == c) {
+                out += &row(
+                    "Herald: ingest alone (no workers)",
+                    c,
+                    a.ingest_per_s,
+                    ms(a.p50_ms),
+                    ms(a.p99_ms),
+                    format!("{:.2}× / {:.2}×", a.vs_limit, a.vs_batched),
+                    mib(a.peak_rss_mib),
+                    cpu(a.cpu),
+                );
+            }
         }
         let s = &self.storm;
         out += &row(
@@ -230,6 +265,8 @@ impl BackendReport {
             "\nHerald ÷ limit: Herald's ingest rate over the limit's at the same connections, 1 / {} events per transaction.\n",
             super::limit::BATCH
         );
+        out += "ingest over HTTP: while the same process delivers what it ingests; ingest alone: a process that runs\n\
+                 no workers (`[worker] disabled`), as the limit does no delivery — its CPU is per event ingested.\n";
         out += "CPU ms/event: user + system CPU per event (per notification end to end, per post in the storm) of the\n\
                  process — this benchmark's for the limit, Herald's otherwise — + the Postgres backends serving the run's\n\
                  database (on SQLite the database runs inside the process). Far less disturbed by a busy machine than a rate.\n\
@@ -275,23 +312,34 @@ impl BackendReport {
         let Some(top) = self.herald.iter().max_by_key(|h| h.connections) else { return };
         let e2e_goal = if self.backend == "Postgres" { 9_000.0 } else { 3_000.0 };
         let c = top.connections;
-        let mut targets = vec![
-            TargetCheck {
-                target: format!("end to end ≥ {}/s ({c} connections)", thousands(e2e_goal)),
-                measured: format!("{}/s", thousands(top.end_to_end_per_s)),
-                met: (!smoke).then_some(top.end_to_end_per_s >= e2e_goal),
+        let mut targets = vec![TargetCheck {
+            target: format!("end to end ≥ {}/s ({c} connections)", thousands(e2e_goal)),
+            measured: format!("{}/s", thousands(top.end_to_end_per_s)),
+            met: (!smoke).then_some(top.end_to_end_per_s >= e2e_goal),
+        }];
+        if let Some(a) = &self.alone {
+            targets.push(TargetCheck {
+                target: "ingest alone ≥ 2× the limit at 1 event/transaction".into(),
+                measured: format!("{:.2}×", a.vs_limit),
+                met: (!smoke).then_some(a.vs_limit >= 2.0),
+            });
+        }
+        // Stricter than the issue asks, kept because it is what a process
+        // that also delivers sees.
+        targets.push(TargetCheck {
+            target: "ingest while delivering ≥ 2× the limit".into(),
+            measured: format!("{:.2}×", top.vs_limit),
+            met: (!smoke).then_some(top.vs_limit >= 2.0),
+        });
+        let alone_p99 = self.alone.as_ref().map_or(0.0, |a| a.p99_ms);
+        targets.push(TargetCheck {
+            target: "ingest p99 ≤ 25 ms (alone, and while delivering)".into(),
+            measured: match &self.alone {
+                Some(a) => format!("{:.1} ms, {:.1} ms", a.p99_ms, top.p99_ms),
+                None => format!("{:.1} ms", top.p99_ms),
             },
-            TargetCheck {
-                target: "ingest ≥ 2× the limit at 1 event/transaction".into(),
-                measured: format!("{:.2}×", top.vs_limit),
-                met: (!smoke).then_some(top.vs_limit >= 2.0),
-            },
-            TargetCheck {
-                target: "ingest p99 ≤ 25 ms".into(),
-                measured: format!("{:.1} ms", top.p99_ms),
-                met: (!smoke).then_some(top.p99_ms <= 25.0),
-            },
-        ];
+            met: (!smoke).then_some(alone_p99 <= 25.0 && top.p99_ms <= 25.0),
+        });
         let one = self.herald.iter().find(|h| h.connections == 1);
         let before = baseline
             .and_then(|b| b.backends.iter().find(|r| r.backend == self.backend))
@@ -317,7 +365,9 @@ impl BackendReport {
             measured: s.provider_calls.to_string(),
             met: Some(s.provider_calls == 1),
         });
-        let peak = self.herald.iter().map(|h| h.peak_rss_mib).chain([s.peak_rss_mib, self.failures.peak_rss_mib]);
+        let peak = (self.herald.iter().map(|h| h.peak_rss_mib))
+            .chain(self.alone.as_ref().map(|a| a.peak_rss_mib))
+            .chain([s.peak_rss_mib, self.failures.peak_rss_mib]);
         let peak = peak.fold(0.0, f64::max);
         targets.push(TargetCheck {
             target: "peak RSS ≤ 64 MiB (Herald's process, any run)".into(),
