@@ -85,12 +85,6 @@ impl<'a> AllNew<'a> {
             intents,
         })
     }
-
-    /// How many rows of events, intents and request records are new if the
-    /// guess holds.
-    pub fn expected(&self) -> (i64, i64, i64) {
-        (self.events.len() as i64, self.intents.len() as i64, self.answers.len() as i64)
-    }
 }
 
 /// A content record to store, or whose use to note.

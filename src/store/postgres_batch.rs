@@ -24,11 +24,19 @@ pub struct PgStatements;
 struct Insert {
     types: &'static [&'static str],
     text: fn(&str) -> String,
+    /// What the insert does with a row that is there already.
+    on_conflict: &'static str,
 }
 
 impl Insert {
     /// The insert with its parameters numbered from `$first`.
     fn at(&self, first: usize) -> String {
+        format!("{} {}", self.new_at(first), self.on_conflict)
+    }
+
+    /// The same without its `ON CONFLICT`: a row there already fails the
+    /// statement with a unique violation.
+    fn new_at(&self, first: usize) -> String {
         let arrays: Vec<String> =
             self.types.iter().enumerate().map(|(n, t)| format!("${}::{t}[]", first + n)).collect();
         (self.text)(&format!("UNNEST({})", arrays.join(", ")))
@@ -40,10 +48,10 @@ const EVENTS: Insert = Insert {
     text: |rows| {
         format!(
             "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
-             SELECT * FROM {rows}
-             ON CONFLICT (event_key) DO NOTHING"
+             SELECT * FROM {rows}"
         )
     },
+    on_conflict: "ON CONFLICT (event_key) DO NOTHING",
 };
 
 fn bind_events(args: &mut PgArguments, events: &[&Ingest]) -> Result<(), BoxDynError> {
@@ -63,11 +71,11 @@ const PAYLOADS: Insert = Insert {
     text: |rows| {
         format!(
             "INSERT INTO payloads (digest, body, created_at)
-             SELECT * FROM {rows}
-             ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
-             WHERE payloads.created_at < excluded.created_at"
+             SELECT * FROM {rows}"
         )
     },
+    on_conflict: "ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+                  WHERE payloads.created_at < excluded.created_at",
 };
 
 fn bind_payloads(args: &mut PgArguments, payloads: &[Payload<'_>]) -> Result<(), BoxDynError> {
@@ -89,10 +97,10 @@ const INTENTS: Insert = Insert {
                  preferences_version, link_key, mode, traceparent)
              SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)
-             ON CONFLICT (key) DO NOTHING"
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)"
         )
     },
+    on_conflict: "ON CONFLICT (key) DO NOTHING",
 };
 
 fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Result<(), BoxDynError> {
@@ -134,10 +142,10 @@ const JOBS: Insert = Insert {
     text: |rows| {
         format!(
             "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-             SELECT * FROM {rows}
-             ON CONFLICT (intent_key) DO NOTHING"
+             SELECT * FROM {rows}"
         )
     },
+    on_conflict: "ON CONFLICT (intent_key) DO NOTHING",
 };
 
 fn bind_jobs(args: &mut PgArguments, jobs: &[Job<'_>]) -> Result<(), BoxDynError> {
@@ -152,10 +160,10 @@ const REQUESTS: Insert = Insert {
     text: |rows| {
         format!(
             "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
-             SELECT * FROM {rows}
-             ON CONFLICT (tenant, identity) DO NOTHING"
+             SELECT * FROM {rows}"
         )
     },
+    on_conflict: "ON CONFLICT (tenant, identity) DO NOTHING",
 };
 
 fn bind_requests(args: &mut PgArguments, answers: &[Answer<'_>]) -> Result<(), BoxDynError> {
@@ -181,44 +189,36 @@ static QUEUE_JOBS: LazyLock<String> = LazyLock::new(|| JOBS.at(1));
 static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 
 /// Every row of a batch guessed all new, in one statement that commits on its
-/// own. It counts the events, intents and request records that were new and
-/// compares them with the counts it is given (the batch's own): when one
-/// differs, a row was there already and the statement ends in
-/// `herald_guess_wrong()` (migration 0053), which aborts it, so nothing of it
-/// is kept. With `jobs`, the jobs too; a batch that queues nothing leaves the
-/// jobs table alone. The inserts see one snapshot and none reads another's
-/// rows, so the order Postgres runs them in changes nothing.
+/// own. The events, intents, jobs and request records are inserted without an
+/// `ON CONFLICT`: a row there already fails the statement with a unique
+/// violation, Postgres aborts it, and nothing of it is kept. (Each insert
+/// with an `ON CONFLICT` is a speculative one: a probe of the unique index
+/// before it, and a WAL record confirming it after; docs/performance.md.) The
+/// payloads keep theirs: one may well be there, shared by other events. With
+/// `jobs`, the jobs too; a batch that queues nothing leaves the jobs table
+/// alone. The inserts see one snapshot and none reads another's rows, so the
+/// order Postgres runs them in changes nothing.
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
     let (queue, requests) = match jobs {
         true => {
             let first = intents + INTENTS.types.len();
-            (format!(", j AS ({})", JOBS.at(first)), first + JOBS.types.len())
+            (format!(", j AS ({})", JOBS.new_at(first)), first + JOBS.types.len())
         }
         false => (String::new(), intents + INTENTS.types.len()),
     };
-    let counts = requests + REQUESTS.types.len();
     format!(
-        "WITH e AS ({} RETURNING 1), p AS ({}), i AS ({} RETURNING 1){queue}, r AS ({} RETURNING 1)
-         SELECT CASE WHEN (SELECT count(*) FROM e) = ${} AND (SELECT count(*) FROM i) = ${}
-                      AND (SELECT count(*) FROM r) = ${}
-                     THEN 0 ELSE herald_guess_wrong() END",
-        EVENTS.at(1),
+        "WITH e AS ({}), p AS ({}), i AS ({}){queue} {}",
+        EVENTS.new_at(1),
         PAYLOADS.at(payloads),
-        INTENTS.at(intents),
-        REQUESTS.at(requests),
-        counts,
-        counts + 1,
-        counts + 2,
+        INTENTS.new_at(intents),
+        REQUESTS.new_at(requests),
     )
 }
 
 static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| all_new(true));
 static INSERT_ALL_NEW_UNQUEUED: LazyLock<String> = LazyLock::new(|| all_new(false));
-
-/// The code `herald_guess_wrong()` aborts a statement with.
-const GUESS_WRONG: &str = "ZH001";
 
 impl PgStatements {
     /// Writes a batch guessed all new in one statement, committed on its own;
@@ -226,7 +226,6 @@ impl PgStatements {
     /// statement and nothing of it was kept.
     pub async fn insert_all_new(&self, pool: &PgPool, rows: &AllNew<'_>) -> StoreResult<bool> {
         let queues = !rows.jobs.is_empty();
-        let (events, intents, requests) = rows.expected();
         let args = arguments(|args| {
             bind_events(args, &rows.events)?;
             bind_payloads(args, &rows.payloads)?;
@@ -234,15 +233,12 @@ impl PgStatements {
             if queues {
                 bind_jobs(args, &rows.jobs)?;
             }
-            bind_requests(args, &rows.answers)?;
-            args.add(events)?;
-            args.add(intents)?;
-            args.add(requests)
+            bind_requests(args, &rows.answers)
         })?;
         let statement = if queues { &INSERT_ALL_NEW } else { &INSERT_ALL_NEW_UNQUEUED };
         match sqlx::query_with(statement.as_str(), args).execute(pool).await {
             Ok(_) => Ok(true),
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(GUESS_WRONG) => Ok(false),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
