@@ -134,9 +134,9 @@ fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Resul
     args.add(opt(|r, _| r.traceparent.as_deref()))
 }
 
-/// A job is queued only for an intent just created, which has none; the
-/// `ON CONFLICT` is for the statement of a batch guessed all new, whose
-/// guess may be wrong and is rolled back when it is.
+/// A job is queued only for an intent just created, which has none: the
+/// set-wise pass's `ON CONFLICT` only guards that, and the statement of a
+/// batch guessed all new goes without it, as its other inserts do.
 const JOBS: Insert = Insert {
     types: &["text", "text", "bigint", "text"],
     text: |rows| {
