@@ -12,9 +12,12 @@
 //! 2. Herald over HTTP (`herald serve` in its own process, its SMS channel on a
 //!    fake provider on loopback), distinct single-SMS events at each connection
 //!    count: ingest rate, p50/p99 per request, end-to-end rate, peak RSS;
-//! 3. a duplicate storm (one event posted `--events` times): posts/s, and the
+//! 3. ingest alone, at the most connections: the same events to a `herald
+//!    serve` without workers (`[worker] disabled`), as the limit delivers
+//!    nothing; each must be answered 202 and leave its job queued;
+//! 4. a duplicate storm (one event posted `--events` times): posts/s, and the
 //!    provider must be called exactly once;
-//! 4. distinct events while the provider answers 503 to the first try of a
+//! 5. distinct events while the provider answers 503 to the first try of a
 //!    `--fail-rate` share: each must be delivered exactly once.
 //!
 //! Prints a table per backend with Herald ÷ limit and the targets;
