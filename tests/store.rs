@@ -928,6 +928,37 @@ async fn another_content_for_an_accepted_event_key_is_a_conflict_that_leaves_not
     .await;
 }
 
+/// A dry run reads what the ingest transaction would check: the content an
+/// event key was accepted with, and nothing for a key never accepted.
+#[tokio::test]
+async fn an_event_keys_accepted_content_is_read_back_as_the_first_post_left_it() {
+    each_backend(|store| async move {
+        let event = "default|e|x|1|t";
+        assert_eq!(store.event_digest(event).await.unwrap(), None, "an event never posted");
+        let intents = || vec![new_intent(&key(1), "sms", Some(T0))];
+        store.events_ingest(ingest_content("r1", "fp1", "c1", intents())).await.unwrap();
+        assert_eq!(store.event_digest(event).await.unwrap().as_deref(), Some("c1"));
+        // A conflicting post changes nothing of it.
+        let other = store.events_ingest(ingest_content("r2", "fp2", "c2", intents())).await.unwrap();
+        assert_eq!(other, IngestOutcome::Conflict);
+        assert_eq!(store.event_digest(event).await.unwrap().as_deref(), Some("c1"));
+        // An event written in a batch (set-wise on Postgres) is read the same
+        // way; the key names the tenant, so another tenant's is another event.
+        let batched = Ingest {
+            event_key: "other|e|x|2|t".into(),
+            tenant: "other".into(),
+            ..ingest_content("r3", "fp3", "c3", vec![new_intent(&key(2), "sms", Some(T0))])
+        };
+        let twin = Ingest { identity: "r4".into(), ..batched.clone() };
+        for out in store.events_ingest_batch(vec![batched, twin]).await {
+            assert!(matches!(out, Ok(IngestOutcome::Accepted { .. })), "{out:?}");
+        }
+        assert_eq!(store.event_digest("other|e|x|2|t").await.unwrap().as_deref(), Some("c3"));
+        assert_eq!(store.event_digest("other|e|x|1|t").await.unwrap(), None, "the tenant is part of the key");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn conflicting_contents_racing_for_one_event_key_make_one_set_of_intents() {
     each_backend(|store| async move {
