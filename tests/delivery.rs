@@ -179,3 +179,99 @@ async fn a_stalled_recorder_stops_the_claims_after_a_bounded_backlog() {
         api.running.stop().await;
     }
 }
+
+/// A provider that refuses its first call (503) and hangs on every later
+/// one, ignoring its deadline; it cannot recognise a retry, so a retry reads
+/// the earlier attempts first. Counts its calls.
+#[derive(Default)]
+struct RefusesThenHangs(AtomicUsize);
+
+#[async_trait::async_trait]
+impl Provider for RefusesThenHangs {
+    fn name(&self) -> &str {
+        "refuses-then-hangs"
+    }
+
+    fn dedupes_retries(&self) -> bool {
+        false
+    }
+
+    /// Three quarters of the tests' 4 s lease: the longest `config check` allows.
+    fn timeout(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+
+    async fn send(&self, _: &herald::channel::Delivery) -> herald::channel::Outcome {
+        if self.0.fetch_add(1, Ordering::SeqCst) == 0 {
+            return herald::channel::Outcome::Retryable {
+                class: herald::intent::Reason::Provider5xx,
+                status: Some(503),
+                error: "busy".into(),
+                retry_after: None,
+            };
+        }
+        std::future::pending().await
+    }
+}
+
+/// The retry of `PO-LEASE-…`, whose read of its earlier attempts took
+/// `history` before the call: the intent once it is dead (two attempts
+/// allowed), its second attempt, and the provider's calls.
+async fn retry_after_slow_history(backend: common::Backend, history: Duration) -> (serde_json::Value, usize) {
+    let db = TestDb::new(backend).await;
+    let api = TestApp::new(&db).with_sms_url("http://127.0.0.1:9/sms").without_workers().spawn().await;
+    let (_, b, _) = api.post_event(&sms_event("PO-LEASE", "+15550000420"), None).await;
+    let id = b["intents"][0]["id"].as_str().unwrap().to_string();
+    let provider = Arc::new(RefusesThenHangs::default());
+    let slow = SlowRecording::slow_history(db.store().await, history);
+    let mut w = worker(slow, Channel::Sms, provider.clone(), Duration::from_secs(4));
+    w.policy = RetryPolicy::new(2, Duration::from_millis(10), Duration::from_millis(10));
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(w.run(rx, Duration::from_secs(1)));
+    // Longer than `wait_state` waits: the lease alone is 4 s.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let it = loop {
+        let (_, it) = api.get(&format!("/v1/intents/{id}")).await;
+        if it["state"] == "dead" || tokio::time::Instant::now() > deadline {
+            break it;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(it["state"], "dead", "{backend:?}: {it}");
+    let _ = stop.send(true);
+    running.await.unwrap();
+    api.running.stop().await;
+    (it["attempts"][1].clone(), provider.0.load(Ordering::SeqCst))
+}
+
+/// A call's timeout fits in its lease, but the lease starts at the claim: a
+/// retry that spent two of its four seconds reading its earlier attempts
+/// must have its call cut off while the lease still covers recording the
+/// outcome. Left to its own three seconds, the call was still in flight when
+/// the lease ended, and the next claim took the job as abandoned (`unknown`,
+/// `lease_expired`) and would have sent it again beside the call.
+#[tokio::test]
+async fn a_call_after_a_slow_read_ends_within_its_lease() {
+    for backend in backends() {
+        let (second, calls) = retry_after_slow_history(backend, Duration::from_secs(2)).await;
+        let class = (second["outcome"].as_str(), second["error_class"].as_str());
+        assert_eq!(class, (Some("unknown"), Some("timeout")), "{backend:?}: abandoned by its worker: {second}");
+        let at = |k: &str| second[k].as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
+        let took = at("finished_at").duration_since(at("started_at")).as_secs_f64();
+        assert!((2.5..4.0).contains(&took), "{backend:?}: over a quarter of the 4 s lease before its end: {took}s");
+        assert!(second["error"].as_str().unwrap().contains("all its lease had left"), "{second}");
+        assert_eq!(calls, 2, "{backend:?}: the first try and the retry");
+    }
+}
+
+/// When the read before the call took all the lease allows for calling, the
+/// provider is not called at all: the attempt is a retryable one that says
+/// so, and no call runs past the lease.
+#[tokio::test]
+async fn a_retry_whose_lease_was_spent_before_the_call_does_not_call() {
+    let (second, calls) = retry_after_slow_history(common::Backend::Sqlite, Duration::from_millis(3500)).await;
+    let class = (second["outcome"].as_str(), second["error_class"].as_str());
+    assert_eq!(class, (Some("retryable"), Some("lease_expired")), "{second}");
+    assert!(second["error"].as_str().unwrap().starts_with("not called"), "{second}");
+    assert_eq!(calls, 1, "only the first try reached the provider");
+}

@@ -106,7 +106,7 @@ impl Worker {
             // rather than asking at once and finding nothing — at low load that
             // empty claim was a transaction per job.
             busy = leased == free;
-            let claimed = Claimed { times: (claim_started, SystemTime::now()), batch: jobs.len() };
+            let claimed = Claimed { times: (claim_started, SystemTime::now()), batch: jobs.len(), lease_end };
             if jobs.is_empty() {
                 drop(first);
                 this.wait_for_work(&mut shutdown).await;
@@ -264,12 +264,22 @@ impl Worker {
             trace::batch_span("claim", &parent, claimed.times, attributes, None);
         }
         let trace_id = stored.unwrap_or(own).trace_id_hex();
-        let done = self.attempt_in(job, rng, &span, &trace_id).instrument(span.clone()).await;
+        // The call must be over while the lease still covers recording its
+        // outcome: the quarter of it that `config check` keeps for that.
+        let call_by = claimed.lease_end - self.lease / 4;
+        let done = self.attempt_in(job, rng, &span, &trace_id, call_by).instrument(span.clone()).await;
         (done, trace::context_of(&span))
     }
 
-    /// One provider call and what it leads to.
-    async fn attempt_in(&self, job: ClaimedJob, rng: &Mutex<SmallRng>, span: &Span, trace_id: &str) -> FinishedAttempt {
+    /// One provider call, over by `call_by`, and what it leads to.
+    async fn attempt_in(
+        &self,
+        job: ClaimedJob,
+        rng: &Mutex<SmallRng>,
+        span: &Span,
+        trace_id: &str,
+        call_by: Instant,
+    ) -> FinishedAttempt {
         let n = job.intent.attempts;
         let configured: Option<&dyn Provider> = self.providers.get(&job.intent.channel).map(|p| p.as_ref());
         let delivery = delivery(&job);
@@ -288,16 +298,33 @@ impl Worker {
         let provider_name = chosen.map_or("none", |p| p.name());
         crate::ops::metrics::attempt_started(job.intent.channel, provider_name);
         let started = std::time::Instant::now();
-        let outcome = match (chosen, delivery) {
-            (None, _) => Outcome::Permanent {
-                reason: Reason::ChannelDisabled,
-                status: None,
-                error: format!("no provider is configured for channel {}", job.intent.channel),
+        // Whether the provider was called: only its own answers move its
+        // circuit breaker.
+        let (outcome, called) = match (chosen, delivery) {
+            (None, _) => (
+                Outcome::Permanent {
+                    reason: Reason::ChannelDisabled,
+                    status: None,
+                    error: format!("no provider is configured for channel {}", job.intent.channel),
+                },
+                false,
+            ),
+            (_, Err(e)) => (Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e }, false),
+            (Some(provider), Ok(d)) => match call(provider, d, call_by).await {
+                Some(outcome) => (outcome, true),
+                None => (
+                    Outcome::Retryable {
+                        class: Reason::LeaseExpired,
+                        status: None,
+                        error: "not called: the claim's lease was nearly spent before the call (the database was slow)"
+                            .into(),
+                        retry_after: None,
+                    },
+                    false,
+                ),
             },
-            (_, Err(e)) => Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e },
-            (Some(provider), Ok(d)) => call(provider, d).await,
         };
-        if let (Some(all), Some(_)) = (configured, chosen) {
+        if called && let (Some(all), Some(_)) = (configured, chosen) {
             all.observe(provider_name, &outcome);
         }
         let now = self.clock.now();
@@ -395,11 +422,13 @@ impl Worker {
     }
 }
 
-/// The times and size of the claim that took a job.
+/// The times and size of the claim that took a job, and when its lease ends
+/// (by this process's monotonic clock, measured from before the claim).
 #[derive(Debug, Clone, Copy)]
 struct Claimed {
     times: (SystemTime, SystemTime),
     batch: usize,
+    lease_end: Instant,
 }
 
 /// What the attempt led to, on its span: bounded names and the provider's
@@ -460,22 +489,40 @@ fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, 
 }
 
 /// One provider call, bounded by the provider's timeout whatever the provider
-/// does. The provider is asked to be done a moment before the bound, so one
+/// does, and by `call_by`: a call still going when its lease ends could be
+/// retaken by another worker and sent again while in flight. `config check`
+/// keeps every timeout within three quarters of the lease, but the lease
+/// starts at the claim, and a slow database (the claim's own transaction, a
+/// retry's read of its earlier attempts) can spend part of it before the
+/// call. The provider is asked to be done a moment before the bound, so one
 /// that knows how far it got can say so; at the bound itself the call is
-/// abandoned and recorded `unknown`, the one answer that is never wrong.
-async fn call(provider: &dyn Provider, mut d: Delivery) -> Outcome {
+/// abandoned and recorded `unknown`, the one answer that is never wrong. When
+/// nothing of the lease is left to call in, the provider is not called (None).
+async fn call(provider: &dyn Provider, mut d: Delivery, call_by: Instant) -> Option<Outcome> {
     let timeout = provider.timeout();
-    let bound = tokio::time::Instant::now() + timeout;
-    d.deadline = bound - (timeout / 20).min(Duration::from_millis(50));
-    match tokio::time::timeout_at(bound, provider.send(&d)).await {
+    let now = Instant::now();
+    if call_by <= now {
+        return None;
+    }
+    let bound = (now + timeout).min(call_by);
+    let allowed = bound - now;
+    d.deadline = bound - (allowed / 20).min(Duration::from_millis(50));
+    Some(match tokio::time::timeout_at(bound, provider.send(&d)).await {
         Ok(outcome) => outcome,
+        Err(_) if allowed < timeout => Outcome::Unknown {
+            class: Reason::Timeout,
+            error: format!(
+                "the provider call was abandoned after {allowed:?}, all its lease had left for it (its timeout is \
+                 {timeout:?}); it may have been acted on"
+            ),
+        },
         Err(_) => Outcome::Unknown {
             class: Reason::Timeout,
             error: format!(
                 "the provider call did not finish within {timeout:?} and was abandoned; it may have been acted on"
             ),
         },
-    }
+    })
 }
 
 fn delivery(job: &ClaimedJob) -> Result<Delivery, String> {

@@ -1,6 +1,7 @@
 //! A store that records outcomes slowly: the real store underneath, with
 //! `attempts_finish` held back (by a delay, or until the test opens a gate),
-//! as a database under load would.
+//! as a database under load would; and, when asked, a retry's read of its
+//! earlier attempts (`attempts_of`) slow too.
 
 use async_trait::async_trait;
 use herald::store::*;
@@ -11,18 +12,29 @@ use tokio::sync::watch;
 pub struct SlowRecording {
     inner: Arc<dyn Store>,
     delay: Duration,
+    history_delay: Duration,
     open: watch::Sender<bool>,
 }
 
 impl SlowRecording {
     /// Every recording takes `delay` longer.
     pub fn new(inner: Arc<dyn Store>, delay: Duration) -> Arc<SlowRecording> {
-        Arc::new(SlowRecording { inner, delay, open: watch::channel(true).0 })
+        Arc::new(SlowRecording { inner, delay, history_delay: Duration::ZERO, open: watch::channel(true).0 })
+    }
+
+    /// Recording at full speed, but every read of attempts takes `delay`.
+    pub fn slow_history(inner: Arc<dyn Store>, delay: Duration) -> Arc<SlowRecording> {
+        Arc::new(SlowRecording { inner, delay: Duration::ZERO, history_delay: delay, open: watch::channel(true).0 })
     }
 
     /// No recording finishes until [`SlowRecording::open`].
     pub fn stalled(inner: Arc<dyn Store>) -> Arc<SlowRecording> {
-        Arc::new(SlowRecording { inner, delay: Duration::ZERO, open: watch::channel(false).0 })
+        Arc::new(SlowRecording {
+            inner,
+            delay: Duration::ZERO,
+            history_delay: Duration::ZERO,
+            open: watch::channel(false).0,
+        })
     }
 
     pub fn open(&self) {
@@ -113,6 +125,7 @@ impl Store for SlowRecording {
         self.inner.dead_letters_list(filter).await
     }
     async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        tokio::time::sleep(self.history_delay).await;
         self.inner.attempts_of(keys).await
     }
     async fn dead_letters_summary(
