@@ -62,7 +62,13 @@ pub fn validate_timezone(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// An http(s) URL with a host, as written: no whitespace or control
+/// characters, which a URL parser would quietly drop or escape but which
+/// would be stored and shown as given (and a NUL, which Postgres refuses).
 pub fn validate_webhook_url(s: &str) -> Result<String, String> {
+    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{s:?} must not contain spaces or control characters"));
+    }
     let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(format!("{s:?} must be an http(s) URL"));

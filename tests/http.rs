@@ -268,6 +268,55 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     app.running.stop().await;
 }
 
+/// A digest route whose key comes from the event's data.
+const DATA_KEYED_DIGEST: &str = r#"
+[[routes]]
+event = "purchase_order.batched"
+template = "po_approved"
+channels = ["sms"]
+digest = { window = "1h", key = "{{ po.number }}", template = "po_approved" }
+"#;
+
+/// A NUL is valid JSON and valid percent-encoding, and Postgres refuses it
+/// in any text it is given: each of these was a 500 on Postgres (and
+/// something else on SQLite). Now a path, a query parameter or a webhook URL
+/// holding a control character is a 400 naming it, on every backend, and a
+/// digest key that the event's data filled with one is stored escaped.
+#[tokio::test]
+async fn a_control_character_in_a_path_query_or_url_is_a_400_naming_it_on_every_backend() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(DATA_KEYED_DIGEST).spawn().await;
+        let refused = |(s, b): (u16, Value), field: &str| {
+            assert_eq!(s, 400, "{backend:?} {field}: {b}");
+            assert_eq!(b["error"]["code"], "invalid_field", "{backend:?}: {b}");
+            let message = b["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with(&format!("{field}: ")), "{backend:?}: {b}");
+        };
+        refused(app.get("/v1/recipients/a%00b").await, "path");
+        refused(app.get("/v1/recipients/u%00/inbox").await, "path");
+        refused(app.put("/v1/recipients/a%00b", &json!({"email": "a@example.com"})).await, "path");
+        refused(app.get("/v1/intents?entity=purchase_order:PO%00").await, "entity");
+        refused(app.get("/v1/intents?recipient=u%0A1").await, "recipient");
+        refused(
+            app.put("/v1/recipients/u-1", &json!({"webhook_url": "https://h.example.com/x#a\u{0}b"})).await,
+            "webhook_url",
+        );
+        let mut ev = sms_event("PO-NUL", "+15550000011");
+        ev["recipients"][0]["webhook_url"] = json!("https://h.example.com/x#a\u{0}b");
+        let (s, b, _) = app.post_event(&ev, None).await;
+        refused((s, b), "recipients[0].webhook_url");
+        // A digest key from data is the sender's text: kept, escaped.
+        let mut ev = sms_event("PO-NUL-D", "+15550000012");
+        ev["type"] = json!("purchase_order.batched");
+        ev["data"]["po"]["number"] = json!("PO\u{0}7");
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!((s, b["intents"][0]["decision"].as_str()), (202, Some("digest")), "{backend:?}: {b}");
+        app.running.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn the_inbox_keeps_one_card_per_entity_at_its_highest_version() {
     for backend in backends() {

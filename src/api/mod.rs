@@ -9,7 +9,7 @@ mod inbox;
 mod intents;
 mod openapi;
 mod ops;
-mod query;
+pub(crate) mod query;
 mod receipts;
 mod receipts_ses;
 mod recipients;
@@ -141,6 +141,7 @@ pub fn router(state: AppState) -> Router {
     let console = crate::console::router(state.config.console.enabled);
     routes
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(axum::middleware::from_fn(query::refuse_control_characters))
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(limit, error::json_errors))
         .merge(console)

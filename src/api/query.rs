@@ -1,7 +1,8 @@
 //! Query strings, read strictly: a parameter an endpoint does not know
 //! (`?curser=…` for `cursor`) or one given twice is a 400 naming it, never
 //! silently ignored. Endpoints with parameters read them through [`Params`];
-//! the others sit behind [`refuse_any`].
+//! the others sit behind [`refuse_any`]. And no path or query may decode to
+//! a control character ([`refuse_control_characters`]).
 
 use super::ApiError;
 use axum::extract::{FromRequestParts, Query, Request};
@@ -37,6 +38,32 @@ pub async fn refuse_any(request: Request, next: Next) -> Response {
     }
 }
 
+/// Every endpoint, before anything reads the path or query: a NUL or any
+/// other control character belongs in no key, id or filter Herald takes, and
+/// Postgres refuses a NUL in a text parameter, so such a request was a 500 on
+/// Postgres and a 404 on SQLite. It is a 400 naming the path or the parameter.
+pub async fn refuse_control_characters(request: Request, next: Next) -> Response {
+    match control_character_in(request.uri()) {
+        None => next.run(request).await,
+        Some(field) => ApiError::invalid_field(&field, CONTROL_CHARACTERS).into_response(),
+    }
+}
+
+/// What [`control_character_in`] answers with.
+pub const CONTROL_CHARACTERS: &str = "must not contain control characters (such as %00)";
+
+/// Where the URI, once percent-decoded, holds a control character: `path`,
+/// or the query parameter's name.
+pub fn control_character_in(uri: &Uri) -> Option<String> {
+    let control = |s: &str| s.chars().any(char::is_control);
+    if control(&percent_encoding::percent_decode_str(uri.path()).decode_utf8_lossy()) {
+        return Some("path".into());
+    }
+    url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+        .find(|(name, value)| control(name) || control(value))
+        .map(|(name, _)| if control(&name) { "query".into() } else { name.into_owned() })
+}
+
 fn check_names(uri: &Uri, known: &[&str]) -> Result<(), ApiError> {
     let mut seen: Vec<String> = Vec::new();
     for (name, _) in url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
@@ -61,6 +88,18 @@ mod tests {
 
     fn check(uri: &str, known: &[&str]) -> Result<(), String> {
         check_names(&uri.parse().unwrap(), known).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_control_character_anywhere_in_the_path_or_query_is_named() {
+        let at = |uri: &str| control_character_in(&uri.parse().unwrap());
+        assert_eq!(at("/v1/recipients/u-20/inbox?limit=5"), None);
+        assert_eq!(at("/v1/recipients/caf%C3%A9"), None, "percent-encoded text is fine");
+        assert_eq!(at("/v1/recipients/a%00b").as_deref(), Some("path"));
+        assert_eq!(at("/v1/recipients/a%0Ab/inbox").as_deref(), Some("path"));
+        assert_eq!(at("/v1/intents?entity=po:PO%00").as_deref(), Some("entity"));
+        assert_eq!(at("/v1/intents?limit=1&recipient=u%1F").as_deref(), Some("recipient"));
+        assert_eq!(at("/v1/intents?a%00=1").as_deref(), Some("query"));
     }
 
     #[test]

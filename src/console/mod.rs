@@ -45,8 +45,18 @@ pub fn router(enabled: bool) -> Router<AppState> {
         .route("/console/health", get(health::health))
         // Not a fallback: the API router has that, and it answers in JSON.
         .route("/console/{*rest}", get(|| async { ConsoleError::NotFound("There is no such console page.".into()) }))
+        .layer(axum::middleware::from_fn(refuse_control_characters))
         .layer(DefaultBodyLimit::max(FORM_LIMIT))
         .layer(axum::middleware::map_response(security_headers))
+}
+
+/// As in the API: a path or query that decodes to a control character is a
+/// page naming where (400), never a database error.
+async fn refuse_control_characters(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match crate::api::query::control_character_in(request.uri()) {
+        None => next.run(request).await,
+        Some(field) => ConsoleError::invalid(&field, crate::api::query::CONTROL_CHARACTERS).into_response(),
+    }
 }
 
 async fn stylesheet() -> Response {

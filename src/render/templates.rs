@@ -215,13 +215,21 @@ impl TemplateSet {
     }
 
     /// Renders a key expression with strict undefined: the compiled one when
-    /// [`TemplateSet::add_key`] saw it, else compiled for this call.
+    /// [`TemplateSet::add_key`] saw it, else compiled for this call. A control
+    /// character the event's data brought into the key is written as its
+    /// escape (`\u{0}`): still a key of its own, and one the database stores
+    /// (Postgres refuses a NUL) and a page shows.
     pub fn render_key(&self, source: &str, ctx: &impl Serialize) -> Result<String, RenderError> {
         let rendered = match self.keys.get_template(source) {
             Ok(t) => t.render(ctx),
             Err(_) => self.keys.render_str(source, ctx),
         };
-        rendered.map(|s| s.trim().to_string()).map_err(|e| RenderError::Template(describe(&e)))
+        let key = rendered.map_err(|e| RenderError::Template(describe(&e)))?;
+        let key = key.trim();
+        if !key.contains(char::is_control) {
+            return Ok(key.to_string());
+        }
+        Ok(key.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect())
     }
 
     /// Renders one message from a fixture context (`templates check`).
@@ -382,6 +390,9 @@ mod tests {
         set.add_key(source).unwrap();
         assert_eq!(set.render_key(source, &ctx).unwrap(), per_call);
         assert_eq!(per_call, "PO-1/PO-7 <b>", "trimmed, never HTML-escaped");
+        let ev = event(json!({"po": {"number": "PO-7\u{0}\n"}}));
+        let nul = super::super::context(&ev, &who, "en");
+        assert_eq!(set.render_key(source, &nul).unwrap(), "PO-1/PO-7\\u{0}", "escaped, and trimmed as ever");
         let e = set.render_key("{{ missing.field }}", &ctx).unwrap_err();
         assert!(matches!(e, RenderError::Template(_)), "strict undefined: {e:?}");
         let e = set.add_key("{{ entity.id ").unwrap_err();
