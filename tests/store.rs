@@ -1727,6 +1727,71 @@ async fn a_batch_the_database_cannot_take_fails_every_request_at_once() {
     }
 }
 
+/// Another transaction holds the event and the record of an Idempotency-Key
+/// it has not committed yet; a batch reusing that key with other data waits
+/// for it on the event's row. Had the other committed first, the reuse would
+/// be a mismatch (422: the identity decides before the event), and it must
+/// be one after the wait as well, not a conflict (409) decided from a read of
+/// the records made before it. A second request for the event, under a key
+/// of its own, is the conflict. (Two requests for one event: the batch is
+/// decided request by request.)
+#[tokio::test]
+async fn a_key_reused_while_its_first_use_commits_is_a_mismatch_not_a_conflict() {
+    let Some(db) = common::postgres_db().await else { return };
+    let store = Arc::new(PostgresStore::connect(&db.url).await.unwrap());
+    store.migrate().await.unwrap();
+    let first = ingest_content("key:K", "fp1", "c1", vec![]);
+    let mut other = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(&first.event_key)
+    .bind(&first.tenant)
+    .bind(&first.event_type)
+    .bind(&first.entity_type)
+    .bind(&first.entity_id)
+    .bind(&first.occurred_at)
+    .bind(&first.content_digest)
+    .bind(T0)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let response = format!(r#"{{"event_key":"{}","replayed":false,"intents":[]}}"#, first.event_key);
+    sqlx::query(
+        "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response) VALUES ($1, $2, $3, $4, 202, $5)",
+    )
+    .bind(&first.tenant)
+    .bind(&first.identity)
+    .bind(&first.fingerprint)
+    .bind(T0)
+    .bind(response)
+    .execute(&mut *other)
+    .await
+    .unwrap();
+    let batch = vec![ingest_content("key:K", "fp2", "c2", vec![]), ingest_content("key:L", "fp3", "c2", vec![])];
+    let writer = store.clone();
+    let outcomes = tokio::spawn(async move { writer.events_ingest_batch(batch).await });
+    // Until the batch waits for the other transaction's lock.
+    let mut waiting = 0_i64;
+    for _ in 0..500 {
+        waiting = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(waiting, 1, "the batch waits on the uncommitted event");
+    other.commit().await.unwrap();
+    let out: Vec<_> = outcomes.await.unwrap().into_iter().map(Result::unwrap).collect();
+    assert_eq!(out, vec![IngestOutcome::Mismatch, IngestOutcome::Conflict]);
+}
+
 // Every `Store` method is exercised above or below, on every backend:
 // schema_state, ping and migrate; the digest windows from due to closed; the
 // inbox's read mark; the dead letters' summary, examples and replay; the

@@ -35,9 +35,9 @@ pub fn fits(batch: &[Ingest]) -> bool {
 /// What the set-wise pass made of a batch.
 pub enum Pass {
     /// Per request, in order: its outcome, or None for one left to the
-    /// savepoint path (a request seen before, a replay or a mismatch; where
-    /// the records were not read, a request whose event is in conflict; an
-    /// event record that vanished under it).
+    /// savepoint path (a request seen before, a replay or a mismatch; a
+    /// request whose event is in conflict; an event record that vanished
+    /// under it).
     Decided(Vec<Option<IngestOutcome>>),
     /// Another transaction recorded one of these identities first: the
     /// transaction must be rolled back and the batch decided request by request.
@@ -168,16 +168,12 @@ pub(super) async fn write<S: Statements>(
     let seen = seen(statements, tx, batch).await?;
     let mut out: Vec<Option<IngestOutcome>> = vec![None; batch.len()];
     let fresh: Vec<usize> = (0..batch.len()).filter(|i| !seen.as_ref().is_some_and(|s| s.contains(i))).collect();
+    // A request in conflict is left to the savepoint path, which reads its
+    // identity's record again: a reused identity with another body is a
+    // mismatch before it is a conflict, and the claim may have waited for the
+    // transaction that holds the event, whose record of that identity the
+    // read above, made before the wait, could not see.
     let (conflicts, vanished) = claim_events(statements, tx, batch, &fresh).await?;
-    if seen.is_some() {
-        // Without a record for its identity, the event's decides. Where the
-        // records were not read, the savepoint path reads the record of a
-        // request in conflict: a reused identity with another body is a
-        // mismatch before it is a conflict.
-        for &i in &conflicts {
-            out[i] = Some(IngestOutcome::Conflict);
-        }
-    }
     let new: Vec<usize> = fresh.into_iter().filter(|i| !conflicts.contains(i) && !vanished.contains(i)).collect();
     if new.is_empty() {
         return Ok(Pass::Decided(out));

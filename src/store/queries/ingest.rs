@@ -85,7 +85,10 @@ macro_rules! ingest_queries {
             if !event_claim(tx, ingest).await? {
                 // The identity's record decides before the event's: a reused
                 // identity with another body is a mismatch before a conflict.
-                if !read_first && let Some(seen) = seen_before(tx, ingest).await? {
+                // Read again even when it was read first: the claim may have
+                // waited for the transaction that holds the event, and that
+                // one's record of this identity is visible only now.
+                if let Some(seen) = seen_before(tx, ingest).await? {
                     return Ok(Step::Done(seen));
                 }
                 return Ok(Step::Done(IngestOutcome::Conflict));
