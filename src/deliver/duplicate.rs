@@ -8,27 +8,31 @@ use crate::channel::Outcome;
 use crate::intent::OutcomeClass;
 use crate::store::AttemptRow;
 
-/// Whether attempt `n`, made through `provider`, may have repeated an earlier
-/// one: an earlier attempt's outcome is `unknown`, this one may have reached
-/// the recipient too (accepted, or unknown itself), and nothing can recognise
-/// the repeat — the provider takes no idempotency key, or the earlier attempt
-/// went to another provider (a failover after `unknown`). `earlier` is None
-/// when the attempts could not be read: then only a provider that dedupes
-/// rules it out.
-pub fn possible_duplicate(
-    provider: &str,
-    dedupes_retries: bool,
-    earlier: Option<&[AttemptRow]>,
-    n: i64,
-    outcome: &Outcome,
-) -> bool {
+/// Who made an attempt: the provider's name, whether it recognises a retry,
+/// and whether it is a member of a failover chain (where an earlier attempt
+/// may have gone to another member).
+pub struct Made<'a> {
+    pub provider: &'a str,
+    pub dedupes_retries: bool,
+    pub chained: bool,
+}
+
+/// Whether attempt `n` may have repeated an earlier one: an earlier attempt's
+/// outcome is `unknown`, this one may have reached the recipient too
+/// (accepted, or unknown itself), and nothing can recognise the repeat — the
+/// provider takes no idempotency key, or the earlier attempt went to another
+/// provider (a failover after `unknown`). An attempt whose worker lost its
+/// lease recorded no provider: in a chain it may have gone to any member.
+/// `earlier` is None when the attempts could not be read: then only a
+/// provider that dedupes, alone on its channel, rules it out.
+pub fn possible_duplicate(made: Made<'_>, earlier: Option<&[AttemptRow]>, n: i64, outcome: &Outcome) -> bool {
     if !may_have_reached(outcome) {
         return false;
     }
-    let Some(earlier) = earlier else { return !dedupes_retries };
+    let Some(earlier) = earlier else { return !made.dedupes_retries || made.chained };
     earlier.iter().any(|a| {
-        let elsewhere = a.provider.as_deref().is_some_and(|p| p != provider);
-        a.n < n && a.outcome == Some(OutcomeClass::Unknown) && (!dedupes_retries || elsewhere)
+        let elsewhere = a.provider.as_deref().map_or(made.chained, |p| p != made.provider);
+        a.n < n && a.outcome == Some(OutcomeClass::Unknown) && (!made.dedupes_retries || elsewhere)
     })
 }
 
@@ -60,6 +64,10 @@ mod tests {
         }
     }
 
+    fn by(provider: &str, dedupes_retries: bool, chained: bool) -> Made<'_> {
+        Made { provider, dedupes_retries, chained }
+    }
+
     fn accepted() -> Outcome {
         Outcome::Accepted { status: Some(201), message_id: Some("SM1".into()) }
     }
@@ -67,30 +75,55 @@ mod tests {
     #[test]
     fn a_retry_after_unknown_on_a_provider_without_a_key_may_be_a_duplicate() {
         let earlier = [attempt(1, "unknown")];
-        assert!(possible_duplicate("twilio", false, Some(&earlier), 2, &accepted()));
+        assert!(possible_duplicate(by("twilio", false, false), Some(&earlier), 2, &accepted()));
         let unknown = Outcome::Unknown { class: Reason::Timeout, error: String::new() };
-        assert!(possible_duplicate("twilio", false, Some(&earlier), 2, &unknown));
-        assert!(possible_duplicate("twilio", false, None, 2, &accepted()), "unreadable: cannot be ruled out");
+        assert!(possible_duplicate(by("twilio", false, false), Some(&earlier), 2, &unknown));
+        assert!(
+            possible_duplicate(by("twilio", false, false), None, 2, &accepted()),
+            "unreadable: cannot be ruled out"
+        );
     }
 
     #[test]
     fn a_key_the_provider_honours_or_a_definite_answer_rules_it_out() {
         let earlier = [attempt(1, "unknown")];
-        assert!(!possible_duplicate("twilio", true, Some(&earlier), 2, &accepted()), "the provider dedupes");
-        assert!(!possible_duplicate("twilio", true, None, 2, &accepted()));
+        assert!(!possible_duplicate(by("twilio", true, false), Some(&earlier), 2, &accepted()), "the provider dedupes");
+        assert!(!possible_duplicate(by("twilio", true, false), None, 2, &accepted()));
         let refused =
             Outcome::Retryable { class: Reason::Unreachable, status: None, error: String::new(), retry_after: None };
-        assert!(!possible_duplicate("twilio", false, Some(&earlier), 2, &refused), "nothing was sent this time");
+        assert!(
+            !possible_duplicate(by("twilio", false, false), Some(&earlier), 2, &refused),
+            "nothing was sent this time"
+        );
         let before = [attempt(1, "retryable")];
-        assert!(!possible_duplicate("twilio", false, Some(&before), 2, &accepted()), "nothing went before");
+        assert!(!possible_duplicate(by("twilio", false, false), Some(&before), 2, &accepted()), "nothing went before");
         let same = [attempt(2, "unknown")];
-        assert!(!possible_duplicate("twilio", false, Some(&same), 2, &accepted()), "only earlier attempts count");
+        assert!(
+            !possible_duplicate(by("twilio", false, false), Some(&same), 2, &accepted()),
+            "only earlier attempts count"
+        );
     }
 
     #[test]
     fn a_failover_after_unknown_may_be_a_duplicate_even_where_each_provider_dedupes() {
         let earlier = [attempt(1, "unknown")]; // went to "twilio"
-        assert!(possible_duplicate("backup", true, Some(&earlier), 2, &accepted()));
-        assert!(!possible_duplicate("twilio", true, Some(&earlier), 2, &accepted()));
+        assert!(possible_duplicate(by("backup", true, false), Some(&earlier), 2, &accepted()));
+        assert!(!possible_duplicate(by("twilio", true, false), Some(&earlier), 2, &accepted()));
+    }
+
+    /// An attempt taken back after its worker's lease has no provider on
+    /// record. Alone on its channel the provider is the same one, and its key
+    /// recognises the retry; in a failover chain the attempt may have gone
+    /// through another member, whose send this one cannot recognise.
+    #[test]
+    fn a_rescued_attempt_in_a_chain_may_have_gone_through_any_member() {
+        let rescued = [AttemptRow { provider: None, ..attempt(1, "unknown") }];
+        assert!(!possible_duplicate(by("primary", true, false), Some(&rescued), 2, &accepted()), "alone");
+        assert!(possible_duplicate(by("primary", true, true), Some(&rescued), 2, &accepted()), "a member");
+        let elsewhere = [AttemptRow { provider: Some("backup".into()), ..attempt(1, "unknown") }];
+        assert!(possible_duplicate(by("primary", true, true), Some(&elsewhere), 2, &accepted()));
+        let here = [AttemptRow { provider: Some("primary".into()), ..attempt(1, "unknown") }];
+        assert!(!possible_duplicate(by("primary", true, true), Some(&here), 2, &accepted()), "the same member");
+        assert!(possible_duplicate(by("primary", true, true), None, 2, &accepted()), "unreadable, in a chain");
     }
 }

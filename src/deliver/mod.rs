@@ -338,9 +338,13 @@ impl Worker {
             template,
             started.elapsed(),
         );
+        // A failover chain (the one provider that picks from the history) may
+        // have sent an earlier attempt through any of its members.
+        let chained = configured.is_some_and(|p| p.needs_history());
         let possible_duplicate = match chosen {
             Some(p) if n > 1 => {
-                duplicate::possible_duplicate(p.name(), p.dedupes_retries(), earlier.as_deref(), n, &outcome)
+                let made = duplicate::Made { provider: p.name(), dedupes_retries: p.dedupes_retries(), chained };
+                duplicate::possible_duplicate(made, earlier.as_deref(), n, &outcome)
             }
             _ => false,
         };
