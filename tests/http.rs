@@ -268,15 +268,6 @@ async fn bad_input_gets_a_4xx_naming_the_field() {
     app.running.stop().await;
 }
 
-/// A digest route whose key comes from the event's data.
-const DATA_KEYED_DIGEST: &str = r#"
-[[routes]]
-event = "purchase_order.batched"
-template = "po_approved"
-channels = ["sms"]
-digest = { window = "1h", key = "{{ po.number }}", template = "po_approved" }
-"#;
-
 /// A NUL is valid JSON and valid percent-encoding, and Postgres refuses it
 /// in any text it is given: each of these was a 500 on Postgres (and
 /// something else on SQLite). Now a path, a query parameter or a webhook URL
@@ -287,7 +278,11 @@ async fn a_control_character_in_a_path_query_or_url_is_a_400_naming_it_on_every_
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
-        let app = TestApp::new(&db).with_sms(&sms).with_toml(DATA_KEYED_DIGEST).spawn().await;
+        // The tests' digest route, keyed by the event's data.
+        let route = common::digest::DIGEST_ROUTE.replace("{{ entity.type }}", "{{ po.number }}");
+        assert_ne!(route, common::digest::DIGEST_ROUTE);
+        let templates = common::digest::templates_with_digest();
+        let app = TestApp::new(&db).with_sms(&sms).with_templates_dir(templates.path()).with_toml(&route).spawn().await;
         let refused = |(s, b): (u16, Value), field: &str| {
             assert_eq!(s, 400, "{backend:?} {field}: {b}");
             assert_eq!(b["error"]["code"], "invalid_field", "{backend:?}: {b}");
