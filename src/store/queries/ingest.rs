@@ -270,13 +270,18 @@ macro_rules! ingest_queries {
         }
 
         /// The decision, reason and state of these intents as they are now.
+        /// Read by key, the tenant only a filter on what the keys find:
+        /// `tenant || ''` is no column an index can search by, so no planner
+        /// can answer through a `(tenant, …)` index and read the whole
+        /// tenant (SQLite without statistics did, and a replay slowed as the
+        /// tenant grew; `tests/hot_path_plans.rs`).
         pub async fn intents_status(
             conn: &mut <$db as sqlx::Database>::Connection,
             tenant: &str,
             keys: &[String],
         ) -> StoreResult<Vec<IntentStatus>> {
             let rows = sqlx::query_as(concat!(
-                "SELECT key, decision, reason, state, mode FROM intents WHERE tenant = $2 AND key ",
+                "SELECT key, decision, reason, state, mode FROM intents WHERE tenant || '' = $2 AND key ",
                 $in_keys
             ))
             .bind($keys_arg(keys))
