@@ -384,3 +384,75 @@ async fn herald_suppressions_lists_and_removes_entries() {
     assert!(err.contains("no such address") && !err.contains(number), "{err}");
     app.running.stop().await;
 }
+
+/// A receipt can only describe a message a provider may have taken. Signed
+/// receipts naming an email suppressed before any attempt, an email held by
+/// quiet hours, and an in-app card are each refused (404), counted as
+/// `refused`, and change nothing: no delivery invented, no address put on
+/// the suppression list, no card killed.
+#[tokio::test]
+async fn a_receipt_for_a_message_no_provider_took_is_refused_and_changes_nothing() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let smtp = FakeSmtp::start().await;
+        let toml = format!(
+            "[channels.email]\nsmtp_url = \"{}\"\nfrom = \"Herald <noreply@herald.test>\"\ntimeout = \"1s\"\n\
+             [receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n",
+            smtp.url
+        );
+        let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+        let event = |entity: &str, recipient: Value, channel: &str| {
+            let mut ev = sms_event(entity, "+15550000100");
+            ev["recipients"] = json!([recipient]);
+            ev["channels"] = json!([channel]);
+            ev
+        };
+        // No destination: suppressed before any attempt.
+        let (_, b, _) = app.post_event(&event("PO-RF1", json!({"id": "u-rf1"}), "email"), None).await;
+        let suppressed = id_of(&b);
+        assert_eq!(b["intents"][0]["reason"], "no_destination", "{b}");
+        // Held by quiet hours that cover the present hour.
+        let hour = jiff::Timestamp::now().to_zoned(jiff::tz::TimeZone::UTC).hour();
+        let quiet =
+            json!({"start": format!("{:02}:00", (hour + 23) % 24), "end": format!("{:02}:00", (hour + 2) % 24)});
+        let (s, _) = app
+            .put(
+                "/v1/recipients/u-rf2",
+                &json!({"email": "held@example.com", "timezone": "UTC", "preferences": {"quiet_hours": quiet}}),
+            )
+            .await;
+        assert_eq!(s, 200);
+        let (_, b, _) = app.post_event(&event("PO-RF2", json!({"id": "u-rf2"}), "email"), None).await;
+        let held = id_of(&b);
+        assert_eq!(b["intents"][0]["state"], "held", "{b}");
+        // An in-app card, delivered by Herald itself.
+        let (_, b, _) = app.post_event(&event("PO-RF3", json!({"id": "u-rf3"}), "in_app"), None).await;
+        let card = id_of(&b);
+        app.wait_state(&card, &["sent"]).await;
+
+        for (n, (id, status)) in
+            [(&suppressed, "delivered"), (&held, "complained"), (&card, "bounced")].iter().enumerate()
+        {
+            let (s, body) =
+                generic(&app, &format!("rf{n}"), &json!({"key": id, "status": status}), RECEIPT_SECRET, 0).await;
+            assert_eq!(s, 404, "{backend:?}: a {status} receipt for {id}: {body}");
+            assert!(body["error"]["message"].as_str().unwrap().contains("refused"), "{body}");
+        }
+        let (_, it) = app.get(&format!("/v1/intents/{suppressed}")).await;
+        assert_eq!((it["state"].as_str(), &it["delivery_status"]), (Some("suppressed"), &Value::Null), "{it}");
+        assert_eq!(it["receipts"], json!([]), "nothing recorded: {it}");
+        let (_, it) = app.get(&format!("/v1/intents/{held}")).await;
+        assert_eq!(it["state"], "held", "{it}");
+        let (_, list) = app.get("/v1/suppressions").await;
+        assert_eq!(list["suppressions"], json!([]), "no address put on the list: {list}");
+        let (_, it) = app.get(&format!("/v1/intents/{card}")).await;
+        assert_eq!((it["state"].as_str(), &it["delivery_status"]), (Some("sent"), &Value::Null), "{it}");
+        let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+        let refused = metrics
+            .lines()
+            .filter(|l| l.starts_with("herald_receipts_total{") && l.contains("result=\"refused\""))
+            .count();
+        assert!(refused >= 3, "counted as refused: {metrics}");
+        app.running.stop().await;
+    }
+}

@@ -163,6 +163,17 @@ pub(super) async fn record_first(
             crate::ops::metrics::receipt(&source, status.as_str(), "not_found");
             Err(ApiError::NotFound("the receipt names no intent Herald sent on this channel".into()))
         }
+        ReceiptOutcome::Refused { intent_key, why } => {
+            crate::ops::metrics::receipt(&source, status.as_str(), "refused");
+            tracing::warn!(
+                trace_id = %intent_key, intent = %intent_key, source, status = %status, why = why.explain(),
+                "delivery receipt refused"
+            );
+            Err(ApiError::NotFound(format!(
+                "the receipt names intent {intent_key}, but {}: refused, nothing changed",
+                why.explain()
+            )))
+        }
         ReceiptOutcome::Recorded {
             intent_key,
             delivery_status,

@@ -48,6 +48,9 @@ pub struct ReceiptRow {
 pub enum ReceiptOutcome {
     /// No intent of that key, message id or channel.
     NotFound,
+    /// The intent exists, but no message of it may have reached a provider
+    /// (see [`crate::receipt::refusal`]): nothing was recorded or changed.
+    Refused { intent_key: String, why: crate::receipt::Refusal },
     Recorded {
         intent_key: String,
         tenant: String,

@@ -36,6 +36,16 @@ macro_rules! receipts_queries {
             if r.channel.as_ref().is_some_and(|c| *c != channel) {
                 return Ok(ReceiptOutcome::NotFound);
             }
+            let taken: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM attempts
+                 WHERE intent_key = $1 AND (outcome IN ('accepted', 'unknown') OR finished_at IS NULL)",
+            )
+            .bind(&key)
+            .fetch_one(&mut **tx)
+            .await?;
+            if let Some(why) = crate::receipt::refusal(&channel, taken) {
+                return Ok(ReceiptOutcome::Refused { intent_key: key, why });
+            }
             let applied_before: Vec<String> =
                 sqlx::query_scalar("SELECT status FROM receipts WHERE intent_key = $1 AND applied")
                     .bind(&key)
