@@ -23,8 +23,16 @@ async fn twilio_app(db: &TestDb, twilio: &FakeTwilio) -> common::Spawned {
 
 /// A receipt signed per Standard Webhooks, as an in-house gateway sends it.
 async fn generic(app: &common::Spawned, id: &str, body: &Value, secret: &str, age_s: i64) -> (u16, Value) {
+    generic_signed(app, id, body.to_string(), secret, age_s).await
+}
+
+/// The same, its body written by hand.
+async fn generic_text(app: &common::Spawned, id: &str, text: &str) -> (u16, Value) {
+    generic_signed(app, id, text.to_string(), RECEIPT_SECRET, 0).await
+}
+
+async fn generic_signed(app: &common::Spawned, id: &str, text: String, secret: &str, age_s: i64) -> (u16, Value) {
     let key = herald::channel::webhook::decode_secret(secret).unwrap();
-    let text = body.to_string();
     let ts = jiff::Timestamp::now().as_second() - age_s;
     let sig = herald::channel::webhook::sign(&key, id, ts, &text);
     let resp = app
@@ -102,6 +110,35 @@ async fn a_twilio_callback_that_does_not_verify_is_refused_and_changes_nothing()
     let mut forged = signed.clone();
     forged[2].1 = "failed".into();
     let path = url.trim_start_matches(PUBLIC);
+    // A parameter given twice is a 400 naming it, signed or not: in the
+    // query (two keys naming two intents) and in the form.
+    let twice_in_query = format!("{url}&key=0000");
+    let sig_twice = common::twilio::twilio_signature(common::twilio::AUTH_TOKEN, &twice_in_query, &signed);
+    let resp = app
+        .client
+        .post(format!("{}{}", app.base, twice_in_query.trim_start_matches(PUBLIC)))
+        .header("x-twilio-signature", sig_twice)
+        .form(&signed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("key: given twice"), "{body}");
+    let mut status_twice = signed.clone();
+    status_twice.push(("MessageStatus".into(), "failed".into()));
+    let sig_status = common::twilio::twilio_signature(common::twilio::AUTH_TOKEN, url, &status_twice);
+    let resp = app
+        .client
+        .post(format!("{}{path}", app.base))
+        .header("x-twilio-signature", sig_status)
+        .form(&status_twice)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("MessageStatus: given twice"), "{body}");
     for (params, signature) in [(&forged, Some(sig.as_str())), (&signed, None)] {
         let mut req = app.client.post(format!("{}{path}", app.base)).form(params);
         if let Some(s) = signature {
@@ -245,6 +282,11 @@ async fn a_generic_receipt_must_be_signed_fresh_and_well_formed_and_name_an_inte
     assert!(body["error"]["message"].as_str().unwrap().starts_with("status:"), "{body}");
     let (s, _) = generic(&app, "m3", &json!({"key": "0".repeat(32), "status": "delivered"}), RECEIPT_SECRET, 0).await;
     assert_eq!(s, 404);
+    // A key given twice could be read either way: refused, as in an event.
+    let (s, body) =
+        generic_text(&app, "m5", &format!(r#"{{"key": "{id}", "status": "bounced", "status": "delivered"}}"#)).await;
+    assert_eq!(s, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("status: the key appears twice"), "{body}");
     let (s, body) = generic(&app, "m4", &delivered, RECEIPT_SECRET, 0).await;
     assert_eq!((s, body["intent_id"].as_str()), (200, Some(id.as_str())), "found by the provider's message id");
     let (_, it) = app.get(&format!("/v1/intents/{id}")).await;

@@ -9,6 +9,7 @@ mod common;
 use common::smtp::{FakeSmtp, SilentAfter};
 use common::sns::{self, By, FakeSns, TOPIC};
 use common::{Spawned, TestApp, TestClock, TestDb, backends, sms_event};
+use herald::clock::Clock;
 use serde_json::{Value, json};
 
 const CERT_URL: &str = "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-test.pem";
@@ -181,6 +182,37 @@ async fn messages_sns_did_not_sign_for_this_topic_are_refused_and_change_nothing
         let (s, body) = post(&app, message).await;
         assert_eq!((s, body["error"]["code"].as_str()), (403, Some("forbidden")), "{what}: {body}");
     }
+    // Validly signed, but older than an hour: a captured message sent again.
+    let stale = sns::notification_at(
+        &bounce,
+        "n-10",
+        CERT_URL,
+        By::V2,
+        jiff::Timestamp::now() - jiff::SignedDuration::from_mins(61),
+    );
+    let (s, body) = post(&app, &stale).await;
+    assert_eq!(s, 403, "a stale message: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("older than 1h"), "{body}");
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("herald_receipts_total{") && l.contains("result=\"stale\"")),
+        "counted: {metrics}"
+    );
+    // A key given twice, in the envelope or in SES's message, is read by nobody.
+    let signed = sns::notification(&bounce, "n-11", CERT_URL, By::V2).to_string();
+    let doubled = signed.replacen("{\"", "{\"Type\":\"Notification\",\"", 1);
+    let resp = app.client.post(format!("{}/v1/receipts/ses", app.base)).body(doubled).send().await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("twice"), "{body}");
+    let mut doubled_message = bounce.to_string();
+    doubled_message.insert_str(1, "\"notificationType\":\"Delivery\",");
+    let mut inner = sns::notification(&json!(null), "n-12", CERT_URL, By::V2);
+    inner["Message"] = json!(doubled_message);
+    sns::sign(&mut inner, By::V2);
+    let (s, body) = post(&app, &inner).await;
+    assert_eq!(s, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("twice"), "{body}");
     let (s, body) = post(&app, &json!({"Type": "Notification"})).await;
     assert_eq!(s, 400, "{body}");
     assert!(body["error"]["message"].as_str().unwrap().contains("body"), "{body}");
@@ -259,8 +291,8 @@ async fn a_receipt_for_an_intent_waiting_for_its_retry_ends_it_and_the_retry_nev
         // SES says it was delivered; the notification's headers carry Herald's Message-ID.
         let ses_id = smtp.to(address)[0].ses_id.clone().unwrap();
         let mid = format!("<{key}@herald.test>");
-        let delivered =
-            sns::notification(&sns::ses_message("Delivery", &ses_id, &mid, address), "n-10", CERT_URL, By::V2);
+        let message = sns::ses_message("Delivery", &ses_id, &mid, address);
+        let delivered = sns::notification_at(&message, "n-10", CERT_URL, By::V2, clock.now());
         let (s, body) = post(&app, &delivered).await;
         assert_eq!((s, body["ended_retry"].as_bool()), (200, Some(true)), "{backend:?}: {body}");
         let (_, it) = app.get(&format!("/v1/intents/{id}")).await;

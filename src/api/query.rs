@@ -64,7 +64,8 @@ pub fn control_character_in(uri: &Uri) -> Option<String> {
         .map(|(name, _)| if control(&name) { "query".into() } else { name.into_owned() })
 }
 
-fn check_names(uri: &Uri, known: &[&str]) -> Result<(), ApiError> {
+/// Refuses a query parameter this endpoint does not take, or one given twice.
+pub(super) fn check_names(uri: &Uri, known: &[&str]) -> Result<(), ApiError> {
     let mut seen: Vec<String> = Vec::new();
     for (name, _) in url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()) {
         if !known.contains(&name.as_ref()) {

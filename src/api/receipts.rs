@@ -47,7 +47,14 @@ pub async fn twilio(
             "a Twilio status callback is application/x-www-form-urlencoded".into(),
         ));
     }
+    super::query::check_names(&uri, &["key"])?;
     let params: Vec<(String, String)> = url::form_urlencoded::parse(&body).into_owned().collect();
+    // A field Herald reads given twice could be read either way; Twilio never sends one so.
+    for name in ["AccountSid", "MessageSid", "MessageStatus", "ErrorCode"] {
+        if params.iter().filter(|(k, _)| k == name).count() > 1 {
+            return Err(ApiError::invalid_field(name, "given twice; a status callback gives each field once"));
+        }
+    }
     let param = |name: &str| params.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
     // The account it names chooses the token it must be signed with (with
     // failover there may be more than one).

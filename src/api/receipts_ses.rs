@@ -50,6 +50,14 @@ pub async fn ses(State(app): State<AppState>, body: Bytes) -> Result<Json<Value>
         tracing::warn!(error = %e, topic = %envelope.topic_arn, "an SNS message did not verify; refused");
         forbidden(e)
     })?;
+    // Signed, and from SNS, but possibly captured and sent again.
+    sns::check_fresh(&envelope.timestamp, app.clock.now()).map_err(|e| {
+        if matches!(e, SnsError::Stale(_)) {
+            tracing::warn!(error = %e, topic = %envelope.topic_arn, "a stale SNS message; refused");
+            crate::ops::metrics::receipt("ses", "unknown", "stale");
+        }
+        forbidden(e)
+    })?;
     match envelope.kind.as_str() {
         "Notification" => notification(&app, &envelope).await,
         "SubscriptionConfirmation" => subscription(&app, &envelope, config.confirm_subscriptions, base).await,

@@ -69,7 +69,11 @@ pub struct GenericReceipt {
 /// The body, read strictly: an error names the field.
 pub fn parse(body: &str) -> Result<GenericReceipt, (String, String)> {
     let bad = |field: &str, msg: &str| (field.to_string(), msg.to_string());
-    let value: Value = serde_json::from_str(body).map_err(|e| bad("body", &format!("not JSON: {e}")))?;
+    // Strictly, as an event: a key given twice could be read either way.
+    let value: Value = crate::event::json::read_strict(body.as_bytes()).map_err(|e| match e {
+        crate::event::json::JsonError::Malformed(m) => bad("body", &format!("not JSON: {m}")),
+        strict => bad("body", &strict.to_string()),
+    })?;
     let Value::Object(map) = value else { return Err(bad("body", "must be a JSON object")) };
     if let Some(field) = map.keys().find(|k| !["key", "provider_message_id", "status", "reason"].contains(&k.as_str()))
     {

@@ -35,8 +35,12 @@ pub enum Parsed {
 /// `message` is the SNS notification's `Message`; an error names the field.
 pub fn parse(message: &str) -> Result<Parsed, (String, String)> {
     let bad = |field: &str, msg: &str| (format!("Message.{field}"), msg.to_string());
-    let v: Value = serde_json::from_str(message)
-        .map_err(|_| ("Message".to_string(), "is not an SES notification (JSON)".to_string()))?;
+    let v: Value = crate::event::json::read_strict(message.as_bytes()).map_err(|e| match e {
+        crate::event::json::JsonError::Malformed(_) => {
+            ("Message".to_string(), "is not an SES notification (JSON)".to_string())
+        }
+        strict => ("Message".to_string(), strict.to_string()),
+    })?;
     // `notificationType` from identity notifications, `eventType` from a configuration set's event publishing.
     let kind = v["notificationType"]
         .as_str()

@@ -55,11 +55,40 @@ pub enum SnsError {
     CertUrl(String),
     #[error("the signature does not verify with the signing certificate")]
     Mismatch,
+    #[error("{0}")]
+    Stale(String),
 }
 
-/// The body, read strictly: an error names the field.
+/// The body, read strictly (a key given twice is refused, as in an event):
+/// an error names the field.
 pub fn parse(body: &[u8]) -> Result<Envelope, SnsError> {
-    serde_json::from_slice(body).map_err(|e| SnsError::Malformed(format!("not an SNS message: {e}")))
+    let value = crate::event::json::read_strict(body).map_err(|e| SnsError::Malformed(e.to_string()))?;
+    serde_json::from_value(value).map_err(|e| SnsError::Malformed(format!("not an SNS message: {e}")))
+}
+
+/// How old a signed SNS message may be. SNS delivers within seconds and
+/// retries a failed delivery for about an hour; a validly signed message
+/// older than that is a replay of a captured one, not a late delivery.
+pub const MAX_AGE: jiff::SignedDuration = jiff::SignedDuration::from_hours(1);
+/// How far ahead of Herald's clock a message's `Timestamp` may be (clocks drift).
+pub const MAX_AHEAD: jiff::SignedDuration = jiff::SignedDuration::from_mins(5);
+
+/// Whether the message's signed `Timestamp` is recent enough to act on.
+pub fn check_fresh(timestamp: &str, now: jiff::Timestamp) -> Result<(), SnsError> {
+    let at: jiff::Timestamp = timestamp
+        .parse()
+        .map_err(|_| SnsError::Malformed(format!("Timestamp: {timestamp:?} is not an RFC 3339 time")))?;
+    let age = now.duration_since(at);
+    if age > MAX_AGE {
+        return Err(SnsError::Stale(format!(
+            "the message's Timestamp {at} is older than {} (a replay, not a delivery)",
+            crate::config::format_duration(MAX_AGE.unsigned_abs())
+        )));
+    }
+    if -age > MAX_AHEAD {
+        return Err(SnsError::Stale(format!("the message's Timestamp {at} is ahead of Herald's clock")));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -74,12 +74,17 @@ pub enum By {
 
 /// An SNS Notification carrying `message` (SES's JSON), signed.
 pub fn notification(message: &Value, message_id: &str, cert_url: &str, how: By) -> Value {
+    notification_at(message, message_id, cert_url, how, jiff::Timestamp::now())
+}
+
+/// The same, sent by SNS at `at`.
+pub fn notification_at(message: &Value, message_id: &str, cert_url: &str, how: By, at: jiff::Timestamp) -> Value {
     let mut m = json!({
         "Type": "Notification",
         "MessageId": message_id,
         "TopicArn": TOPIC,
         "Message": message.to_string(),
-        "Timestamp": "2026-11-30T10:00:00.000Z",
+        "Timestamp": format!("{at:.3}"),
         "SigningCertURL": cert_url,
         "UnsubscribeURL": "https://sns.eu-west-1.amazonaws.com/?Action=Unsubscribe",
     });
@@ -96,7 +101,7 @@ pub fn confirmation(subscribe_url: &str, cert_url: &str) -> Value {
         "TopicArn": TOPIC,
         "Message": "You have chosen to subscribe to the topic. To confirm, visit the SubscribeURL.",
         "SubscribeURL": subscribe_url,
-        "Timestamp": "2026-11-30T10:00:00.000Z",
+        "Timestamp": format!("{:.3}", jiff::Timestamp::now()),
         "SigningCertURL": cert_url,
     });
     sign(&mut m, By::V2);
