@@ -261,7 +261,7 @@ pub async fn start(config: Config) -> Result<Running, AppError> {
 }
 
 pub async fn start_with(
-    config: Config,
+    mut config: Config,
     clock: Arc<dyn Clock>,
     listener: Option<TcpListener>,
 ) -> Result<Running, AppError> {
@@ -278,6 +278,7 @@ pub async fn start_with(
     let options = store::StoreOptions { publications: config.publish.nats.is_some() };
     let store = store::connect_with(&config.database_url, options).await?;
     store.migrate().await?;
+    crate::suppression::resolve(&mut config, store.as_ref()).await?;
     let breakers = Arc::new(Breakers::default());
     let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);
     let listener = match listener {

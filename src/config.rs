@@ -117,6 +117,22 @@ pub struct Config {
     /// The operator console at `/console`.
     #[serde(default)]
     pub console: ConsoleConfig,
+    /// `[suppression]`: the key the suppression list's lookups are made with.
+    #[serde(default)]
+    pub suppression: SuppressionConfig,
+}
+
+/// `[suppression]`. The list keeps each address only as an HMAC under `key`
+/// (see [`crate::suppression`]). Absent, Herald draws a key once and keeps it
+/// in the database; set it to keep the key out of the database's backups.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuppressionConfig {
+    /// Base64 of 32 bytes or more (`openssl rand -base64 32`); a secret.
+    pub key: Option<String>,
+    /// The key settled at start-up on the database ([`crate::suppression::resolve`]).
+    #[serde(skip)]
+    pub resolved: Option<crate::suppression::SuppressionKey>,
 }
 
 /// `[tracing]`: where spans go and what share of notifications is traced.
@@ -943,6 +959,11 @@ impl Config {
         }
         if let Some(url) = &self.public_url {
             sms::check_base("public_url", url)?;
+        }
+        if let Some(key) = &self.suppression.key
+            && let Err(e) = crate::suppression::SuppressionKey::from_base64(key)
+        {
+            return Err(invalid(format!("suppression.key: {e}")));
         }
         if let Some(g) = &self.receipts.generic
             && crate::channel::webhook::decode_secret(&g.secret).is_err()

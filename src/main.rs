@@ -152,7 +152,8 @@ enum SuppressionsCommand {
         scope: DlqScope,
     },
     /// Take an address off the list: the address itself (an email or an E.164
-    /// number) or the entry's hash as `list` shows it.
+    /// number; only here, on the host, never over the API) or the entry's id
+    /// as `list` shows it.
     Remove {
         address: String,
         #[command(flatten)]
@@ -560,7 +561,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
 
 async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> {
     let (SuppressionsCommand::List { scope, .. } | SuppressionsCommand::Remove { scope, .. }) = &command;
-    let config = Config::load(scope.config.as_deref())?;
+    let mut config = Config::load(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -569,15 +570,18 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
         }
     };
     let store = open_existing(&config).await?;
+    // The key, and the entries of the old scheme rekeyed and named, as
+    // `serve` does at start-up.
+    let key = herald::suppression::resolve(&mut config, store.as_ref()).await?;
     match command {
         SuppressionsCommand::List { limit, .. } => {
             let page = store.suppressions_list(&tenant, None, limit).await?;
-            outln!("{:<64}  {:<24}  {:<18}  {:<24}  SOURCE INTENT", "HASH", "ADDRESS", "REASON", "SINCE")?;
+            outln!("{:<24}  {:<24}  {:<18}  {:<24}  SOURCE INTENT", "ID", "ADDRESS", "REASON", "SINCE")?;
             for s in &page.items {
                 let since = herald::clock::rfc3339(s.created_at).unwrap_or_default();
                 outln!(
-                    "{:<64}  {:<24}  {:<18}  {:<24}  {}",
-                    s.address_hash,
+                    "{:<24}  {:<24}  {:<18}  {:<24}  {}",
+                    s.id.as_deref().unwrap_or("-"),
                     s.masked,
                     s.reason,
                     since,
@@ -589,13 +593,30 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
             }
         }
         SuppressionsCommand::Remove { address, .. } => {
-            use herald::suppression::{hash_of_input, is_hash};
-            let hash = if is_hash(&address) { address } else { hash_of_input(&tenant, &address) };
-            if !store.suppression_remove(&tenant, &hash).await? {
-                errln!("no such address on the suppression list of tenant {tenant:?}");
+            // An address is looked up under the key; anything else is an id.
+            let kind = if address.contains('@') {
+                Some(herald::recipient::Kind::Email)
+            } else if address.starts_with('+') {
+                Some(herald::recipient::Kind::Phone)
+            } else {
+                None
+            };
+            let id = match kind {
+                Some(kind) => {
+                    let lookups = key.lookups(&tenant, kind, &address);
+                    store.suppressions_match(&tenant, &lookups).await?.into_iter().find_map(|row| row.id)
+                }
+                None => Some(address.clone()),
+            };
+            let removed = match &id {
+                Some(id) => store.suppression_remove(&tenant, id).await?,
+                None => false,
+            };
+            if !removed {
+                errln!("no such address or entry on the suppression list of tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             }
-            outln!("removed {hash}")?;
+            outln!("removed {}", id.unwrap_or_default())?;
         }
     }
     Ok(ExitCode::SUCCESS)

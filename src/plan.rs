@@ -34,7 +34,8 @@ pub struct PlanInput<'a> {
     pub directory: &'a HashMap<String, RecipientRow>,
     /// Whether this deployment delivers on a channel.
     pub configured: &'a dyn Fn(Channel) -> bool,
-    /// The tenant's suppression entries for the event's addresses, by hash.
+    /// The tenant's suppression entries for the event's addresses, by the
+    /// address normalised ([`crate::suppression::normalised`]).
     pub suppressions: &'a HashMap<String, SuppressionRow>,
     pub now: Timestamp,
 }
@@ -72,8 +73,7 @@ pub fn destination(channel: Channel, r: &RecipientSpec) -> Result<Option<String>
 /// The suppression entry of this channel's address, if the list has one.
 fn suppressed<'a>(input: &'a PlanInput<'_>, channel: Channel, address: Option<&str>) -> Option<&'a SuppressionRow> {
     let kind = crate::suppression::kind_of(channel.as_str())?;
-    let hash = crate::suppression::address_hash(input.tenant.as_str(), kind, address?);
-    input.suppressions.get(&hash)
+    input.suppressions.get(&crate::suppression::normalised(kind, address?))
 }
 
 /// The preferences in force for a directory entry, with their version. Stored
@@ -191,7 +191,7 @@ fn decide(
         intent.detail = Some(format!(
             "on the suppression list since {} (entry {}, from intent {})",
             crate::clock::rfc3339(entry.created_at).unwrap_or_default(),
-            entry.address_hash,
+            entry.id.as_deref().unwrap_or("not yet named"),
             entry.source_intent
         ));
         return intent;

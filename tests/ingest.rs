@@ -39,12 +39,14 @@ impl Lookup for MovingDns {
 }
 
 async fn ingestor(db: &TestDb, dns: Arc<MovingDns>) -> Ingestor {
-    let config = TestApp::new(db)
+    let mut config = TestApp::new(db)
         .without_workers()
         .with_toml("[channels.webhook]\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\ntimeout = \"1s\"\n")
         .config();
+    let store = db.store().await;
+    herald::suppression::resolve(&mut config, store.as_ref()).await.unwrap();
     Ingestor::new(
-        db.store().await,
+        store,
         Arc::new(config.clone()),
         Arc::new(herald::app::load_templates(&config).unwrap()),
         herald::api::routes_by_event(&config),

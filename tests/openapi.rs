@@ -156,7 +156,7 @@ fn every_endpoint_of_the_contract_is_described() {
         ("post", "/v1/receipts/generic"),
         ("post", "/v1/receipts/ses"),
         ("get", "/v1/suppressions"),
-        ("delete", "/v1/suppressions/{address}"),
+        ("delete", "/v1/suppressions/{id}"),
         ("get", "/v1/rejected"),
         ("get", "/v1/rejected/{id}"),
         ("get", "/v1/shadow/report"),
@@ -405,9 +405,9 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         let (_, list, _) = c.call("get", "/v1/suppressions", "/v1/suppressions?limit=10", t, None).await;
         assert_eq!(list["suppressions"], json!([]));
         c.call("get", "/v1/suppressions", "/v1/suppressions", Some(READER), None).await;
-        let one = "/v1/suppressions/{address}";
-        c.call("delete", one, "/v1/suppressions/nobody@example.com", t, None).await;
-        c.call("delete", one, "/v1/suppressions/nobody@example.com", Some(READER), None).await;
+        let one = "/v1/suppressions/{id}";
+        c.call("delete", one, "/v1/suppressions/0123456789abcdef01234567", t, None).await;
+        c.call("delete", one, "/v1/suppressions/0123456789abcdef01234567", Some(READER), None).await;
 
         // Rejected bus messages: one recorded as the bus consumer would.
         let store = db.store().await;

@@ -1509,6 +1509,7 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
             provider_status: status.as_str().into(),
             reason: None,
             now_us: T0 + 100,
+            suppression_key: test_suppression_key(),
         };
         let by_sid = || ReceiptTarget::ProviderMessageId("SM-1".into());
         let out = store.receipt_record(receipt(DeliveryStatus::Delivered, by_sid())).await.unwrap();
@@ -1526,7 +1527,7 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
         assert_eq!((dead, suppressed), (Some(Reason::HardBounce), true));
         assert_eq!(store.receipts_of(&[key(1)]).await.unwrap().len(), 3);
 
-        let hash = herald::suppression::hash_of_input("default", "+9779800000099");
+        let hash = test_suppression_key().lookup("default", herald::recipient::Kind::Phone, "+9779800000099");
         let entries = store.suppressions_match("default", std::slice::from_ref(&hash)).await.unwrap();
         assert_eq!(
             (entries[0].reason.as_str(), entries[0].source_intent.as_str()),
@@ -1550,7 +1551,7 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
             .await
             .unwrap();
         let ids = ["u-9".to_string(), "u-404".to_string()];
-        let other = herald::suppression::hash_of_input("default", "+9779800000098");
+        let other = test_suppression_key().lookup("default", herald::recipient::Kind::Phone, "+9779800000098");
         let hashes = [hash.clone(), other];
         let (recipients, suppressions) = store.recipients_and_suppressions("default", &ids, &hashes).await.unwrap();
         assert_eq!(recipients, store.recipients_get("default", &ids).await.unwrap());
@@ -1606,8 +1607,11 @@ async fn a_receipt_is_recorded_once_moves_forward_and_a_bounce_suppresses_in_its
         assert_eq!(once, twice, "an id named twice is one entry");
         assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 1);
         assert_eq!(store.bounces_by_domain(None, T0, T0 + 1_000).await.unwrap(), vec![("(sms)".to_string(), 1)]);
-        assert!(!store.suppression_remove("other", &hash).await.unwrap());
-        assert!(store.suppression_remove("default", &hash).await.unwrap());
+        let id = entries[0].id.clone().expect("a new entry is named");
+        assert_eq!(id, herald::suppression::entry_id("default", &key(1)));
+        assert!(!store.suppression_remove("default", &hash).await.unwrap(), "never by its lookup");
+        assert!(!store.suppression_remove("other", &id).await.unwrap());
+        assert!(store.suppression_remove("default", &id).await.unwrap());
         assert!(store.suppressions_list("default", None, 10).await.unwrap().items.is_empty());
     })
     .await;
@@ -1635,6 +1639,7 @@ async fn a_receipt_ends_a_pending_retry_and_takes_its_job_off_the_queue() {
                 provider_status: status.as_str().into(),
                 reason: None,
                 now_us: T0 + 100,
+                suppression_key: test_suppression_key(),
             };
             let out = store.receipt_record(receipt.clone()).await.unwrap();
             let ReceiptOutcome::Recorded { ended_retry, dead, .. } = out else { panic!("{out:?}") };
@@ -2049,6 +2054,7 @@ fn sms_receipt(status: herald::receipt::DeliveryStatus, at: i64) -> NewReceipt {
         provider_status: status.as_str().into(),
         reason: None,
         now_us: at,
+        suppression_key: test_suppression_key(),
     }
 }
 
@@ -2342,6 +2348,7 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
             provider_status: "delivered".into(),
             reason: None,
             now_us: T0 + 100,
+            suppression_key: test_suppression_key(),
         };
         store.receipt_record(delivered.clone()).await.unwrap();
         store.receipt_record(delivered).await.unwrap();
@@ -2816,4 +2823,9 @@ async fn the_replay_checks_plan_probes_each_identity_from_an_empty_table_on() {
     for scan in ["Seq Scan", "Bitmap", "Hash"] {
         assert!(!plan.contains(scan), "{scan} in the replay check's plan:\n{plan}");
     }
+}
+
+/// The suppression key the store tests' receipts are recorded with.
+fn test_suppression_key() -> herald::suppression::SuppressionKey {
+    herald::suppression::SuppressionKey::new(vec![42; 32]).unwrap()
 }

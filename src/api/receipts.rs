@@ -95,6 +95,7 @@ pub async fn twilio(
         provider_status: bounded(message_status),
         reason: error_code.map(|c| format!("Twilio error {}", bounded(c))),
         now_us: micros(app.clock.now()),
+        suppression_key: suppression_key(&app)?,
     };
     record(&app, receipt).await
 }
@@ -140,6 +141,7 @@ pub async fn generic(State(app): State<AppState>, headers: HeaderMap, body: Byte
         provider_status: parsed.status.as_str().into(),
         reason: parsed.reason,
         now_us: micros(app.clock.now()),
+        suppression_key: suppression_key(&app)?,
     };
     record(&app, receipt).await
 }
@@ -215,6 +217,14 @@ pub(super) async fn record_first(
             })))
         }
     }
+}
+
+/// The key a bounce's or complaint's suppression entry is looked up by,
+/// settled at start-up.
+pub(super) fn suppression_key(app: &AppState) -> Result<crate::suppression::SuppressionKey, ApiError> {
+    app.config.suppression.resolved.clone().ok_or_else(|| {
+        ApiError::Internal(crate::store::StoreError::Schema("the suppression key was never settled".into()))
+    })
 }
 
 /// A provider's word as stored: printable and short.

@@ -1,13 +1,17 @@
 //! The tenant's suppression list (scope `ops`): `GET /v1/suppressions` and
-//! `DELETE /v1/suppressions/{address}` — the address as written (an email or
-//! an E.164 number), or the entry's `address_hash` as the list shows it.
+//! `DELETE /v1/suppressions/{id}`, an entry named by the id the list shows.
+//!
+//! Nothing here takes or shows an address or any hash of one: an endpoint
+//! that answered differently for a listed address and another would let a
+//! caller confirm guesses at a masked one (see `crate::suppression`). An
+//! operator who knows the address finds its entry by its mask and source
+//! intent; `herald suppressions remove ADDRESS` on the host takes the address.
 
 use super::intents::{page_cursor, page_limit};
 use super::query::{Params, QueryParams};
 use super::{ApiError, AppState, Caller, Scope};
 use crate::clock::rfc3339;
 use crate::store::SuppressionRow;
-use crate::suppression::{hash_of_input, is_hash};
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
@@ -25,7 +29,7 @@ impl QueryParams for ListQuery {
 
 pub fn view(s: &SuppressionRow) -> Value {
     json!({
-        "address_hash": s.address_hash,
+        "id": s.id,
         "address": s.masked,
         "channel": s.channel,
         "domain": s.domain,
@@ -61,8 +65,8 @@ pub async fn list(
     Ok(Json(json!({"suppressions": items, "next": page.next})))
 }
 
-#[utoipa::path(delete, path = "/v1/suppressions/{address}", operation_id = "remove_suppression", tag = "suppressions", security(("bearer" = ["ops"])),
-    params(("address" = String, Path, description = "The address (an email, or an E.164 number with + written %2B), or the entry's address_hash.")),
+#[utoipa::path(delete, path = "/v1/suppressions/{id}", operation_id = "remove_suppression", tag = "suppressions", security(("bearer" = ["ops"])),
+    params(("id" = String, Path, description = "The entry's id, as the list shows it.")),
     responses(
         (status = 200, description = "Removed.", body = doc::SuppressionRemoved),
         (status = 400, response = crate::api::openapi::doc::BadRequest),
@@ -74,16 +78,18 @@ pub async fn list(
 pub async fn remove(
     State(app): State<AppState>,
     caller: Caller,
-    Path(address): Path<String>,
+    Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Ops)?;
     let tenant = caller.tenant.as_str();
-    let hash = if is_hash(&address) { address.clone() } else { hash_of_input(tenant, &address) };
-    if !app.store.suppression_remove(tenant, &hash).await? {
-        return Err(ApiError::NotFound("no such address on the suppression list".into()));
+    if !app.store.suppression_remove(tenant, &id).await? {
+        return Err(ApiError::NotFound(
+            "no entry of this id on the suppression list (entries are named by the id the list shows, never by address)"
+                .into(),
+        ));
     }
-    tracing::info!(tenant, address_hash = %hash, "suppression removed");
-    Ok(Json(json!({"removed": hash})))
+    tracing::info!(tenant, entry = %id, "suppression removed");
+    Ok(Json(json!({"removed": id})))
 }
 
 /// The shapes of the suppression endpoints' bodies, for the OpenAPI document.
@@ -95,8 +101,9 @@ pub mod doc {
     /// An address the tenant's messages no longer go to.
     #[derive(ToSchema, Serialize)]
     pub struct Suppression {
-        /// The entry's key: SHA-256 of the tenant and the address.
-        pub address_hash: String,
+        /// The entry's id, derived from the intent that put it there (never
+        /// from the address): what `DELETE /v1/suppressions/{id}` takes.
+        pub id: Option<String>,
         /// The address, masked.
         pub address: String,
         pub channel: String,
@@ -120,7 +127,7 @@ pub mod doc {
 
     #[derive(ToSchema, Serialize)]
     pub struct SuppressionRemoved {
-        /// The address_hash of the entry removed.
+        /// The id of the entry removed.
         pub removed: String,
     }
 }

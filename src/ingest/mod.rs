@@ -349,6 +349,16 @@ impl Ingestor {
             .map_err(|(field, message)| IngestError::InvalidField { field, message })
     }
 
+    /// The suppression key `app::start_with` settled on the database. A
+    /// configuration that never went through it (a test's hand-built
+    /// ingestor that forgot `suppression::resolve`) fails loudly here rather
+    /// than look up every address under no key.
+    fn suppression_key(&self) -> Result<&crate::suppression::SuppressionKey, IngestError> {
+        self.config.suppression.resolved.as_ref().ok_or_else(|| {
+            IngestError::Store(StoreError::Schema("the suppression key was never settled on this database".into()))
+        })
+    }
+
     /// Directory, plan and render: everything the transaction will write.
     async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
         let Identified { event, identity, fingerprint, event_key, canonical, event_body } = new;
@@ -356,14 +366,16 @@ impl Ingestor {
         // The directory and the suppression entries of the addresses given
         // inline in one read; the entries of addresses only the directory has
         // in a second, when there are any.
-        let inline = crate::suppression::inline_hashes(tenant, &event);
+        let key = self.suppression_key()?;
+        let inline = crate::suppression::inline_lookups(key, tenant, &event);
         let read = DirectoryRead { tenant: tenant.as_str().into(), ids, hashes: inline.clone() };
         let (entries, found) = self.reads.directory(read).await?;
         let directory: HashMap<_, _> = entries.into_iter().map(|r| (r.id.clone(), r)).collect();
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);
         let suppressions =
-            crate::suppression::entries_for(self.store.as_ref(), tenant, &event, &directory, &inline, found).await?;
+            crate::suppression::entries_for(key, self.store.as_ref(), tenant, &event, &directory, &inline, found)
+                .await?;
         let mut intents = plan(&PlanInput {
             tenant,
             event: &event,

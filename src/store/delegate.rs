@@ -201,8 +201,16 @@ macro_rules! store_impl {
                 q::suppressions_list(&self.$reader, tenant, cursor, limit).await
             }
 
-            async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool> {
-                q::suppression_remove(&self.$writer, tenant, address_hash).await
+            async fn suppression_remove(&self, tenant: &str, id: &str) -> StoreResult<bool> {
+                q::suppression_remove(&self.$writer, tenant, id).await
+            }
+
+            async fn suppressions_rekey(&self, key: &crate::suppression::SuppressionKey) -> StoreResult<crate::suppression::RekeyReport> {
+                q::suppressions_rekey(&self.$writer, key).await
+            }
+
+            async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
+                q::setting_get_or_insert(&self.$writer, name, value, crate::clock::micros(jiff::Timestamp::now())).await
             }
 
             async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool> {

@@ -367,8 +367,20 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Page<SuppressionRow>>;
 
-    /// False when the tenant has no such entry.
-    async fn suppression_remove(&self, tenant: &str, address_hash: &str) -> StoreResult<bool>;
+    /// Removes the tenant's entry of this id (never an address: see
+    /// [`crate::suppression`]); false when the tenant has no such entry.
+    async fn suppression_remove(&self, tenant: &str, id: &str) -> StoreResult<bool>;
+
+    /// Rekeys the entries written under the old unkeyed hash where their
+    /// address can still be found, and names every entry without an id.
+    async fn suppressions_rekey(
+        &self,
+        key: &crate::suppression::SuppressionKey,
+    ) -> StoreResult<crate::suppression::RekeyReport>;
+
+    /// The deployment-wide value stored under `name`, storing `value` first
+    /// when there is none; every process on the database gets the same.
+    async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String>;
 
     /// Records a bus message that could not become an event, once per
     /// stream and sequence; true when this call recorded it.

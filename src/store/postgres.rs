@@ -257,6 +257,7 @@ impl PostgresStore {
             Option<String>,
             i64,
             Option<i64>,
+            Option<String>,
         );
         let pairs = |of: fn(&DirectoryRead) -> &[String]| -> (Vec<&str>, Vec<&str>) {
             let unique: std::collections::BTreeSet<(&str, &str)> =
@@ -267,12 +268,12 @@ impl PostgresStore {
         let (hash_tenants, hashes) = pairs(|r| &r.hashes);
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT TRUE, r.tenant, r.id, r.email, r.phone, r.locale, r.timezone, r.webhook_url, r.preferences,
-                    r.updated_at, r.preferences_version
+                    r.updated_at, r.preferences_version, NULL
              FROM UNNEST($1::text[], $2::text[]) AS u(tenant, id)
              JOIN recipients r ON r.tenant = u.tenant AND r.id = u.id
              UNION ALL
              SELECT FALSE, s.tenant, s.address_hash, s.channel, s.masked, s.domain, s.reason, s.source_intent,
-                    s.detail, s.created_at, NULL
+                    s.detail, s.created_at, NULL, s.id
              FROM UNNEST($3::text[], $4::text[]) AS u(tenant, address_hash)
              JOIN suppressions s ON s.tenant = u.tenant AND s.address_hash = u.address_hash",
         )
@@ -286,7 +287,7 @@ impl PostgresStore {
         let mut recipients: HashMap<String, HashMap<String, RecipientRow>> = HashMap::new();
         let mut suppressions: HashMap<String, HashMap<String, SuppressionRow>> = HashMap::new();
         let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
-        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version) in rows {
+        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version, entry_id) in rows {
             if recipient {
                 let row = RecipientRow {
                     tenant,
@@ -305,6 +306,7 @@ impl PostgresStore {
                 let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
                 let row = SuppressionRow {
                     tenant,
+                    id: entry_id,
                     address_hash: id,
                     channel: required(c3)?,
                     masked: required(c4)?,

@@ -25,6 +25,8 @@ pub struct NewReceipt {
     /// The provider's reason or error code, bounded.
     pub reason: Option<String>,
     pub now_us: i64,
+    /// What a bounce or complaint's suppression entry is looked up by.
+    pub suppression_key: crate::suppression::SuppressionKey,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -73,6 +75,12 @@ pub enum ReceiptOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct SuppressionRow {
     pub tenant: String,
+    /// What the entry is named by outside the store (see
+    /// [`crate::suppression::entry_id`]); None only before the start-up
+    /// that rekeys the list has run on a database of the old scheme.
+    pub id: Option<String>,
+    /// The keyed lookup of the address (HMAC, see [`crate::suppression`]),
+    /// or the old unkeyed hash of an entry not yet rekeyed. Never shown.
     pub address_hash: String,
     pub channel: String,
     /// The address masked as views show it.

@@ -53,6 +53,15 @@ impl Store for SlowRecording {
     async fn migrate(&self) -> StoreResult<()> {
         self.inner.migrate().await
     }
+    async fn suppressions_rekey(
+        &self,
+        key: &herald::suppression::SuppressionKey,
+    ) -> StoreResult<herald::suppression::RekeyReport> {
+        self.inner.suppressions_rekey(key).await
+    }
+    async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
+        self.inner.setting_get_or_insert(name, value).await
+    }
     async fn schema_state(&self) -> StoreResult<SchemaState> {
         self.inner.schema_state().await
     }

@@ -103,14 +103,15 @@ macro_rules! receipts_queries {
                 }
                 let kind = crate::suppression::kind_of(&channel);
                 if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
-                    let facts = crate::suppression::facts(&tenant, kind, address);
+                    let facts = crate::suppression::facts(&r.suppression_key, &tenant, kind, address, &key);
                     suppressed = sqlx::query(
                         "INSERT INTO suppressions (tenant, address_hash, channel, masked, domain, reason, source_intent,
-                                                   detail, created_at)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (tenant, address_hash) DO NOTHING",
+                                                   detail, created_at, id, keyed)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, TRUE)
+                         ON CONFLICT (tenant, address_hash) DO NOTHING",
                     )
                     .bind(&tenant)
-                    .bind(&facts.address_hash)
+                    .bind(&facts.lookup)
                     .bind(&channel)
                     .bind(&facts.masked)
                     .bind(&facts.domain)
@@ -118,6 +119,7 @@ macro_rules! receipts_queries {
                     .bind(&key)
                     .bind(&r.reason)
                     .bind(r.now_us)
+                    .bind(&facts.id)
                     .execute(&mut **tx)
                     .await?
                     .rows_affected()
@@ -162,7 +164,7 @@ macro_rules! receipts_queries {
                 return Ok(Vec::new());
             }
             let rows = sqlx::query_as(concat!(
-                "SELECT tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
+                "SELECT tenant, id, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
                  FROM suppressions WHERE tenant = $2 AND address_hash ",
                 $in_keys
             ))
@@ -181,27 +183,111 @@ macro_rules! receipts_queries {
             limit: u32,
         ) -> StoreResult<Page<SuppressionRow>> {
             let mut q: QueryBuilder<'_, $db> = QueryBuilder::new(
-                "SELECT tenant, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
+                "SELECT tenant, id, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
                  FROM suppressions WHERE tenant = ",
             );
             q.push_bind(tenant);
             if let Some(c) = cursor {
                 q.push(" AND (created_at < ").push_bind(c.at);
-                q.push(" OR (created_at = ").push_bind(c.at).push(" AND address_hash < ").push_bind(&c.id).push("))");
+                q.push(" OR (created_at = ").push_bind(c.at).push(" AND source_intent < ").push_bind(&c.id).push("))");
             }
-            q.push(" ORDER BY created_at DESC, address_hash DESC LIMIT ").push_bind(i64::from(limit) + 1);
+            q.push(" ORDER BY created_at DESC, source_intent DESC LIMIT ").push_bind(i64::from(limit) + 1);
             let mut items: Vec<SuppressionRow> = q.build_query_as().fetch_all(pool).await?;
-            Ok(page(&mut items, limit, |r| Cursor::new(r.created_at, &r.address_hash)))
+            // The cursor names the source intent, never the address's lookup.
+            Ok(page(&mut items, limit, |r| Cursor::new(r.created_at, &r.source_intent)))
         }
 
-        pub async fn suppression_remove(pool: &Pool<$db>, tenant: &str, address_hash: &str) -> StoreResult<bool> {
-            let n = sqlx::query("DELETE FROM suppressions WHERE tenant = $1 AND address_hash = $2")
+        /// Removes the tenant's entry of this id; false when there is none.
+        pub async fn suppression_remove(pool: &Pool<$db>, tenant: &str, id: &str) -> StoreResult<bool> {
+            let n = sqlx::query("DELETE FROM suppressions WHERE tenant = $1 AND id = $2")
                 .bind(tenant)
-                .bind(address_hash)
+                .bind(id)
                 .execute(pool)
                 .await?
                 .rows_affected();
             Ok(n > 0)
+        }
+
+        /// The value stored under `name`, storing `value` first when there is
+        /// none: every process on the database settles on the first one written.
+        pub async fn setting_get_or_insert(pool: &Pool<$db>, name: &str, value: &str, now_us: i64) -> StoreResult<String> {
+            sqlx::query("INSERT INTO settings (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+                .bind(name)
+                .bind(value)
+                .bind(now_us)
+                .execute(pool)
+                .await?;
+            Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_one(pool).await?)
+        }
+
+        /// Rekeys the entries the old unkeyed hash wrote, from the destination
+        /// of the intent that put each there (checked against the old hash),
+        /// and names every entry that has no id yet. An entry whose intent is
+        /// gone keeps its old hash; one whose address is already listed under
+        /// the key is a duplicate, and goes.
+        pub async fn suppressions_rekey(
+            pool: &Pool<$db>,
+            key: &crate::suppression::SuppressionKey,
+        ) -> StoreResult<crate::suppression::RekeyReport> {
+            let unkeyed: Vec<(String, String, String, String, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT s.tenant, s.address_hash, s.channel, s.source_intent, s.id, i.destination
+                 FROM suppressions s LEFT JOIN intents i ON i.key = s.source_intent
+                 WHERE NOT s.keyed",
+            )
+            .fetch_all(pool)
+            .await?;
+            let mut report = crate::suppression::RekeyReport::default();
+            for (tenant, old, channel, source_intent, id, destination) in unkeyed {
+                let id = id.unwrap_or_else(|| crate::suppression::entry_id(&tenant, &source_intent));
+                let kind = crate::suppression::kind_of(&channel);
+                let address = match (kind, destination) {
+                    (Some(kind), Some(d)) if crate::suppression::legacy_hash(&tenant, kind, &d) == old => Some((kind, d)),
+                    _ => None,
+                };
+                let mut tx = pool.begin().await?;
+                match address {
+                    Some((kind, d)) => {
+                        let lookup = key.lookup(&tenant, kind, &d);
+                        let taken: i64 = sqlx::query_scalar(
+                            "SELECT COUNT(*) FROM suppressions WHERE tenant = $1 AND address_hash = $2",
+                        )
+                        .bind(&tenant)
+                        .bind(&lookup)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        if taken == 0 {
+                            sqlx::query(
+                                "UPDATE suppressions SET address_hash = $3, id = $4, keyed = TRUE
+                                 WHERE tenant = $1 AND address_hash = $2",
+                            )
+                            .bind(&tenant)
+                            .bind(&old)
+                            .bind(&lookup)
+                            .bind(&id)
+                            .execute(&mut *tx)
+                            .await?;
+                        } else {
+                            sqlx::query("DELETE FROM suppressions WHERE tenant = $1 AND address_hash = $2")
+                                .bind(&tenant)
+                                .bind(&old)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        report.rekeyed += 1;
+                    }
+                    None => {
+                        sqlx::query("UPDATE suppressions SET id = $3 WHERE tenant = $1 AND address_hash = $2 AND id IS NULL")
+                            .bind(&tenant)
+                            .bind(&old)
+                            .bind(&id)
+                            .execute(&mut *tx)
+                            .await?;
+                        report.left += 1;
+                    }
+                }
+                tx.commit().await?;
+            }
+            Ok(report)
         }
 
         /// New bounces in [since, until) by recipient domain (emails), most first;

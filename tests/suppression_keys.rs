@@ -1,0 +1,187 @@
+//! The suppression list's keyed lookups (issue 30). An unkeyed hash of a
+//! number shown beside its mask (`+97798******01`) was reversed by trying a
+//! million candidates; now the list keeps an HMAC under the deployment's key,
+//! shows no hash of any kind anywhere, names an entry by an id derived from
+//! its source intent, and answers alike for a listed address and an unlisted
+//! one, so nothing the API says confirms a guess.
+
+mod common;
+
+use common::{Backend, FakeSms, TestApp, TestDb, backends, count, execute, sms_event};
+use herald::recipient::Kind;
+use herald::suppression::{SuppressionKey, entry_id, legacy_hash};
+use serde_json::{Value, json};
+
+const RECEIPT_SECRET: &str = "whsec_cmVjZWlwdHMtc2VjcmV0LWZvci10ZXN0cw==";
+/// base64 of 32 bytes: the `suppression.key` some tests configure.
+const KEY: &str = "c3VwcHJlc3Npb24ta2V5LWZvci10aGUtdGVzdHMtMzI=";
+
+async fn receipt(app: &common::Spawned, id: &str, body: &Value) -> u16 {
+    let key = herald::channel::webhook::decode_secret(RECEIPT_SECRET).unwrap();
+    let text = body.to_string();
+    let ts = jiff::Timestamp::now().as_second();
+    let sig = herald::channel::webhook::sign(&key, id, ts, &text);
+    let resp = app
+        .client
+        .post(format!("{}/v1/receipts/generic", app.base))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", sig)
+        .body(text)
+        .send()
+        .await
+        .unwrap();
+    resp.status().as_u16()
+}
+
+/// Every run of 16 or more hex digits in `text`: no hash of an address may
+/// be among them (intent keys are 32, entry ids 24).
+fn hex_runs(text: &str) -> Vec<String> {
+    let mut runs = Vec::new();
+    let mut run = String::new();
+    for c in text.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+        } else {
+            if run.len() >= 16 {
+                runs.push(std::mem::take(&mut run));
+            }
+            run.clear();
+        }
+    }
+    runs
+}
+
+#[tokio::test]
+async fn nothing_the_api_answers_confirms_a_guess_at_a_masked_number() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let toml = format!("[receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n");
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let number = "+9779800000001";
+        let (_, b, _) = app.post_event(&sms_event("PO-K1", number), None).await;
+        let source = b["intents"][0]["id"].as_str().unwrap().to_string();
+        app.wait_state(&source, &["sent"]).await;
+        let bounce = json!({"key": source, "status": "bounced", "reason": "550 no such number"});
+        assert_eq!(receipt(&app, "k1", &bounce).await, 200);
+
+        // What the store keeps for the number: neither the old unkeyed hash
+        // nor anything computable without the key.
+        let mut hashes: Vec<String> = Vec::new();
+        for sql in ["SELECT address_hash FROM suppressions"] {
+            let stored = match db.backend {
+                Backend::Sqlite => {
+                    use sqlx::Connection;
+                    let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                    sqlx::query_scalar::<_, String>(sql).fetch_all(&mut c).await.unwrap()
+                }
+                Backend::Postgres => {
+                    use sqlx::Connection;
+                    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                    sqlx::query_scalar::<_, String>(sql).fetch_all(&mut c).await.unwrap()
+                }
+            };
+            hashes.extend(stored);
+        }
+        assert_eq!(hashes.len(), 1);
+        let unkeyed = legacy_hash("default", Kind::Phone, number);
+        assert_ne!(hashes[0], unkeyed, "{backend:?}: the lookup is keyed");
+
+        // Everything the API says about the entry or the number.
+        let (_, list) = app.get("/v1/suppressions").await;
+        let entry = &list["suppressions"][0];
+        assert_eq!(entry["address"], "+97798******01");
+        assert_eq!(entry["id"], json!(entry_id("default", &source)), "named by its source intent, not its address");
+        let (_, later, _) = app.post_event(&sms_event("PO-K2", number), None).await;
+        assert_eq!(later["intents"][0]["reason"], "address_bounced", "{later}");
+        let (_, detail) = app.get(&format!("/v1/intents/{}", later["intents"][0]["id"].as_str().unwrap())).await;
+        let dry = app
+            .client
+            .post(format!("{}/v1/events?dry_run=true", app.base))
+            .json(&sms_event("PO-K3", number))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let answers = [list.to_string(), later.to_string(), detail.to_string(), dry.clone()];
+        for answer in &answers {
+            for run in hex_runs(answer) {
+                assert!(
+                    !hashes[0].contains(&run) && !unkeyed.contains(&run),
+                    "{backend:?}: a hash of the address is shown: {run} in {answer}"
+                );
+                assert!(run.len() <= 32, "{backend:?}: nothing longer than an intent key: {run} in {answer}");
+            }
+        }
+        assert!(dry.contains("address_bounced"), "{dry}");
+
+        // Removing by a guessed address answers as for any address: there
+        // is no such route, and the entry stays.
+        for guess in [number, "+9779800000002"] {
+            let path = format!("{}/v1/suppressions/{}", app.base, guess.replace('+', "%2B"));
+            let resp = app.client.delete(path).send().await.unwrap();
+            assert_eq!(resp.status(), 404, "{guess}");
+        }
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM suppressions").await, 1);
+        app.running.stop().await;
+    }
+}
+
+/// A list written under the old unkeyed hash is rekeyed at start-up from the
+/// destination of each entry's source intent; an entry whose intent is gone
+/// stays under the old hash and is still matched; none is lost.
+#[tokio::test]
+async fn entries_of_the_old_unkeyed_hash_are_rekeyed_at_start_up_and_none_is_lost() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let toml = format!("[suppression]\nkey = \"{KEY}\"\n");
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let (kept, pruned) = ("+9779800000011", "+9779800000012");
+        let (_, b, _) = app.post_event(&sms_event("PO-M1", kept), None).await;
+        let source = b["intents"][0]["id"].as_str().unwrap().to_string();
+        app.wait_state(&source, &["sent"]).await;
+        app.running.stop().await;
+        // As an older Herald left them: unkeyed, unnamed.
+        for (number, intent) in [(kept, source.as_str()), (pruned, "0123456789abcdef0123456789abcdef")] {
+            execute(
+                &db,
+                &format!(
+                    "INSERT INTO suppressions (tenant, address_hash, channel, masked, domain, reason, source_intent,
+                                               detail, created_at, keyed, id)
+                     VALUES ('default', '{}', 'sms', 'masked', NULL, 'address_bounced', '{intent}', NULL, 1, FALSE, NULL)",
+                    legacy_hash("default", Kind::Phone, number)
+                ),
+            )
+            .await;
+        }
+
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let key = SuppressionKey::from_base64(KEY).unwrap();
+        let keyed = format!(
+            "SELECT COUNT(*) FROM suppressions WHERE keyed AND address_hash = '{}'",
+            key.lookup("default", Kind::Phone, kept)
+        );
+        assert_eq!(count(&db, &keyed).await, 1, "{backend:?}: rekeyed from its intent's destination");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM suppressions WHERE NOT keyed").await, 1, "the pruned one stays");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM suppressions WHERE id IS NULL").await, 0, "every entry named");
+        for (n, number) in [kept, pruned].iter().enumerate() {
+            let (_, b, _) = app.post_event(&sms_event(&format!("PO-M2{n}"), number), None).await;
+            assert_eq!(b["intents"][0]["reason"], "address_bounced", "{backend:?}: {number} still suppressed: {b}");
+        }
+        app.running.stop().await;
+
+        // Another key on the same database is refused, naming the key.
+        let other = format!("[suppression]\nkey = \"{}\"\n", "b3RoZXIta2V5LW9mLXRoaXJ0eS10d28tYnl0ZXMtISE=");
+        let config = TestApp::new(&db).with_sms(&sms).with_toml(&other).config();
+        let err = herald::app::start_with(config, std::sync::Arc::new(herald::clock::SystemClock), None)
+            .await
+            .err()
+            .expect("a second key is refused");
+        assert!(err.to_string().contains("suppression.key"), "{err}");
+    }
+}
