@@ -3,7 +3,7 @@
 
 use super::error::ConsoleError;
 use super::pages;
-use super::session::{Operator, PRE_SESSION_COOKIE, SESSION_COOKIE, cookie_value, may_operate};
+use super::session::{Operator, PRE_SESSION_COOKIE, SESSION_COOKIE, may_operate};
 use crate::api::AppState;
 use axum::Form;
 use axum::extract::State;
@@ -46,7 +46,9 @@ pub async fn submit(
 ) -> Result<Response, ConsoleError> {
     let Form(form) = form.map_err(|e| ConsoleError::invalid("form", e.body_text()))?;
     let now = app.clock.now().as_second();
-    let pre = cookie_value(&headers, PRE_SESSION_COOKIE)
+    let pre = app
+        .console
+        .read(&headers, PRE_SESSION_COOKIE)
         .and_then(|v| app.console.open_pre_session(v, now))
         .ok_or(ConsoleError::Csrf)?;
     if !app.console.csrf_ok(&pre, &form.csrf) {
