@@ -366,6 +366,8 @@ pub async fn start_with(
                 }
             }
         };
+        // With the peer's address, which the console's sign-in throttle counts by.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(stopped).await {
             tracing::error!(error = %e, "HTTP server failed");
         }

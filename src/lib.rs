@@ -22,6 +22,7 @@ pub mod preferences;
 pub mod publish;
 pub mod receipt;
 pub mod recipient;
+pub mod redact;
 pub mod render;
 pub mod store;
 pub mod suppression;

@@ -118,7 +118,7 @@ enum RejectedCommand {
         #[command(flatten)]
         scope: DlqScope,
     },
-    /// One rejected message with its error and body (JSON).
+    /// One rejected message with its error and body (JSON), addresses and numbers masked.
     Show {
         id: String,
         #[command(flatten)]
@@ -660,7 +660,7 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
             };
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&herald::api::rejected_json(&r, herald::api::RejectedBody::Raw))?
+                serde_json::to_string_pretty(&herald::api::rejected_json(&r, herald::api::RejectedBody::Masked))?
             )?;
         }
     }

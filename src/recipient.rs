@@ -196,7 +196,7 @@ fn is_address_char(c: char) -> bool {
     !c.is_whitespace() && !"<>()[]\"',;:".contains(c)
 }
 
-fn redact_addresses(text: &str) -> String {
+pub(crate) fn redact_addresses(text: &str) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;

@@ -4,7 +4,8 @@
 
 use crate::clock::rfc3339;
 use crate::intent::{Mode, State};
-use crate::recipient::{mask_for_channel, redact_for_channel};
+use crate::recipient::mask_for_channel;
+use crate::redact::provider_text;
 use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
 use std::fmt::Write;
 use std::time::Duration;
@@ -107,7 +108,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, ", provider id {m}");
             }
             if let Some(e) = &a.error {
-                let _ = write!(line, " — {}", redact_for_channel(e, i.channel, i.destination.as_deref()));
+                let _ = write!(line, " — {}", provider_text(e, i.channel, i.destination.as_deref()));
             }
             if a.possible_duplicate {
                 line.push_str(
@@ -132,7 +133,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, " ({})", r.provider_status);
             }
             if let Some(reason) = &r.reason {
-                let _ = write!(line, " — {}", redact_for_channel(reason, i.channel, i.destination.as_deref()));
+                let _ = write!(line, " — {}", provider_text(reason, i.channel, i.destination.as_deref()));
             }
             if !r.applied {
                 line.push_str(" [late or repeated: the status had gone further]");

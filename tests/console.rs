@@ -256,9 +256,31 @@ async fn the_cookie_is_secure_when_herald_is_served_over_https() {
     let db = TestDb::new(backends()[0]).await;
     let app = TestApp::new(&db).with_public_url("https://herald.example.com").with_toml(&tokens()).spawn().await;
     let mut user = User::new(&app.base);
-    let signed_in = user.sign_in(OPS_A).await;
-    let cookie = signed_in.set_cookies().into_iter().find(|c| c.starts_with("herald_console=")).unwrap();
-    assert!(cookie.ends_with("; Secure"), "{cookie}");
+    let form = user.get("/console/sign-in").await;
+    let pre = form.set_cookies().into_iter().find(|c| c.contains("herald_console_pre=")).unwrap();
+    assert!(pre.starts_with("__Host-herald_console_pre="), "{pre}");
+    let signed_in = user.post("/console/sign-in", &[("token", OPS_A), ("csrf", &form.csrf())]).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    // `__Host-`: a browser takes it only when Secure, for Path=/ and without
+    // a Domain, so no other host (a sibling subdomain) can set or shadow it.
+    let cookie = signed_in.set_cookies().into_iter().find(|c| c.contains("herald_console=")).unwrap();
+    assert!(cookie.starts_with("__Host-herald_console="), "{cookie}");
+    assert!(cookie.ends_with("; Secure") && cookie.contains("; Path=/;"), "{cookie}");
+    assert!(!cookie.to_ascii_lowercase().contains("domain="), "{cookie}");
+    // The prefixed cookie is the session, and signing out clears it.
+    let home = user.get("/console/search").await;
+    assert_eq!(home.status, 200, "{}", home.body);
+    let out = user.post("/console/sign-out", &[("csrf", &home.csrf())]).await;
+    let cleared = out.set_cookies().into_iter().find(|c| c.contains("herald_console=")).unwrap();
+    assert!(cleared.starts_with("__Host-herald_console=;") && cleared.contains("Max-Age=0"), "{cleared}");
+    assert_eq!(user.get("/console/search").await.status, 303, "signed out");
+    // An unprefixed cookie of the same value is not the session.
+    let mut forger = User::new(&app.base);
+    let signed_in = forger.sign_in(OPS_A).await;
+    assert_eq!(signed_in.status, 303);
+    let value = forger.cookies.remove("__Host-herald_console").unwrap();
+    forger.cookies.insert("herald_console".into(), value);
+    assert_eq!(forger.get("/console/search").await.status, 303, "only the __Host- cookie is read");
     app.running.stop().await;
 }
 

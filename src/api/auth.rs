@@ -6,9 +6,11 @@
 use super::{ApiError, AppState};
 use crate::config::TokenConfig;
 use crate::event::Tenant;
-use axum::extract::FromRequestParts;
+use axum::extract::{ConnectInfo, FromRequestParts};
 use axum::http::request::Parts;
 use sha2::{Digest, Sha256};
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -147,13 +149,61 @@ impl FromRequestParts<AppState> for Caller {
         if !state.tokens.enabled() {
             return Ok(Caller::unauthenticated());
         }
+        let client = ClientAddr::of(parts).0;
         let header = parts.headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        let presented = header
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
-            .map(str::trim)
-            .ok_or_else(|| ApiError::Unauthorized("send Authorization: Bearer TOKEN".into()))?;
-        let token = state.tokens.find(presented).ok_or_else(|| ApiError::Unauthorized("unknown token".into()))?;
+        let Some(presented) =
+            header.and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer "))).map(str::trim)
+        else {
+            auth_failed("api", None, client);
+            return Err(ApiError::Unauthorized("send Authorization: Bearer TOKEN".into()));
+        };
+        let Some(token) = state.tokens.find(presented) else {
+            auth_failed("api", Some(presented), client);
+            return Err(ApiError::Unauthorized("unknown token".into()));
+        };
         Ok(Caller { tenant: token.tenant.clone(), name: Some(token.name.clone()), scopes: Some(token.scopes.clone()) })
+    }
+}
+
+/// What a log line may say of a presented token that matched none: the first
+/// eight hex digits of its SHA-256 — enough to tell one client's repeated
+/// attempts from another's, nothing to sign in with.
+pub fn presented_fingerprint(presented: &str) -> String {
+    hex::encode(&Sha256::digest(presented.as_bytes())[..4])
+}
+
+/// Counts and logs a failed authentication (`surface`: `api` or `console`):
+/// the token only by fingerprint, the client by its address. Never the path,
+/// which can hold an address (`DELETE /v1/suppressions/{address}`).
+pub fn auth_failed(surface: &'static str, presented: Option<&str>, client: Option<IpAddr>) {
+    crate::ops::metrics::auth_failure(surface);
+    let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());
+    match presented {
+        Some(token) => tracing::warn!(
+            surface, token_fingerprint = %presented_fingerprint(token), client,
+            "authentication failed: unknown token"
+        ),
+        None => tracing::warn!(surface, client, "authentication failed: no token"),
+    }
+}
+
+/// The connection's peer address, when the server was started with it
+/// (`herald serve` is). Never a forwarded header: Herald has no trusted proxy
+/// to believe one from.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub Option<IpAddr>);
+
+impl ClientAddr {
+    fn of(parts: &Parts) -> ClientAddr {
+        ClientAddr(parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<ClientAddr, Infallible> {
+        Ok(ClientAddr::of(parts))
     }
 }
 
@@ -181,6 +231,13 @@ mod tests {
         assert_eq!(t.find("tok-b").map(|t| t.tenant.as_str()), Some("globex"));
         assert!(t.find("tok-c").is_none());
         assert!(t.find("").is_none());
+    }
+
+    #[test]
+    fn a_presented_token_is_logged_as_eight_hex_digits_of_its_hash() {
+        let fp = presented_fingerprint("wrong-token");
+        assert_eq!(fp, hex::encode(Sha256::digest(b"wrong-token"))[..8]);
+        assert!(!fp.contains("wrong"));
     }
 
     #[test]

@@ -18,7 +18,7 @@ mod shadow;
 mod suppressions;
 mod views;
 
-pub use auth::{Caller, Scope, TokenTable};
+pub use auth::{Caller, ClientAddr, Scope, TokenTable, auth_failed};
 pub use dead_letters::REPLAY_LIMIT;
 pub use error::ApiError;
 pub use events::checked_idempotency_key;
@@ -75,6 +75,8 @@ pub struct AppState {
     pub sns: Arc<crate::receipt::sns::Sns>,
     /// Signs the operator console's session cookies.
     pub console: Arc<crate::console::SessionKeys>,
+    /// Console sign-ins refused per client address after too many wrong tokens.
+    pub sign_in_throttle: Arc<crate::console::SignInThrottle>,
 }
 
 impl AppState {
@@ -99,8 +101,10 @@ impl AppState {
             destinations.clone(),
         ));
         let console = Arc::new(crate::console::SessionKeys::from_config(&config));
+        let sign_in_throttle = Arc::new(crate::console::SignInThrottle::from_config(&config));
         AppState {
             console,
+            sign_in_throttle,
             store,
             config,
             templates,

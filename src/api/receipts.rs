@@ -160,6 +160,10 @@ pub(super) async fn record_first(
     alternatives: Vec<ReceiptTarget>,
 ) -> Result<Json<Value>, ApiError> {
     let (source, status) = (receipt.source.clone(), receipt.status);
+    // A provider's reason is free text (an SES diagnostic echoes the address,
+    // and whatever else the receiving server wrote): scrubbed before it is
+    // stored, as the receipt's reason and as a suppression's detail.
+    let receipt = NewReceipt { reason: crate::redact::scrub_opt(receipt.reason.as_deref()), ..receipt };
     let mut outcome = app.store.receipt_record(receipt.clone()).await?;
     for target in alternatives {
         if outcome != ReceiptOutcome::NotFound {
@@ -311,7 +315,7 @@ pub mod doc {
         /// The provider's own word for it.
         pub provider_status: String,
         pub provider_message_id: Option<String>,
-        /// The provider's reason, with the destination taken out.
+        /// The provider's reason, with every address and number masked.
         pub reason: Option<String>,
         #[schema(format = DateTime)]
         pub received_at: Option<String>,

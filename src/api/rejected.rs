@@ -26,15 +26,15 @@ impl QueryParams for ListQuery {
 pub enum Body {
     /// Left out (lists).
     Omitted,
-    /// Over the API: a JSON body with its inline recipients' addresses
-    /// masked, as a dead letter's event is shown; a body that is not JSON
-    /// cannot be masked and is withheld (null).
+    /// Masked, whatever its shape: the messages most likely to be rejected
+    /// are the malformed ones (recipients as an object, a phone as a number),
+    /// so every key and value that looks like an address or a number is
+    /// masked, at any depth; a body that is not JSON is scrubbed as text.
     Masked,
-    /// As it came (`herald rejected show`, run by an operator with the database).
-    Raw,
 }
 
-/// A rejected message as the API and the CLI show it.
+/// A rejected message as the API, the CLI and the console show it. The error
+/// message is scrubbed too: it may quote the field that was refused.
 pub fn view(r: &RejectedMessage, body: Body) -> Value {
     let mut v = json!({
         "id": r.id,
@@ -43,22 +43,13 @@ pub fn view(r: &RejectedMessage, body: Body) -> Value {
         "subject": r.subject,
         "stream_seq": r.stream_seq,
         "deliveries": r.deliveries,
-        "error": {"status": r.status, "code": r.code, "message": r.message},
+        "error": {"status": r.status, "code": r.code, "message": crate::redact::scrub_text(&r.message)},
         "rejected_at": rfc3339(r.created_at),
     });
     match (body, r.body.as_deref()) {
         (Body::Omitted, _) => {}
         (_, None) => v["body"] = Value::Null,
-        (Body::Raw, Some(b)) => v["body"] = json!(b),
-        (Body::Masked, Some(b)) => {
-            v["body"] = match serde_json::from_str::<Value>(b) {
-                Ok(mut event) => {
-                    crate::recipient::mask_inline_recipients(&mut event);
-                    json!(event.to_string())
-                }
-                Err(_) => Value::Null,
-            }
-        }
+        (Body::Masked, Some(b)) => v["body"] = json!(crate::redact::scrub_body(b)),
     }
     v
 }
@@ -139,9 +130,9 @@ pub mod doc {
         pub error: RejectedError,
         #[schema(format = DateTime)]
         pub rejected_at: Option<String>,
-        /// The message body (only on `GET /v1/rejected/{id}`): JSON with inline
-        /// recipients' addresses masked; null when it is not JSON (see
-        /// `herald rejected show`) or after retention.
+        /// The message body (only on `GET /v1/rejected/{id}`), every key and
+        /// value that looks like an address or a number masked at any depth
+        /// (a body that is not JSON is scrubbed as text); null after retention.
         pub body: Option<String>,
     }
 

@@ -35,7 +35,8 @@ pub fn view(s: &SuppressionRow) -> Value {
         "domain": s.domain,
         "reason": s.reason,
         "source_intent": s.source_intent,
-        "detail": s.detail,
+        // Scrubbed when the receipt arrived; again here for older rows.
+        "detail": crate::redact::scrub_opt(s.detail.as_deref()),
         "created_at": rfc3339(s.created_at),
     })
 }
@@ -113,7 +114,7 @@ pub mod doc {
         pub reason: String,
         /// The intent whose receipt put it there.
         pub source_intent: String,
-        /// The provider's reason.
+        /// The provider's reason, every address and number in it masked.
         pub detail: Option<String>,
         #[schema(format = DateTime)]
         pub created_at: Option<String>,

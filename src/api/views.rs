@@ -6,7 +6,8 @@
 use crate::clock::rfc3339;
 use crate::intent::State;
 use crate::receipt::DeliveryStatus;
-use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients, redact_for_channel};
+use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients};
+use crate::redact::provider_text;
 use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, ReceiptRow, RecipientRow};
 use serde_json::{Value, json};
 
@@ -62,7 +63,8 @@ pub fn intent_detail(d: &IntentDetail) -> Value {
 }
 
 /// The delivery status (the furthest the receipts reached) and every receipt;
-/// a provider's reason may echo the destination, so it is kept out.
+/// a provider's reason may echo the destination or anyone's address or
+/// number, so they are kept out.
 fn with_receipts(v: &mut Value, receipts: &[ReceiptRow], intent: &IntentRow) {
     let applied = receipts.iter().filter(|r| r.applied).filter_map(|r| DeliveryStatus::parse(&r.status));
     v["delivery_status"] = json!(crate::receipt::current(applied).map(DeliveryStatus::as_str));
@@ -74,7 +76,7 @@ fn with_receipts(v: &mut Value, receipts: &[ReceiptRow], intent: &IntentRow) {
                 "status": r.status,
                 "provider_status": r.provider_status,
                 "provider_message_id": r.provider_message_id,
-                "reason": r.reason.as_deref().map(|e| redact_for_channel(e, intent.channel, intent.destination.as_deref())),
+                "reason": r.reason.as_deref().map(|e| provider_text(e, intent.channel, intent.destination.as_deref())),
                 "received_at": rfc3339(r.received_at),
                 "applied": r.applied,
                 "ended_retry": r.ended_retry,
@@ -103,9 +105,10 @@ pub fn dead_letter_of(d: &IntentDetail) -> Value {
     dead_letter(&letter, &d.attempts, &d.receipts)
 }
 
-/// One attempt of `intent`; its destination is kept out of the provider's
-/// text however it was echoed (the channel already did so when it made the
-/// text; this covers text stored before it did).
+/// One attempt of `intent`; its destination, and every other address and
+/// number, is kept out of the provider's text however it was echoed (the
+/// channel and the worker already did so when they made the text; this
+/// covers text stored before they did).
 pub fn attempt(a: &AttemptRow, intent: &IntentRow) -> Value {
     json!({
         "n": a.n,
@@ -117,7 +120,7 @@ pub fn attempt(a: &AttemptRow, intent: &IntentRow) -> Value {
         "error_class": a.error_class,
         "provider_status": a.provider_status,
         "provider_message_id": a.provider_message_id,
-        "error": a.error.as_deref().map(|e| redact_for_channel(e, intent.channel, intent.destination.as_deref())),
+        "error": a.error.as_deref().map(|e| provider_text(e, intent.channel, intent.destination.as_deref())),
         "retry_after_seconds": a.retry_after.map(|us| us as f64 / 1e6),
         "next_try_at": a.retry_at.and_then(rfc3339),
     })

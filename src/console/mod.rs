@@ -12,9 +12,11 @@ mod search;
 mod session;
 mod sign_in;
 mod templates;
+mod throttle;
 
 pub use error::ConsoleError;
 pub use session::SessionKeys;
+pub use throttle::SignInThrottle;
 
 use crate::api::AppState;
 use axum::Router;

@@ -138,15 +138,34 @@ impl SessionKeys {
         (now_s < expires.parse::<i64>().ok()?).then(|| value.to_string())
     }
 
+    /// The name a cookie goes by. A `Secure` cookie is `__Host-` prefixed: a
+    /// browser then takes it only from this very host, over HTTPS, for
+    /// `Path=/` and without a `Domain`, so a sibling subdomain (or a network
+    /// attacker over plain HTTP) cannot plant or shadow a session or a
+    /// pre-session. Over plain HTTP the prefix cannot be had, and the cookie
+    /// keeps its plain name and `/console` path.
+    pub fn cookie_name(&self, base: &str) -> String {
+        if self.secure { format!("__Host-{base}") } else { base.to_string() }
+    }
+
+    /// The value of cookie `base` under the name this deployment gives it
+    /// (an unprefixed cookie is not read when the prefix is in use).
+    pub fn read<'h>(&self, headers: &'h HeaderMap, base: &str) -> Option<&'h str> {
+        cookie_value(headers, &self.cookie_name(base))
+    }
+
     /// `Set-Cookie` for `name`; `None` clears it.
     pub fn cookie(&self, name: &str, value: Option<&str>, max_age: Option<Duration>) -> String {
-        let secure = if self.secure { "; Secure" } else { "" };
+        let (name, path, secure) = match self.secure {
+            true => (self.cookie_name(name), "/", "; Secure"),
+            false => (name.to_string(), "/console", ""),
+        };
         match value {
             Some(v) => {
                 let age = max_age.unwrap_or(self.ttl).as_secs();
-                format!("{name}={v}; Path=/console; Max-Age={age}; HttpOnly; SameSite=Strict{secure}")
+                format!("{name}={v}; Path={path}; Max-Age={age}; HttpOnly; SameSite=Strict{secure}")
             }
-            None => format!("{name}=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict{secure}"),
+            None => format!("{name}=; Path={path}; Max-Age=0; HttpOnly; SameSite=Strict{secure}"),
         }
     }
 
@@ -227,9 +246,8 @@ impl FromRequestParts<AppState> for Operator {
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Operator, ConsoleError> {
         let keys = &app.console;
         let now = app.clock.now().as_second();
-        let claims = cookie_value(&parts.headers, SESSION_COOKIE)
-            .and_then(|v| keys.open(v, now))
-            .ok_or(ConsoleError::SignedOut)?;
+        let claims =
+            keys.read(&parts.headers, SESSION_COOKIE).and_then(|v| keys.open(v, now)).ok_or(ConsoleError::SignedOut)?;
         let caller = if app.tokens.enabled() {
             app.tokens.caller_named(&claims.name, &claims.fingerprint).ok_or(ConsoleError::SignedOut)?
         } else if claims.fingerprint == "none" {
@@ -299,7 +317,28 @@ mod tests {
         let mut k = keys("a secret of at least thirty-two characters");
         let c = k.cookie(SESSION_COOKIE, Some("v"), None);
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && !c.contains("Secure"));
+        assert!(c.starts_with("herald_console=v; Path=/console;"), "{c}");
         k.secure = true;
         assert!(k.cookie(SESSION_COOKIE, None, None).ends_with("; Secure"));
+    }
+
+    #[test]
+    fn a_secure_cookie_is_host_prefixed_for_the_whole_host_without_a_domain() {
+        let mut k = keys("a secret of at least thirty-two characters");
+        k.secure = true;
+        for c in
+            [k.cookie(SESSION_COOKIE, Some("v"), None), k.cookie(SESSION_COOKIE, None, None), k.pre_session_cookie("p")]
+        {
+            assert!(c.starts_with("__Host-herald_console"), "{c}");
+            assert!(c.contains("; Path=/;") && c.ends_with("; Secure") && !c.contains("Domain"), "{c}");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            axum::http::header::COOKIE,
+            "herald_console=plain; __Host-herald_console=prefixed".parse().unwrap(),
+        );
+        assert_eq!(k.read(&headers, SESSION_COOKIE), Some("prefixed"));
+        k.secure = false;
+        assert_eq!(k.read(&headers, SESSION_COOKIE), Some("plain"));
     }
 }

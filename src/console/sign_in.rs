@@ -3,8 +3,9 @@
 
 use super::error::ConsoleError;
 use super::pages;
-use super::session::{Operator, PRE_SESSION_COOKIE, SESSION_COOKIE, cookie_value, may_operate};
-use crate::api::AppState;
+use super::session::{Operator, PRE_SESSION_COOKIE, SESSION_COOKIE, may_operate};
+use super::throttle::Failure;
+use crate::api::{AppState, ClientAddr, auth_failed};
 use axum::Form;
 use axum::extract::State;
 use axum::extract::rejection::FormRejection;
@@ -39,27 +40,55 @@ pub struct SignIn {
     csrf: String,
 }
 
+/// The sign-in page again, refusing: too many wrong tokens from this address.
+fn throttled(app: &AppState, retry_after_s: i64) -> Response {
+    let problem = format!(
+        "Too many failed sign-ins from your address. Try again in {retry_after_s} seconds; until then every \
+         sign-in from it is refused, a right token too."
+    );
+    let mut resp = page(app, StatusCode::TOO_MANY_REQUESTS, Some(&problem));
+    resp.headers_mut().insert(header::RETRY_AFTER, retry_after_s.into());
+    resp
+}
+
 pub async fn submit(
     State(app): State<AppState>,
+    ClientAddr(client): ClientAddr,
     headers: HeaderMap,
     form: Result<Form<SignIn>, FormRejection>,
 ) -> Result<Response, ConsoleError> {
     let Form(form) = form.map_err(|e| ConsoleError::invalid("form", e.body_text()))?;
     let now = app.clock.now().as_second();
-    let pre = cookie_value(&headers, PRE_SESSION_COOKIE)
+    let pre = app
+        .console
+        .read(&headers, PRE_SESSION_COOKIE)
         .and_then(|v| app.console.open_pre_session(v, now))
         .ok_or(ConsoleError::Csrf)?;
     if !app.console.csrf_ok(&pre, &form.csrf) {
         return Err(ConsoleError::Csrf);
     }
     let (name, fingerprint) = if app.tokens.enabled() {
+        // Throttled: refused before the token is looked at (see throttle.rs).
+        if let Err(retry_after) = app.sign_in_throttle.check(client, now) {
+            return Ok(throttled(&app, retry_after));
+        }
         let token = form.token.trim();
         if token.is_empty() {
             return Ok(page(&app, StatusCode::BAD_REQUEST, Some("token: paste an API token to sign in.")));
         }
         let Some((caller, fingerprint)) = app.tokens.caller_of(token) else {
+            auth_failed("console", Some(token), client);
+            if let Failure::NowThrottled(seconds) = app.sign_in_throttle.failed(client, now) {
+                // Once per window, however many more attempts it refuses.
+                tracing::warn!(
+                    client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string()),
+                    seconds,
+                    "console: too many failed sign-ins from this address; its sign-ins are refused for the window"
+                );
+            }
             return Ok(page(&app, StatusCode::UNAUTHORIZED, Some("token: this Herald knows no such token.")));
         };
+        app.sign_in_throttle.succeeded(client);
         if !may_operate(&caller) {
             tracing::info!(token = ?caller.name, "console: sign-in refused, no ops or admin scope");
             return Ok(page(

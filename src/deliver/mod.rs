@@ -558,6 +558,9 @@ fn finished(key: String, n: i64, at: i64, outcome: Outcome, transition: Transiti
         Outcome::Unknown { class, error } => (Some(class), None, None, Some(error)),
         Outcome::Permanent { reason, status, error } => (Some(reason), status, None, Some(error)),
     };
+    // The provider's text may name other people's addresses and numbers than
+    // the destination the channel already kept out.
+    let error = error.map(|e| crate::redact::scrub_text(&e));
     FinishedAttempt {
         key,
         n,

@@ -217,7 +217,8 @@ impl NatsIngest {
             deliveries: delivered,
             status: i32::from(status),
             code: code.to_string(),
-            message,
+            // The API's message may quote the refused value (an address).
+            message: crate::redact::scrub_text(&message),
             body: Some(String::from_utf8_lossy(body).into_owned()),
             created_at: micros(self.clock.now()),
         };

@@ -123,6 +123,12 @@ pub fn circuit_state(provider: &str, open: bool) {
     gauge!("herald_provider_circuit_open", "provider" => provider.to_string()).set(if open { 1.0 } else { 0.0 });
 }
 
+/// A wrong or missing credential: `api` (a bearer token) or `console` (a
+/// sign-in with a token Herald does not know).
+pub fn auth_failure(surface: &'static str) {
+    counter!("herald_auth_failures_total", "surface" => surface).increment(1);
+}
+
 pub fn dead_letter(reason: &str) {
     counter!("herald_dead_letters_total", "reason" => reason.to_string()).increment(1);
 }
