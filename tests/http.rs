@@ -697,3 +697,34 @@ async fn a_number_a_double_cannot_hold_is_refused_rather_than_merged() {
     assert_eq!(post("\"123456789012345678901\"").await.unwrap().status(), 409, "another value of the same event");
     app.running.stop().await;
 }
+
+/// An email field is one mailbox: `victim@evil.example,a@example.com` was
+/// taken (and masked as one address) and died later at SMTP. A list, a
+/// display name, a quoted local part or white space is a 400 naming the
+/// field, inline and in the directory.
+#[tokio::test]
+async fn an_email_field_holding_more_than_one_mailbox_is_a_400_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    for bad in [
+        "victim@evil.example,a@example.com",
+        "victim@evil.example;a@example.com",
+        "Victim <victim@evil.example>",
+        "\"a,b\"@example.com",
+        "a@example.com ",
+        "a(comment)@example.com",
+    ] {
+        let mut ev = sms_event("PO-MAIL", "+15550000011");
+        ev["recipients"][0]["email"] = json!(bad);
+        ev["channels"] = json!(["email"]);
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("invalid_field")), "{bad:?}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("recipients[0].email"), "{bad:?}: {b}");
+        let (s, b) = app.put("/v1/recipients/u-mail", &json!({ "email": bad })).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("invalid_field")), "{bad:?}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("email"), "{bad:?}: {b}");
+    }
+    let (s, b) = app.put("/v1/recipients/u-mail", &json!({"email": "asha.k+po@mail.example.com"})).await;
+    assert_eq!(s, 200, "{b}");
+    app.running.stop().await;
+}
