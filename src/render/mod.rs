@@ -5,7 +5,7 @@ pub mod check;
 pub mod sms;
 mod templates;
 
-pub use templates::{OverBudget, TemplateMeta, TemplateSet, TemplateSetError};
+pub use templates::{MissingFile, OverBudget, TemplateMeta, TemplateSet, TemplateSetError};
 
 use crate::event::{Channel, Event, RecipientSpec, canonical_json, identity::sha256_hex};
 use serde::{Deserialize, Serialize};
@@ -114,6 +114,16 @@ pub fn default_webhook_body(event: &Event) -> String {
         "occurred_at": event.occurred_at.canonical(),
         "data": Value::Object(event.data.clone()),
     }))
+}
+
+/// The template files a channel must have in the template's default locale
+/// (and in any locale that has one of them): a webhook falls back to the
+/// event as JSON, and an email's HTML part is optional.
+pub fn required_files(channel: Channel) -> &'static [&'static str] {
+    match channel {
+        Channel::Webhook => &[],
+        other => files_for(other),
+    }
 }
 
 /// The template files a channel needs, the first of which decides whether a

@@ -1,7 +1,7 @@
 //! The template directory (DESIGN §6a), loaded into one minijinja environment.
 
 use super::sms::analyse;
-use super::{Content, RenderError, Rendered, default_webhook_body, files_for};
+use super::{Content, RenderError, Rendered, default_webhook_body, files_for, required_files};
 use crate::event::{Channel, Event, RecipientSpec};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,17 @@ fn one() -> u32 {
     1
 }
 
+/// A template file a channel needs that is not there (see
+/// [`TemplateSet::missing_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingFile {
+    pub template: String,
+    pub locale: String,
+    pub channel: Channel,
+    /// Under the template directory, as it was given.
+    pub path: PathBuf,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateSetError {
     #[error("cannot read {path}: {source}")]
@@ -60,6 +71,8 @@ struct Template {
 /// Every template, parsed once at start-up: a syntax error stops the process
 /// with the file's name instead of failing each event later.
 pub struct TemplateSet {
+    /// Where the files were read from, to name a missing one.
+    root: PathBuf,
     env: Environment<'static>,
     templates: BTreeMap<String, Template>,
     /// Digest key expressions, compiled once at start-up and named by their
@@ -148,7 +161,7 @@ impl TemplateSet {
         }
         let mut keys = new_env();
         keys.set_auto_escape_callback(|_| AutoEscape::None);
-        Ok(TemplateSet { env, templates, keys })
+        Ok(TemplateSet { root: root.to_path_buf(), env, templates, keys })
     }
 
     pub fn contains(&self, id: &str) -> bool {
@@ -175,6 +188,45 @@ impl TemplateSet {
     pub fn has_channel(&self, id: &str, locale: &str, channel: Channel) -> bool {
         let first = files_for(channel)[0];
         self.templates.get(id).and_then(|t| t.locales.get(locale)).is_some_and(|f| f.contains(first))
+    }
+
+    /// The files `channel` needs from template `id` that are not there: in
+    /// its default locale, where every recipient's message falls back to, and
+    /// in any other locale that has some of them (an email with a subject and
+    /// no body fails for that locale's recipients). An optional file (a
+    /// webhook's, an email's HTML part) is never missing.
+    pub fn missing_files(&self, id: &str, channel: Channel) -> Vec<MissingFile> {
+        let Some(t) = self.templates.get(id) else {
+            return Vec::new();
+        };
+        let needed = required_files(channel);
+        let mut missing = Vec::new();
+        for (locale, files) in &t.locales {
+            let default = *locale == t.meta.default_locale;
+            if !default && !needed.iter().any(|f| files.contains(*f)) {
+                continue;
+            }
+            for file in needed.iter().filter(|f| !files.contains(**f)) {
+                missing.push(MissingFile {
+                    template: id.to_string(),
+                    locale: locale.clone(),
+                    channel,
+                    path: self.root.join(id).join(locale).join(file),
+                });
+            }
+        }
+        missing
+    }
+
+    /// The channels some locale of template `id` has a file for.
+    pub fn channels_with_files(&self, id: &str) -> Vec<Channel> {
+        let Some(t) = self.templates.get(id) else {
+            return Vec::new();
+        };
+        Channel::ALL
+            .into_iter()
+            .filter(|c| t.locales.values().any(|files| required_files(*c).iter().any(|f| files.contains(*f))))
+            .collect()
     }
 
     /// The recipient's locale when the template has it for this channel, else
@@ -376,6 +428,27 @@ mod tests {
         ]);
         let e = set.render("a", Channel::Sms, &event(json!({})), &recipient(), None).unwrap_err();
         assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_file_a_channel_needs_is_named_by_its_path_and_an_optional_one_never_is() {
+        let set = set(&[
+            ("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""),
+            ("a/en/email.subject.j2", "s"),
+            ("a/en/email.txt.j2", "b"),
+            ("a/ne/email.subject.j2", "s"),
+            ("a/ne/sms.j2", "x"),
+            ("a/ne/webhook.j2", "{}"),
+        ]);
+        let paths = |c| set.missing_files("a", c).into_iter().map(|m| m.path).collect::<Vec<_>>();
+        // the default locale, where every recipient falls back to; and a
+        // locale with half an email
+        assert_eq!(paths(Channel::Email), [PathBuf::from("t/a/ne/email.txt.j2")]);
+        assert_eq!(paths(Channel::Sms), [PathBuf::from("t/a/en/sms.j2")]);
+        assert_eq!(paths(Channel::InApp), [PathBuf::from("t/a/en/in_app.j2")]);
+        assert!(paths(Channel::Webhook).is_empty(), "a webhook falls back to the event");
+        assert_eq!(set.channels_with_files("a"), [Channel::Email, Channel::Sms]);
+        assert!(TemplateSet::built_in().missing_files("po_approved", Channel::Email).is_empty());
     }
 
     #[test]
