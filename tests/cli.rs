@@ -428,3 +428,17 @@ fn serve_refuses_to_start_with_a_template_file_missing() {
     assert_eq!(status.and_then(|s| s.code()), Some(1), "serve started: {text}");
     assert!(text.contains(&message), "{message:?} not in {text}");
 }
+
+/// A variable the fixtures lack is named with its file and line.
+#[test]
+fn templates_check_names_the_variable_the_fixtures_lack() {
+    let dir = tempfile::tempdir().unwrap();
+    templates_without(dir.path(), &[]);
+    let fixtures = r#"{"data": {"po": {"number": "PO-1"}, "approver": {"name": "Asha"}}, "entity": {"type": "purchase_order", "id": "PO-1"}}"#;
+    std::fs::write(dir.path().join("templates/po_approved/fixtures.json"), fixtures).unwrap();
+    let out = run(dir.path(), &["templates", "check", "--dir", "templates"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stdout(&out);
+    assert!(said.contains("undefined value po.total in po_approved/en/sms.j2:1"), "{said}");
+    assert!(said.contains("undefined value po.total in po_approved/en/email.txt.j2:3"), "{said}");
+}

@@ -728,3 +728,35 @@ async fn an_email_field_holding_more_than_one_mailbox_is_a_400_naming_it() {
     assert_eq!(s, 200, "{b}");
     app.running.stop().await;
 }
+
+/// A template variable the event's data lacks is named with its file and
+/// line wherever the dead intent is shown — the request's answer, the
+/// intent, `herald why` — and none of the data's values is.
+#[tokio::test]
+async fn a_missing_template_variable_is_named_with_its_file_and_line() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let mut ev = sms_event("PO-UNDEF", "+15550000012");
+        ev["data"] = json!({"po": {"number": "PO-SECRET-7", "totl": "9,99,999"}, "approver": {"name": "Mallory"}});
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{backend:?}: {b}");
+        let said = "undefined value po.total in po_approved/en/sms.j2:1";
+        assert_eq!(
+            (b["intents"][0]["reason"].as_str(), b["intents"][0]["detail"].as_str()),
+            (Some("template_error"), Some(said)),
+            "{backend:?}: {b}"
+        );
+        let (_, it) = app.get(&format!("/v1/intents/{}", b["intents"][0]["id"].as_str().unwrap())).await;
+        assert_eq!(it["detail"], said, "{backend:?}: {it}");
+        let store = db.store().await;
+        let history = herald::why::history(store.as_ref(), "default", ("purchase_order", "PO-UNDEF"), "u-PO-UNDEF")
+            .await
+            .unwrap();
+        let why = herald::why::timeline(("purchase_order", "PO-UNDEF"), "u-PO-UNDEF", &history);
+        let note = why.lines().find(|l| l.contains("note:")).unwrap_or_default();
+        assert!(note.trim_start().strip_prefix("note: ") == Some(said), "{backend:?}: {why}");
+        app.running.stop().await;
+    }
+}

@@ -150,7 +150,7 @@ pub fn check_with(set: &TemplateSet, needs: &[Need]) -> Vec<CheckRow> {
                 };
                 let ctx = fixture_context(id, fixtures, locale);
                 match set.render_context(id, channel, locale, &ctx) {
-                    Err(e) => row.verdict = Verdict::Fail(format!("render error: {e}")),
+                    Err(e) => row.verdict = Verdict::Fail(format!("render error: {}", e.with_cause())),
                     Ok(r) => {
                         row.encoding = r.content.encoding.clone();
                         row.segments = r.content.segments;

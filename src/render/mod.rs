@@ -2,6 +2,7 @@
 //! strict undefined when the intent is created, and the result is frozen.
 
 pub mod check;
+mod errors;
 pub mod sms;
 mod templates;
 
@@ -60,8 +61,21 @@ pub enum RenderError {
     UnknownTemplate(String),
     #[error("template {template} has no {file} in locale {locale} (nor in its default locale)")]
     MissingFile { template: String, locale: String, file: String },
-    #[error("{0}")]
-    Template(String),
+    /// `message` names the variable, file and line, never a value: it becomes
+    /// the dead intent's `detail`. `cause` is minijinja's own text, which may
+    /// quote one (`templates check` shows it: it renders fixtures).
+    #[error("{message}")]
+    Template { message: String, cause: Option<String> },
+}
+
+impl RenderError {
+    /// The message with its cause, for `templates check`.
+    pub fn with_cause(&self) -> String {
+        match self {
+            RenderError::Template { message, cause: Some(cause) } => format!("{message} ({cause})"),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// The template context: `data` at the top level plus the reserved `event`,

@@ -263,7 +263,7 @@ impl TemplateSet {
         }
         self.keys
             .add_template_owned(source.to_string(), source.to_string())
-            .map_err(|e| RenderError::Template(describe(&e)))
+            .map_err(|e| RenderError::Template { message: describe(&e), cause: None })
     }
 
     /// Renders a key expression with strict undefined: the compiled one when
@@ -276,7 +276,7 @@ impl TemplateSet {
             Ok(t) => t.render(ctx),
             Err(_) => self.keys.render_str(source, ctx),
         };
-        let key = rendered.map_err(|e| RenderError::Template(describe(&e)))?;
+        let key = rendered.map_err(|e| render_error(&e, Some(source), ctx))?;
         let key = key.trim();
         if !key.contains(char::is_control) {
             return Ok(key.to_string());
@@ -309,11 +309,13 @@ impl TemplateSet {
             if !t.locales.get(locale).is_some_and(|f| f.contains(file)) {
                 return Ok(None);
             }
-            let tpl = self
-                .env
-                .get_template(&format!("{id}/{locale}/{file}"))
-                .map_err(|e| RenderError::Template(describe(&e)))?;
-            tpl.render(ctx).map(Some).map_err(|e| RenderError::Template(describe(&e)))
+            let tpl =
+                self.env.get_template(&format!("{id}/{locale}/{file}")).map_err(|e| render_error(&e, None, ctx))?;
+            tpl.render(ctx).map(Some).map_err(|e| {
+                // the file that failed: an included one names itself
+                let failed = e.name().and_then(|n| self.env.get_template(n).ok());
+                render_error(&e, failed.as_ref().map(|t| t.source()), ctx)
+            })
         };
         let required = |file: &str| -> Result<String, RenderError> {
             render_file(file)?.ok_or_else(|| RenderError::MissingFile {
@@ -348,6 +350,13 @@ impl TemplateSet {
         }
         Ok(Rendered { locale: locale.to_string(), revision: t.meta.revision.clone(), content, over_budget })
     }
+}
+
+/// A render error as an intent may show it (see [`super::errors`]); the
+/// context is turned into JSON only when rendering failed.
+fn render_error(e: &minijinja::Error, source: Option<&str>, ctx: &impl Serialize) -> RenderError {
+    let ctx = serde_json::to_value(ctx).unwrap_or(Value::Null);
+    super::errors::render_error(e, source, &ctx)
 }
 
 /// A minijinja error with its cause chain, and the template line where known.
@@ -427,7 +436,38 @@ mod tests {
             ("a/en/sms.j2", "Hi {{ who.name }}"),
         ]);
         let e = set.render("a", Channel::Sms, &event(json!({})), &recipient(), None).unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "{e:?}");
+    }
+
+    /// What a render error says is the variable as the template wrote it,
+    /// the file and the line: enough to fix the template, and never a value
+    /// of the event's data (an intent's detail is shown to every reader).
+    #[test]
+    fn a_missing_variable_is_named_by_its_path_file_and_line_never_by_a_value() {
+        let cases = [
+            ("Hi {{ po.totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("Hi {{ who.name }}", "undefined value who in a/en/sms.j2:1"),
+            ("Hi {{ who }}", "undefined value who in a/en/sms.j2:1"),
+            ("Hi {{ po.totl | upper }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("Hi {{ po['totl'] }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("{{ po.number ~ po.totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("{{ 'po.x' ~ po.number ~ po . totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("one\n{% if po.totl %}x{% endif %}", "undefined value po.totl in a/en/sms.j2:2"),
+            ("{% for x in po.items %}{{ x }}{% endfor %}", "undefined value po.items in a/en/sms.j2:1"),
+            ("{{ po.number.deep.er }}", "undefined value po.number.deep in a/en/sms.j2:1"),
+            ("{{ lines[5].qty }}", "undefined value lines[5] in a/en/sms.j2:1"),
+            ("{% for l in lines %}\n{{ l.price }}{% endfor %}", "undefined value l.price in a/en/sms.j2:2"),
+            ("{{ entity.idx }}", "undefined value entity.idx in a/en/sms.j2:1"),
+            ("{{ po.number + 1 }}", "invalid operation in a/en/sms.j2:1"),
+            ("{{ po.number | int }}", "invalid operation in a/en/sms.j2:1"),
+        ];
+        let ev = event(json!({"po": {"number": "PO-SECRET"}, "lines": [{"qty": 1}]}));
+        for (source, said) in cases {
+            let set = set(&[("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""), ("a/en/sms.j2", source)]);
+            let e = set.render("a", Channel::Sms, &ev, &recipient(), None).unwrap_err();
+            assert_eq!(e.to_string(), said, "{source:?}");
+            assert!(!format!("{e:?}").contains("SECRET"), "{source:?}: {e:?}");
+        }
     }
 
     #[test]
@@ -467,9 +507,9 @@ mod tests {
         let nul = super::super::context(&ev, &who, "en");
         assert_eq!(set.render_key(source, &nul).unwrap(), "PO-1/PO-7\\u{0}", "escaped, and trimmed as ever");
         let e = set.render_key("{{ missing.field }}", &ctx).unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "strict undefined: {e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "strict undefined: {e:?}");
         let e = set.add_key("{{ entity.id ").unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "{e:?}");
     }
 
     #[test]

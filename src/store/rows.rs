@@ -88,7 +88,11 @@ impl NewIntent {
 
     /// This intent in a request's answer, with the status it has there: as
     /// planned when the request created it, else as the stored one stands.
-    pub fn summary(&self, created: bool, (decision, reason, state): SummaryStatus) -> IntentSummary {
+    pub fn summary(&self, created: bool, status: SummaryStatus) -> IntentSummary {
+        // Planning's note belongs to the status it planned, not to one the
+        // store holds (or gave it since).
+        let detail = self.detail.clone().filter(|_| created && status == self.planned());
+        let (decision, reason, state) = status;
         IntentSummary {
             id: self.key.clone(),
             key: self.key.clone(),
@@ -98,6 +102,7 @@ impl NewIntent {
             reason,
             state,
             created,
+            detail,
         }
     }
 }
@@ -140,6 +145,11 @@ pub struct IntentSummary {
     pub reason: Option<String>,
     pub state: State,
     pub created: bool,
+    /// The note its planning left (a template error names the variable and
+    /// file), for an intent this request created as planned. Answers stored
+    /// before it was given have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
