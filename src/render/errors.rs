@@ -128,61 +128,29 @@ fn is_identifier(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-const KEYWORDS: &[&str] = &[
-    "and",
-    "or",
-    "not",
-    "in",
-    "is",
-    "if",
-    "else",
-    "elif",
-    "endif",
-    "for",
-    "endfor",
-    "set",
-    "endset",
-    "true",
-    "false",
-    "none",
-    "True",
-    "False",
-    "None",
-    "recursive",
-    "with",
-    "endwith",
-    "filter",
-    "endfilter",
-    "macro",
-    "endmacro",
-    "call",
-    "endcall",
-    "block",
-    "endblock",
-    "extends",
-    "include",
-    "import",
-    "from",
-    "as",
-    "ignore",
-    "missing",
-    "context",
-    "without",
-    "autoescape",
-    "endautoescape",
-    "raw",
-    "endraw",
-    "loop",
-    "continue",
-    "break",
-    "do",
-];
+/// Jinja's words that are not variables.
+const KEYWORDS: &str = "and or not in is if else elif endif for endfor set endset true false none True False None \
+     recursive with endwith filter endfilter macro endmacro call endcall block endblock extends include import from \
+     as ignore missing context without autoescape endautoescape raw endraw loop continue break do";
 
-/// Names the template binds itself: loop targets, `set` targets, macro
-/// parameters (roughly: any identifier between `for` and `in`, after `set`,
-/// or in a macro's parentheses). They are not the event's data.
+fn is_keyword(word: &str) -> bool {
+    KEYWORDS.split_whitespace().any(|k| k == word)
+}
+
+/// Names the template binds itself, read from its `{% … %}` tags: loop
+/// targets (every word between `for` and `in`) and the name after `set`,
+/// `macro` or `with`. They are not the event's data.
 fn bound_names(source: &str) -> Vec<String> {
-    let words = words(source);
+    let mut statements = String::new();
+    let mut rest = source;
+    while let Some(open) = rest.find("{%") {
+        let after = &rest[open + 2..];
+        let close = after.find("%}").unwrap_or(after.len());
+        statements.push_str(&after[..close]);
+        statements.push(' ');
+        rest = &after[close..];
+    }
+    let words = words(&statements);
     let mut bound = vec!["loop".to_string()];
     let mut i = 0;
     while i < words.len() {
@@ -285,12 +253,13 @@ fn written_paths(tag: &str, offset: usize) -> Vec<Written> {
                     continue;
                 }
             }
-            if j < b.len() && b[j] == b'[' {
-                if let Some((segment, after)) = subscript(tag, j) {
-                    segments.push(segment);
-                    i = after;
-                    continue;
-                }
+            if j < b.len()
+                && b[j] == b'['
+                && let Some((segment, after)) = subscript(tag, j)
+            {
+                segments.push(segment);
+                i = after;
+                continue;
             }
             break;
         }
@@ -305,7 +274,7 @@ fn written_paths(tag: &str, offset: usize) -> Vec<Written> {
         }
         let test = words[1] == "is" || (words[1] == "not" && words[0] == "is");
         let name_of_something_else = prev_byte == b'|' || prev_byte == b'.' || test;
-        let keyword = segments.is_empty() && KEYWORDS.contains(&root.as_str());
+        let keyword = segments.is_empty() && is_keyword(&root);
         if !name_of_something_else && !keyword && !function {
             out.push(Written { start: offset + start, end: offset + i, root: root.clone(), segments });
         }

@@ -458,6 +458,11 @@ mod tests {
             ("{{ lines[5].qty }}", "undefined value lines[5] in a/en/sms.j2:1"),
             ("{% for l in lines %}\n{{ l.price }}{% endfor %}", "undefined value l.price in a/en/sms.j2:2"),
             ("{{ entity.idx }}", "undefined value entity.idx in a/en/sms.j2:1"),
+            ("Set for who in line: {{ who.name }}", "undefined value who in a/en/sms.j2:1"),
+            (
+                "{% if po.number is not defined %}{% endif %}{{ po.number | replace('PO', po.x) }}",
+                "undefined value po.x in a/en/sms.j2:1",
+            ),
             ("{{ po.number + 1 }}", "invalid operation in a/en/sms.j2:1"),
             ("{{ po.number | int }}", "invalid operation in a/en/sms.j2:1"),
         ];
