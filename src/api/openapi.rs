@@ -328,9 +328,8 @@ pub mod doc {
         pub state: StateName,
         /// Whether this request created the intent.
         pub created: bool,
-        /// Why, when its planning left a note (an intent dead `template_error`
-        /// names the variable, file and line); only on an intent this request
-        /// created.
+        /// Why planning made the intent dead (`template_error` names the
+        /// variable, file and line); only on an intent this request created.
         #[serde(skip_serializing_if = "Option::is_none")]
         pub detail: Option<String>,
     }
