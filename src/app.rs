@@ -19,7 +19,7 @@ use crate::event::Channel;
 use crate::ops::dlq_digest::OpsDigest;
 use crate::ops::fastpath::FastPath;
 use crate::ops::retention::Retention;
-use crate::render::{TemplateSet, TemplateSetError};
+use crate::render::{TemplateSet, TemplateSetError, check};
 use crate::store::{self, Store, StoreError};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +79,17 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
                 config.templates_dir.as_ref().map_or("the built-in templates".into(), |d| d.display().to_string())
             )));
         }
+    }
+    // A file a route needs and does not have would kill each of its
+    // messages `template_error`: refused here, by serve and config check.
+    let needs = check::route_needs(&config.routes);
+    let missing: Vec<String> = check::missing_files(&set, &needs)
+        .into_iter()
+        .filter(|(m, _)| needs.iter().any(|n| n.template == m.template && n.channel == m.channel))
+        .map(|(_, message)| message)
+        .collect();
+    if !missing.is_empty() {
+        return Err(AppError::Route(missing.join("\n")));
     }
     Ok(set)
 }

@@ -364,12 +364,17 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 
 fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use herald::render::{TemplateSet, check};
-    let set = match dir {
-        Some(d) => TemplateSet::load_dir(&d),
-        None => match Config::load(config.as_deref())?.templates_dir {
-            Some(d) => TemplateSet::load_dir(&d),
-            None => Ok(TemplateSet::built_in()),
-        },
+    // The routes' needs when there is a config to read them from: the one
+    // given, or the one that names the directory (not the embedded default's
+    // route when only a directory is given).
+    let config = match (&dir, &config) {
+        (Some(_), None) => None,
+        _ => Some(Config::load(config.as_deref())?),
+    };
+    let needs = config.as_ref().map(|c| check::route_needs(&c.routes)).unwrap_or_default();
+    let set = match (dir, config.and_then(|c| c.templates_dir)) {
+        (Some(d), _) | (None, Some(d)) => TemplateSet::load_dir(&d),
+        (None, None) => Ok(TemplateSet::built_in()),
     };
     let set = match set {
         Ok(s) => s,
@@ -378,7 +383,7 @@ fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Res
             return Ok(ExitCode::FAILURE);
         }
     };
-    let rows = check::check(&set);
+    let rows = check::check_with(&set, &needs);
     output::out(format_args!("{}", check::report(&rows)))?;
     if rows.iter().any(|r| r.failed()) {
         return Ok(ExitCode::FAILURE);

@@ -14,20 +14,28 @@ pub struct DirectoryEntry {
     pub webhook_url: Option<String>,
 }
 
+/// Exactly one mailbox, as an SMTP `RCPT TO` takes it: an RFC 5321 / 5322
+/// addr-spec whose local part is a dot-atom (no quoted string, no comment)
+/// and whose domain is dot-separated labels of letters, digits and inner
+/// hyphens (no address literal). Nothing else is taken, not even around it:
+/// no list (`a@x.example,b@y.example`), no display name (`A <a@x.example>`),
+/// no white space — what is stored is what the field held, and it is sent to
+/// as one address.
 pub fn validate_email(s: &str) -> Result<String, String> {
-    let s = s.trim();
-    let (local, domain) = s.rsplit_once('@').ok_or("must be an email address like a@example.com")?;
-    let domain_ok = domain.contains('.')
-        && !domain.starts_with('.')
-        && !domain.ends_with('.')
-        && domain.chars().all(|c| c.is_alphanumeric() || c == '.' || c == '-');
-    if local.is_empty()
-        || local.len() > 64
-        || !domain_ok
-        || s.len() > 254
-        || s.chars().any(|c| c.is_whitespace() || c.is_control())
-    {
-        return Err(format!("{s:?} is not a valid email address"));
+    let one = || format!("{s:?} is not one email address like a@example.com (no name, list, quotes or spaces)");
+    let (local, domain) = s.split_once('@').ok_or_else(one)?;
+    let atext = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c);
+    let local_ok = local.len() <= 64 && local.split('.').all(|atom| !atom.is_empty() && atom.chars().all(atext));
+    let label_ok = |l: &str| {
+        (1..=63).contains(&l.len())
+            && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    let labels: Vec<&str> = domain.split('.').collect();
+    let domain_ok = domain.len() <= 253 && labels.len() >= 2 && labels.iter().all(|l| label_ok(l));
+    if !local_ok || !domain_ok || s.len() > 254 {
+        return Err(one());
     }
     Ok(s.to_string())
 }
@@ -458,6 +466,78 @@ mod tests {
         assert!(validate_email("a@localhost").is_err());
         assert!(validate_email("@example.com").is_err());
         assert!(validate_email("a b@example.com").is_err());
+    }
+
+    /// One mailbox, as SMTP's RCPT TO takes it: `victim@evil.example,a@example.com`
+    /// was taken as one address, masked as one, and died later at SMTP.
+    #[test]
+    fn an_email_is_exactly_one_mailbox() {
+        let good = [
+            "a@example.com",
+            "asha@example.com",
+            "Asha.K@Example.COM",
+            "first.last+tag@mail.example.co.uk",
+            "o'brien@example.ie",
+            "x_y-z@sub-domain.example.org",
+            "!#$%&'*+-/=?^_`{|}~@example.com",
+            "a@b.c",
+            "user@xn--bcher-kva.example",
+            "1234@123.example",
+            &format!("{}@example.com", "a".repeat(64)),
+            &format!("a@{}.com", "b".repeat(63)),
+        ];
+        for address in good {
+            assert_eq!(validate_email(address).as_deref(), Ok(address), "{address:?} is one mailbox");
+        }
+        let bad = [
+            "victim@evil.example,a@example.com",
+            "victim@evil.example, a@example.com",
+            "victim@evil.example;a@example.com",
+            "a@example.com,",
+            "Victim <victim@evil.example>",
+            "<victim@evil.example>",
+            "victim@evil.example (Victim)",
+            "a(comment)@example.com",
+            "\"a b\"@example.com",
+            "\"a,b\"@example.com",
+            "\"\"@example.com",
+            "a\\@b@example.com",
+            "a@b@example.com",
+            " a@example.com",
+            "a@example.com ",
+            "a@example.com\n",
+            "a\tb@example.com",
+            "a\u{0}@example.com",
+            ".a@example.com",
+            "a.@example.com",
+            "a..b@example.com",
+            "a@example..com",
+            "a@.example.com",
+            "a@example.com.",
+            "a@-example.com",
+            "a@example-.com",
+            "a@exa_mple.com",
+            "a@[127.0.0.1]",
+            "a@127.0.0.1:25",
+            "a@example.com:25",
+            "a@example.com/path",
+            "a@localhost",
+            "a@",
+            "@",
+            "",
+            "a",
+            "asha@exämple.com",
+            "äsha@example.com",
+            "a@example.com\u{202e}",
+            "a\u{200b}@example.com",
+            "a@example.c\u{fe0f}om",
+            &format!("{}@example.com", "a".repeat(65)),
+            &format!("a@{}.com", "b".repeat(64)),
+            &format!("a@{}com", format!("{}.", "b".repeat(63)).repeat(4)),
+        ];
+        for address in bad {
+            assert!(validate_email(address).is_err(), "{address:?} was taken as one mailbox");
+        }
     }
 
     #[test]

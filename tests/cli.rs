@@ -325,3 +325,120 @@ fn serve_writes_plain_log_lines_when_stderr_is_not_a_terminal() {
     assert!(!text.contains('\u{1b}'), "escape codes in a log file: {text:?}");
     assert!(text.contains(" addr=127.0.0.1:"), "the field is not plain name=value: {text:?}");
 }
+
+/// `dir/templates`: the repository's `po_approved` less the files named, and
+/// `dir/herald.toml`, whose route sends email, SMS and in-app from it.
+fn templates_without(dir: &Path, missing: &[&str]) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("templates/po_approved");
+    let to = dir.join("templates/po_approved");
+    for file in ["template.toml", "fixtures.json"] {
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(src.join(file), to.join(file)).unwrap();
+    }
+    for locale in ["en", "ne"] {
+        std::fs::create_dir_all(to.join(locale)).unwrap();
+        for entry in std::fs::read_dir(src.join(locale)).unwrap() {
+            let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+            let rel = format!("{locale}/{name}");
+            if !missing.contains(&rel.as_str()) {
+                std::fs::copy(src.join(&rel), to.join(&rel)).unwrap();
+            }
+        }
+    }
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\ndatabase_url = \"sqlite://h.db\"\ntemplates_dir = {:?}\n\
+         [[routes]]\nevent = \"purchase_order.approved\"\ntemplate = \"po_approved\"\n\
+         channels = [\"email\", \"sms\", \"in_app\", \"webhook\"]\n\
+         [channels.email]\nsink = \"outbox\"\n[channels.sms]\nsink = \"outbox\"\n",
+        dir.join("templates").display().to_string()
+    );
+    std::fs::write(dir.join("herald.toml"), config).unwrap();
+}
+
+/// A deleted `en/sms.j2` passed both checks (the row silently left out of
+/// the table), and then every SMS of the route died `template_error`. Each
+/// route's channel needs its files in the template's default locale (a
+/// webhook and an HTML part are optional); a missing one fails both checks,
+/// named by its path.
+#[test]
+fn a_deleted_template_file_fails_both_checks_naming_it() {
+    let complete = tempfile::tempdir().unwrap();
+    templates_without(complete.path(), &[]);
+    for args in
+        [&["templates", "check", "--config", "herald.toml"][..], &["config", "check", "--config", "herald.toml"]]
+    {
+        let out = run(complete.path(), args, &[]);
+        assert!(out.status.success(), "{args:?}: {}{}", stdout(&out), stderr(&out));
+    }
+    // the issue's case: a translation still has it, so the table alone shows it
+    // missing; and with both gone, only the route does
+    for missing in [&["en/sms.j2"][..], &["en/sms.j2", "ne/sms.j2"], &["en/email.txt.j2"]] {
+        let dir = tempfile::tempdir().unwrap();
+        templates_without(dir.path(), missing);
+        let file = format!("po_approved/{}", missing[0]);
+        let mut checks = vec![
+            &["templates", "check", "--config", "herald.toml"][..],
+            &["config", "check", "--config", "herald.toml"],
+        ];
+        if missing.len() == 1 {
+            checks.push(&["templates", "check", "--dir", "templates"]);
+        }
+        for args in checks {
+            let out = run(dir.path(), args, &[]);
+            let said = format!("{}{}", stdout(&out), stderr(&out));
+            assert_eq!(out.status.code(), Some(1), "{missing:?} {args:?}: {said}");
+            assert!(said.contains(&file) && said.contains("missing"), "{missing:?} {args:?}: {said}");
+            assert!(!said.contains("render within budget") && !said.lines().any(|l| l == "ok"), "{args:?}: {said}");
+        }
+    }
+}
+
+/// `herald serve` refuses to start on a route whose template file is
+/// missing, with the message `config check` gives.
+#[test]
+fn serve_refuses_to_start_with_a_template_file_missing() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    templates_without(dir.path(), &["en/sms.j2"]);
+    let check = stderr(&run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]));
+    let message = check.lines().find(|l| l.contains("po_approved/en/sms.j2")).unwrap_or_else(|| panic!("{check}"));
+    let message = message.trim_start_matches("config: ").to_string();
+    let log = dir.path().join("herald.log");
+    let mut child = herald(dir.path(), &["serve", "--config", "herald.toml"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start herald serve");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline
+            || std::fs::read_to_string(&log).unwrap_or_default().contains("herald is listening")
+        {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.and_then(|s| s.code()), Some(1), "serve started: {text}");
+    assert!(text.contains(&message), "{message:?} not in {text}");
+}
+
+/// A variable the fixtures lack is named with its file and line.
+#[test]
+fn templates_check_names_the_variable_the_fixtures_lack() {
+    let dir = tempfile::tempdir().unwrap();
+    templates_without(dir.path(), &[]);
+    let fixtures = r#"{"data": {"po": {"number": "PO-1"}, "approver": {"name": "Asha"}}, "entity": {"type": "purchase_order", "id": "PO-1"}}"#;
+    std::fs::write(dir.path().join("templates/po_approved/fixtures.json"), fixtures).unwrap();
+    let out = run(dir.path(), &["templates", "check", "--dir", "templates"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = stdout(&out);
+    assert!(said.contains("undefined value po.total in po_approved/en/sms.j2:1"), "{said}");
+    assert!(said.contains("undefined value po.total in po_approved/en/email.txt.j2:3"), "{said}");
+}

@@ -299,9 +299,9 @@ async fn a_digest_that_cannot_be_rendered_sends_its_members_one_by_one() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         let templates = templates_with_digest();
-        // the digest template has no SMS body: rendering it fails
-        std::fs::remove_file(templates.path().join("po_digest/en/sms.j2")).unwrap();
-        std::fs::write(templates.path().join("po_digest/en/in_app.j2"), "{{ count }}").unwrap();
+        // strict undefined: the digest's SMS fails to render (a file missing
+        // altogether stops start-up instead)
+        std::fs::write(templates.path().join("po_digest/en/sms.j2"), "{{ nope }}").unwrap();
         let (app, clock) = digest_app(&db, &sms, templates.path()).await;
         let phone = "+15550000206";
         let mut ids = Vec::new();

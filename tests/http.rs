@@ -697,3 +697,66 @@ async fn a_number_a_double_cannot_hold_is_refused_rather_than_merged() {
     assert_eq!(post("\"123456789012345678901\"").await.unwrap().status(), 409, "another value of the same event");
     app.running.stop().await;
 }
+
+/// An email field is one mailbox: `victim@evil.example,a@example.com` was
+/// taken (and masked as one address) and died later at SMTP. A list, a
+/// display name, a quoted local part or white space is a 400 naming the
+/// field, inline and in the directory.
+#[tokio::test]
+async fn an_email_field_holding_more_than_one_mailbox_is_a_400_naming_it() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let app = TestApp::new(&db).spawn().await;
+    for bad in [
+        "victim@evil.example,a@example.com",
+        "victim@evil.example;a@example.com",
+        "Victim <victim@evil.example>",
+        "\"a,b\"@example.com",
+        "a@example.com ",
+        "a(comment)@example.com",
+    ] {
+        let mut ev = sms_event("PO-MAIL", "+15550000011");
+        ev["recipients"][0]["email"] = json!(bad);
+        ev["channels"] = json!(["email"]);
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("invalid_field")), "{bad:?}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("recipients[0].email"), "{bad:?}: {b}");
+        let (s, b) = app.put("/v1/recipients/u-mail", &json!({ "email": bad })).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("invalid_field")), "{bad:?}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap().starts_with("email"), "{bad:?}: {b}");
+    }
+    let (s, b) = app.put("/v1/recipients/u-mail", &json!({"email": "asha.k+po@mail.example.com"})).await;
+    assert_eq!(s, 200, "{b}");
+    app.running.stop().await;
+}
+
+/// A template variable the event's data lacks is named with its file and
+/// line wherever the dead intent is shown — the request's answer, the
+/// intent, `herald why` — and none of the data's values is.
+#[tokio::test]
+async fn a_missing_template_variable_is_named_with_its_file_and_line() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).spawn().await;
+        let mut ev = sms_event("PO-UNDEF", "+15550000012");
+        ev["data"] = json!({"po": {"number": "PO-SECRET-7", "totl": "9,99,999"}, "approver": {"name": "Mallory"}});
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{backend:?}: {b}");
+        let said = "undefined value po.total in po_approved/en/sms.j2:1";
+        assert_eq!(
+            (b["intents"][0]["reason"].as_str(), b["intents"][0]["detail"].as_str()),
+            (Some("template_error"), Some(said)),
+            "{backend:?}: {b}"
+        );
+        let (_, it) = app.get(&format!("/v1/intents/{}", b["intents"][0]["id"].as_str().unwrap())).await;
+        assert_eq!(it["detail"], said, "{backend:?}: {it}");
+        let store = db.store().await;
+        let history = herald::why::history(store.as_ref(), "default", ("purchase_order", "PO-UNDEF"), "u-PO-UNDEF")
+            .await
+            .unwrap();
+        let why = herald::why::timeline(("purchase_order", "PO-UNDEF"), "u-PO-UNDEF", &history);
+        let note = why.lines().find(|l| l.contains("note:")).unwrap_or_default();
+        assert!(note.trim_start().strip_prefix("note: ") == Some(said), "{backend:?}: {why}");
+        app.running.stop().await;
+    }
+}

@@ -69,6 +69,27 @@ async fn crlf_in_event_data_cannot_forge_a_header_in_the_directory_sink() {
     app.running.stop().await;
 }
 
+/// The directory sink's message id was the file's full path on the server
+/// (`/tmp/…/outbox/KEY.email.txt`), shown to every reader of the intent: it
+/// is the file's name only.
+#[tokio::test]
+async fn an_attempt_through_the_directory_sink_shows_no_server_path() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let outbox = tempfile::tempdir().unwrap();
+    let toml = format!("[channels.email]\nsink = {:?}\ntimeout = \"1s\"\n", outbox.path().display().to_string());
+    let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+    let mut ev = forged_event("PO-SINK-PATH", json!({"id": "u-sink", "email": "asha@example.com"}), "email");
+    ev["data"]["approver"]["name"] = json!("Asha");
+    let (s, b, _) = app.post_event(&ev, None).await;
+    assert_eq!(s, 202, "{b}");
+    let it = app.wait_state(&id_of(&b), &["sent"]).await;
+    let file = format!("{}.email.txt", it["key"].as_str().unwrap());
+    assert_eq!(it["attempts"][0]["provider_message_id"], file.as_str(), "{it}");
+    assert!(outbox.path().join(&file).exists());
+    assert!(!it.to_string().contains(&outbox.path().display().to_string()), "{it}");
+    app.running.stop().await;
+}
+
 #[tokio::test]
 async fn crlf_in_event_data_cannot_forge_a_header_over_smtp() {
     let db = TestDb::new(Backend::Sqlite).await;

@@ -328,6 +328,10 @@ pub mod doc {
         pub state: StateName,
         /// Whether this request created the intent.
         pub created: bool,
+        /// Why planning made the intent dead (`template_error` names the
+        /// variable, file and line); only on an intent this request created.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pub detail: Option<String>,
     }
 
     /// The 200 answer of `POST /v1/events`: a replay or existing intents, or a dry run's.

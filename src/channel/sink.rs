@@ -23,7 +23,13 @@ impl DirectorySink {
     }
 
     pub fn path_for(&self, key: &str) -> PathBuf {
-        self.dir.join(format!("{key}.{}.txt", self.channel))
+        self.dir.join(self.file_name(key))
+    }
+
+    /// What the attempt records and shows: the file's name, never the
+    /// server's directory (every reader of the intent sees it).
+    fn file_name(&self, key: &str) -> String {
+        format!("{key}.{}.txt", self.channel)
     }
 
     /// The header lines, then the body. Every header value goes through
@@ -86,12 +92,13 @@ impl Provider for DirectorySink {
             tokio::fs::write(&tmp, text.as_bytes()).await?;
             tokio::fs::rename(&tmp, &path).await
         };
+        let name = self.file_name(&d.key);
         match write.await {
-            Ok(()) => Outcome::Accepted { status: None, message_id: Some(path.display().to_string()) },
+            Ok(()) => Outcome::Accepted { status: None, message_id: Some(name) },
             Err(e) => Outcome::Retryable {
                 class: Reason::Unreachable,
                 status: None,
-                error: short_error(&format!("cannot write {}: {e}", path.display())),
+                error: short_error(&format!("cannot write {name} in the sink's directory: {e}")),
                 retry_after: None,
             },
         }

@@ -4,8 +4,9 @@
 //! it into UCS-2. The command a team puts in its CI so a translation cannot
 //! quietly turn every alert into three segments.
 
-use super::TemplateSet;
 use super::sms::{Culprit, analyse};
+use super::{MissingFile, TemplateSet};
+use crate::config::Route;
 use crate::event::Channel;
 use serde_json::{Map, Value, json};
 use std::fmt::Write;
@@ -55,13 +56,79 @@ fn fixture_context(template: &str, fixtures: &Value, locale: &str) -> Value {
     Value::Object(ctx)
 }
 
+/// A channel a route sends with a template, which must have its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Need {
+    /// Who needs it: `routes[0]`, `routes[0].digest`.
+    pub by: String,
+    pub template: String,
+    pub channel: Channel,
+}
+
+/// What the routes send with which template: each route's channels, and its
+/// digest's through the digest template.
+pub fn route_needs(routes: &[Route]) -> Vec<Need> {
+    let mut needs = Vec::new();
+    for (i, route) in routes.iter().enumerate() {
+        for channel in route.channels() {
+            needs.push(Need { by: format!("routes[{i}]"), template: route.template.clone(), channel });
+        }
+        if let Some(d) = &route.digest {
+            for channel in Channel::ALL.into_iter().filter(|c| d.batches(route, *c)) {
+                needs.push(Need { by: format!("routes[{i}].digest"), template: d.template.clone(), channel });
+            }
+        }
+    }
+    needs
+}
+
+/// Every file missing for a channel some locale of a template has, or one
+/// of `needs` names, each once with what it is missing for. A message would
+/// otherwise die `template_error` at runtime; `herald serve` and `config
+/// check` refuse the routes' ones, and `templates check` fails on all.
+pub fn missing_files(set: &TemplateSet, needs: &[Need]) -> Vec<(MissingFile, String)> {
+    let mut pairs: Vec<(String, Channel, Option<&str>)> =
+        needs.iter().map(|n| (n.template.clone(), n.channel, Some(n.by.as_str()))).collect();
+    for id in set.ids() {
+        pairs.extend(set.channels_with_files(id).into_iter().map(|c| (id.to_string(), c, None)));
+    }
+    let mut out: Vec<(MissingFile, String)> = Vec::new();
+    for (id, channel, by) in pairs {
+        let default = set.meta(&id).map(|m| m.default_locale.clone()).unwrap_or_default();
+        for m in set.missing_files(&id, channel) {
+            if out.iter().any(|(seen, _)| seen.path == m.path) {
+                continue;
+            }
+            let why = match by {
+                _ if m.locale != default => format!("locale {} has {channel}'s other files", m.locale),
+                Some(by) => format!("{by} sends {channel} with {id}, whose default locale is {default}"),
+                None => format!("another locale has {channel}, and {default} is where every locale falls back to"),
+            };
+            let message = format!("{} is missing ({why})", m.path.display());
+            out.push((m, message));
+        }
+    }
+    out
+}
+
 pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
+    check_with(set, &[])
+}
+
+/// [`check`], and a failure for each file a route needs that is missing
+/// (`needs`: from the config's routes, see [`route_needs`]).
+pub fn check_with(set: &TemplateSet, needs: &[Need]) -> Vec<CheckRow> {
     let mut rows = Vec::new();
+    let missing = missing_files(set, needs);
     for id in set.ids() {
         let Some(meta) = set.meta(id) else { continue };
         for locale in set.locales(id) {
             for channel in Channel::ALL {
                 if !set.has_channel(id, locale, channel) {
+                    continue;
+                }
+                // reported below as the file it lacks
+                if missing.iter().any(|(m, _)| m.template == id && m.locale == locale && m.channel == channel) {
                     continue;
                 }
                 let mut row = CheckRow {
@@ -83,7 +150,7 @@ pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
                 };
                 let ctx = fixture_context(id, fixtures, locale);
                 match set.render_context(id, channel, locale, &ctx) {
-                    Err(e) => row.verdict = Verdict::Fail(format!("render error: {e}")),
+                    Err(e) => row.verdict = Verdict::Fail(format!("render error: {}", e.with_cause())),
                     Ok(r) => {
                         row.encoding = r.content.encoding.clone();
                         row.segments = r.content.segments;
@@ -105,7 +172,33 @@ pub fn check(set: &TemplateSet) -> Vec<CheckRow> {
             }
         }
     }
+    for n in needs.iter().filter(|n| !set.contains(&n.template)) {
+        rows.push(failed(
+            &n.template,
+            "-",
+            n.channel,
+            format!("{} names template {}, which is not here", n.by, n.template),
+        ));
+    }
+    for (m, message) in missing {
+        rows.push(failed(&m.template, &m.locale, m.channel, message));
+    }
     rows
+}
+
+fn failed(template: &str, locale: &str, channel: Channel, why: String) -> CheckRow {
+    CheckRow {
+        template: template.to_string(),
+        locale: locale.to_string(),
+        channel,
+        encoding: None,
+        segments: None,
+        budget: None,
+        verdict: Verdict::Fail(why),
+        culprits: Vec::new(),
+        subject: None,
+        body: None,
+    }
 }
 
 /// The table, then one paragraph per failure.

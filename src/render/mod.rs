@@ -2,10 +2,11 @@
 //! strict undefined when the intent is created, and the result is frozen.
 
 pub mod check;
+mod errors;
 pub mod sms;
 mod templates;
 
-pub use templates::{OverBudget, TemplateMeta, TemplateSet, TemplateSetError};
+pub use templates::{MissingFile, OverBudget, TemplateMeta, TemplateSet, TemplateSetError};
 
 use crate::event::{Channel, Event, RecipientSpec, canonical_json, identity::sha256_hex};
 use serde::{Deserialize, Serialize};
@@ -60,8 +61,21 @@ pub enum RenderError {
     UnknownTemplate(String),
     #[error("template {template} has no {file} in locale {locale} (nor in its default locale)")]
     MissingFile { template: String, locale: String, file: String },
-    #[error("{0}")]
-    Template(String),
+    /// `message` names the variable, file and line, never a value: it becomes
+    /// the dead intent's `detail`. `cause` is minijinja's own text, which may
+    /// quote one (`templates check` shows it: it renders fixtures).
+    #[error("{message}")]
+    Template { message: String, cause: Option<String> },
+}
+
+impl RenderError {
+    /// The message with its cause, for `templates check`.
+    pub fn with_cause(&self) -> String {
+        match self {
+            RenderError::Template { message, cause: Some(cause) } => format!("{message} ({cause})"),
+            other => other.to_string(),
+        }
+    }
 }
 
 /// The template context: `data` at the top level plus the reserved `event`,
@@ -114,6 +128,16 @@ pub fn default_webhook_body(event: &Event) -> String {
         "occurred_at": event.occurred_at.canonical(),
         "data": Value::Object(event.data.clone()),
     }))
+}
+
+/// The template files a channel must have in the template's default locale
+/// (and in any locale that has one of them): a webhook falls back to the
+/// event as JSON, and an email's HTML part is optional.
+pub fn required_files(channel: Channel) -> &'static [&'static str] {
+    match channel {
+        Channel::Webhook => &[],
+        other => files_for(other),
+    }
 }
 
 /// The template files a channel needs, the first of which decides whether a

@@ -1,7 +1,7 @@
 //! The template directory (DESIGN §6a), loaded into one minijinja environment.
 
 use super::sms::analyse;
-use super::{Content, RenderError, Rendered, default_webhook_body, files_for};
+use super::{Content, RenderError, Rendered, default_webhook_body, files_for, required_files};
 use crate::event::{Channel, Event, RecipientSpec};
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::{Deserialize, Serialize};
@@ -42,6 +42,17 @@ fn one() -> u32 {
     1
 }
 
+/// A template file a channel needs that is not there (see
+/// [`TemplateSet::missing_files`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingFile {
+    pub template: String,
+    pub locale: String,
+    pub channel: Channel,
+    /// Under the template directory, as it was given.
+    pub path: PathBuf,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateSetError {
     #[error("cannot read {path}: {source}")]
@@ -60,6 +71,8 @@ struct Template {
 /// Every template, parsed once at start-up: a syntax error stops the process
 /// with the file's name instead of failing each event later.
 pub struct TemplateSet {
+    /// Where the files were read from, to name a missing one.
+    root: PathBuf,
     env: Environment<'static>,
     templates: BTreeMap<String, Template>,
     /// Digest key expressions, compiled once at start-up and named by their
@@ -148,7 +161,7 @@ impl TemplateSet {
         }
         let mut keys = new_env();
         keys.set_auto_escape_callback(|_| AutoEscape::None);
-        Ok(TemplateSet { env, templates, keys })
+        Ok(TemplateSet { root: root.to_path_buf(), env, templates, keys })
     }
 
     pub fn contains(&self, id: &str) -> bool {
@@ -175,6 +188,45 @@ impl TemplateSet {
     pub fn has_channel(&self, id: &str, locale: &str, channel: Channel) -> bool {
         let first = files_for(channel)[0];
         self.templates.get(id).and_then(|t| t.locales.get(locale)).is_some_and(|f| f.contains(first))
+    }
+
+    /// The files `channel` needs from template `id` that are not there: in
+    /// its default locale, where every recipient's message falls back to, and
+    /// in any other locale that has some of them (an email with a subject and
+    /// no body fails for that locale's recipients). An optional file (a
+    /// webhook's, an email's HTML part) is never missing.
+    pub fn missing_files(&self, id: &str, channel: Channel) -> Vec<MissingFile> {
+        let Some(t) = self.templates.get(id) else {
+            return Vec::new();
+        };
+        let needed = required_files(channel);
+        let mut missing = Vec::new();
+        for (locale, files) in &t.locales {
+            let default = *locale == t.meta.default_locale;
+            if !default && !needed.iter().any(|f| files.contains(*f)) {
+                continue;
+            }
+            for file in needed.iter().filter(|f| !files.contains(**f)) {
+                missing.push(MissingFile {
+                    template: id.to_string(),
+                    locale: locale.clone(),
+                    channel,
+                    path: self.root.join(id).join(locale).join(file),
+                });
+            }
+        }
+        missing
+    }
+
+    /// The channels some locale of template `id` has a file for.
+    pub fn channels_with_files(&self, id: &str) -> Vec<Channel> {
+        let Some(t) = self.templates.get(id) else {
+            return Vec::new();
+        };
+        Channel::ALL
+            .into_iter()
+            .filter(|c| t.locales.values().any(|files| required_files(*c).iter().any(|f| files.contains(*f))))
+            .collect()
     }
 
     /// The recipient's locale when the template has it for this channel, else
@@ -211,7 +263,7 @@ impl TemplateSet {
         }
         self.keys
             .add_template_owned(source.to_string(), source.to_string())
-            .map_err(|e| RenderError::Template(describe(&e)))
+            .map_err(|e| RenderError::Template { message: describe(&e), cause: None })
     }
 
     /// Renders a key expression with strict undefined: the compiled one when
@@ -224,7 +276,7 @@ impl TemplateSet {
             Ok(t) => t.render(ctx),
             Err(_) => self.keys.render_str(source, ctx),
         };
-        let key = rendered.map_err(|e| RenderError::Template(describe(&e)))?;
+        let key = rendered.map_err(|e| render_error(&e, Some(source), ctx))?;
         let key = key.trim();
         if !key.contains(char::is_control) {
             return Ok(key.to_string());
@@ -257,11 +309,13 @@ impl TemplateSet {
             if !t.locales.get(locale).is_some_and(|f| f.contains(file)) {
                 return Ok(None);
             }
-            let tpl = self
-                .env
-                .get_template(&format!("{id}/{locale}/{file}"))
-                .map_err(|e| RenderError::Template(describe(&e)))?;
-            tpl.render(ctx).map(Some).map_err(|e| RenderError::Template(describe(&e)))
+            let tpl =
+                self.env.get_template(&format!("{id}/{locale}/{file}")).map_err(|e| render_error(&e, None, ctx))?;
+            tpl.render(ctx).map(Some).map_err(|e| {
+                // the file that failed: an included one names itself
+                let failed = e.name().and_then(|n| self.env.get_template(n).ok());
+                render_error(&e, failed.as_ref().map(|t| t.source()), ctx)
+            })
         };
         let required = |file: &str| -> Result<String, RenderError> {
             render_file(file)?.ok_or_else(|| RenderError::MissingFile {
@@ -296,6 +350,13 @@ impl TemplateSet {
         }
         Ok(Rendered { locale: locale.to_string(), revision: t.meta.revision.clone(), content, over_budget })
     }
+}
+
+/// A render error as an intent may show it (see [`super::errors`]); the
+/// context is turned into JSON only when rendering failed.
+fn render_error(e: &minijinja::Error, source: Option<&str>, ctx: &impl Serialize) -> RenderError {
+    let ctx = serde_json::to_value(ctx).unwrap_or(Value::Null);
+    super::errors::render_error(e, source, &ctx)
 }
 
 /// A minijinja error with its cause chain, and the template line where known.
@@ -375,7 +436,64 @@ mod tests {
             ("a/en/sms.j2", "Hi {{ who.name }}"),
         ]);
         let e = set.render("a", Channel::Sms, &event(json!({})), &recipient(), None).unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "{e:?}");
+    }
+
+    /// What a render error says is the variable as the template wrote it,
+    /// the file and the line: enough to fix the template, and never a value
+    /// of the event's data (an intent's detail is shown to every reader).
+    #[test]
+    fn a_missing_variable_is_named_by_its_path_file_and_line_never_by_a_value() {
+        let cases = [
+            ("Hi {{ po.totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("Hi {{ who.name }}", "undefined value who in a/en/sms.j2:1"),
+            ("Hi {{ who }}", "undefined value who in a/en/sms.j2:1"),
+            ("Hi {{ po.totl | upper }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("Hi {{ po['totl'] }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("{{ po.number ~ po.totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("{{ 'po.x' ~ po.number ~ po . totl }}", "undefined value po.totl in a/en/sms.j2:1"),
+            ("one\n{% if po.totl %}x{% endif %}", "undefined value po.totl in a/en/sms.j2:2"),
+            ("{% for x in po.items %}{{ x }}{% endfor %}", "undefined value po.items in a/en/sms.j2:1"),
+            ("{{ po.number.deep.er }}", "undefined value po.number.deep in a/en/sms.j2:1"),
+            ("{{ lines[5].qty }}", "undefined value lines[5] in a/en/sms.j2:1"),
+            ("{% for l in lines %}\n{{ l.price }}{% endfor %}", "undefined value l.price in a/en/sms.j2:2"),
+            ("{{ entity.idx }}", "undefined value entity.idx in a/en/sms.j2:1"),
+            ("Set for who in line: {{ who.name }}", "undefined value who in a/en/sms.j2:1"),
+            (
+                "{% if po.number is not defined %}{% endif %}{{ po.number | replace('PO', po.x) }}",
+                "undefined value po.x in a/en/sms.j2:1",
+            ),
+            ("{{ po.number + 1 }}", "invalid operation in a/en/sms.j2:1"),
+            ("{{ po.number | int }}", "invalid operation in a/en/sms.j2:1"),
+        ];
+        let ev = event(json!({"po": {"number": "PO-SECRET"}, "lines": [{"qty": 1}]}));
+        for (source, said) in cases {
+            let set = set(&[("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""), ("a/en/sms.j2", source)]);
+            let e = set.render("a", Channel::Sms, &ev, &recipient(), None).unwrap_err();
+            assert_eq!(e.to_string(), said, "{source:?}");
+            assert!(!format!("{e:?}").contains("SECRET"), "{source:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_file_a_channel_needs_is_named_by_its_path_and_an_optional_one_never_is() {
+        let set = set(&[
+            ("a/template.toml", "revision = \"1\"\ndefault_locale = \"en\""),
+            ("a/en/email.subject.j2", "s"),
+            ("a/en/email.txt.j2", "b"),
+            ("a/ne/email.subject.j2", "s"),
+            ("a/ne/sms.j2", "x"),
+            ("a/ne/webhook.j2", "{}"),
+        ]);
+        let paths = |c| set.missing_files("a", c).into_iter().map(|m| m.path).collect::<Vec<_>>();
+        // the default locale, where every recipient falls back to; and a
+        // locale with half an email
+        assert_eq!(paths(Channel::Email), [PathBuf::from("t/a/ne/email.txt.j2")]);
+        assert_eq!(paths(Channel::Sms), [PathBuf::from("t/a/en/sms.j2")]);
+        assert_eq!(paths(Channel::InApp), [PathBuf::from("t/a/en/in_app.j2")]);
+        assert!(paths(Channel::Webhook).is_empty(), "a webhook falls back to the event");
+        assert_eq!(set.channels_with_files("a"), [Channel::Email, Channel::Sms]);
+        assert!(TemplateSet::built_in().missing_files("po_approved", Channel::Email).is_empty());
     }
 
     #[test]
@@ -394,9 +512,9 @@ mod tests {
         let nul = super::super::context(&ev, &who, "en");
         assert_eq!(set.render_key(source, &nul).unwrap(), "PO-1/PO-7\\u{0}", "escaped, and trimmed as ever");
         let e = set.render_key("{{ missing.field }}", &ctx).unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "strict undefined: {e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "strict undefined: {e:?}");
         let e = set.add_key("{{ entity.id ").unwrap_err();
-        assert!(matches!(e, RenderError::Template(_)), "{e:?}");
+        assert!(matches!(e, RenderError::Template { .. }), "{e:?}");
     }
 
     #[test]

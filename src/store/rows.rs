@@ -88,7 +88,13 @@ impl NewIntent {
 
     /// This intent in a request's answer, with the status it has there: as
     /// planned when the request created it, else as the stored one stands.
-    pub fn summary(&self, created: bool, (decision, reason, state): SummaryStatus) -> IntentSummary {
+    pub fn summary(&self, created: bool, status: SummaryStatus) -> IntentSummary {
+        // Why planning killed it (a template error names the variable and
+        // file), for the status it planned, not one the store holds. Other
+        // notes stay with the intent, for the readers of intents.
+        let dead_at_planning = created && self.state == State::Dead && status == self.planned();
+        let detail = self.detail.clone().filter(|_| dead_at_planning);
+        let (decision, reason, state) = status;
         IntentSummary {
             id: self.key.clone(),
             key: self.key.clone(),
@@ -98,6 +104,7 @@ impl NewIntent {
             reason,
             state,
             created,
+            detail,
         }
     }
 }
@@ -140,6 +147,11 @@ pub struct IntentSummary {
     pub reason: Option<String>,
     pub state: State,
     pub created: bool,
+    /// Why planning made it dead (`template_error` names the variable, file
+    /// and line; `sms_too_long` the segments), for an intent this request
+    /// created. Answers stored before it was given have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
