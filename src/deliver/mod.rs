@@ -21,7 +21,7 @@ use opentelemetry::KeyValue;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use recorder::{Done, Unrecorded};
-use retry::RetryPolicy;
+use retry::{Next, RetryPolicy};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -328,8 +328,9 @@ impl Worker {
             all.observe(provider_name, &outcome);
         }
         let now = self.clock.now();
+        let window_ends = self.window_ends(&job.intent, &outcome, earlier.as_deref(), now).await;
         // The policy counts the tries since the last replay from the dead letters.
-        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, (now, window_ends), rng);
         let template = TemplateRef { id: &job.intent.template_id, revision: job.intent.template_revision.as_deref() };
         crate::ops::metrics::attempt_finished(
             job.intent.channel,
@@ -379,6 +380,37 @@ impl Worker {
         done
     }
 
+    /// When the dedupe window of this retry chain runs out: counted from
+    /// the start of the chain's first try (the first since the intent was
+    /// created or last replayed from the dead letters), as the retry horizon
+    /// is. Only a provider's `Retry-After` can stretch a chain that far (the
+    /// backoff alone fits the window: `config check`), so only then is the
+    /// start looked up; an unreadable start counts from the intent's creation,
+    /// the earliest it can be.
+    async fn window_ends(
+        &self,
+        intent: &crate::store::IntentRow,
+        outcome: &Outcome,
+        earlier: Option<&[crate::store::AttemptRow]>,
+        now: jiff::Timestamp,
+    ) -> Option<jiff::Timestamp> {
+        if !matches!(outcome, Outcome::Retryable { retry_after: Some(_), .. }) {
+            return None;
+        }
+        let first = intent.retry_base + 1;
+        let read;
+        let attempts = match earlier.filter(|a| a.iter().any(|a| a.n == first)) {
+            Some(a) => Some(a),
+            None => {
+                read = self.earlier_attempts(&intent.key).await;
+                read.as_deref()
+            }
+        };
+        let started =
+            attempts.and_then(|a| a.iter().find(|a| a.n == first)).map_or(intent.created_at, |a| a.started_at);
+        self.policy.window_ends(jiff::Timestamp::from_microsecond(started).unwrap_or(now))
+    }
+
     /// The intent's attempts so far; None when they cannot be read (a
     /// failover chain then starts from its first member, and a duplicate
     /// cannot be ruled out).
@@ -393,12 +425,13 @@ impl Worker {
     }
 
     /// What the outcome leads to, and the provider's `Retry-After` as
-    /// honoured when a retry is scheduled.
+    /// honoured when a retry is scheduled. `window_ends`: see
+    /// [`RetryPolicy::next`].
     fn transition(
         &self,
         outcome: &Outcome,
         n: i64,
-        now: jiff::Timestamp,
+        (now, window_ends): (jiff::Timestamp, Option<jiff::Timestamp>),
         rng: &Mutex<SmallRng>,
     ) -> (Transition, Option<Duration>) {
         let (retry_after, state) = match outcome {
@@ -408,18 +441,26 @@ impl Worker {
             Outcome::Unknown { .. } => (None, State::Unknown),
         };
         let made = u32::try_from(n).unwrap_or(u32::MAX);
-        let delay = {
+        let next = {
             let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.policy.next_delay(made, retry_after, &mut *rng)
+            self.policy.next(made, retry_after, now, window_ends, &mut *rng)
         };
-        let Some(delay) = delay else { return (Transition::Dead { reason: Reason::RetriesExhausted }, None) };
-        let honoured = retry_after.map(|asked| {
-            let honoured = self.policy.honoured_retry_after(asked);
-            if honoured < asked {
-                tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max; capped");
+        let (delay, honoured) = match next {
+            Next::Retry { delay, retry_after: honoured } => (delay, honoured),
+            Next::Exhausted => return (Transition::Dead { reason: Reason::RetriesExhausted }, None),
+            Next::PastWindow { delay } => {
+                tracing::warn!(
+                    next_in = ?delay,
+                    "the next try would run after the intent's dedupe window; the chain ends here"
+                );
+                return (Transition::Dead { reason: Reason::RetriesExhausted }, None);
             }
-            honoured
-        });
+        };
+        if let (Some(asked), Some(honoured)) = (retry_after, honoured)
+            && honoured < asked
+        {
+            tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max_retry_after; capped");
+        }
         // Past the end of time is the end of time, never "now".
         let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
         (Transition::Retry { run_at_us: micros(run_at), state }, honoured)

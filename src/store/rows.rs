@@ -295,7 +295,7 @@ pub struct AttemptRow {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
-    /// The provider's `Retry-After` as honoured (capped at `retry.max`), in µs.
+    /// The provider's `Retry-After` as honoured (up to `retry.max_retry_after`), in µs.
     pub retry_after: Option<i64>,
     /// When the next try was scheduled, if this attempt led to one.
     pub retry_at: Option<i64>,
