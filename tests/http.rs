@@ -180,7 +180,14 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
         let claimed = store
-            .jobs_claim(Claim { now_us: now, limit: 10, lease_us: 300_000, max_attempts: 4, supersede_types: vec![] })
+            .jobs_claim(Claim {
+                now_us: now,
+                limit: 10,
+                lease_us: 300_000,
+                max_attempts: 4,
+                supersede_types: vec![],
+                repeats_unrecognised: vec![],
+            })
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1, "{backend:?}");

@@ -4,7 +4,7 @@
 //! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
-mod duplicate;
+pub mod duplicate;
 mod recorder;
 pub mod retry;
 pub mod rules;
@@ -193,6 +193,7 @@ impl Worker {
                 lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
                 max_attempts: i64::from(self.policy.attempts),
                 supersede_types: self.supersede_types.clone(),
+                repeats_unrecognised: self.repeats_unrecognised(),
             })
             .await?;
         let leased = jobs.len();
@@ -201,7 +202,13 @@ impl Worker {
             let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
             if let Some(n) = job.rescued {
                 let trace_id = job.traceparent.as_deref().and_then(TraceParent::parse).map(|t| t.trace_id_hex());
-                rescued(i, n, template, trace_id.as_deref());
+                if job.rescued_duplicate {
+                    // No provider is on record for it: the channel's own.
+                    crate::ops::metrics::possible_duplicate(
+                        self.providers.get(&i.channel).map_or("unknown", |p| p.name()),
+                    );
+                }
+                rescued(i, n, template, trace_id.as_deref(), job.rescued_duplicate);
             }
             if i.state == State::Shadowed {
                 crate::ops::metrics::shadowed(i.channel, template, "worker");
@@ -210,6 +217,17 @@ impl Worker {
             i.state == State::Sending
         });
         Ok((jobs, leased))
+    }
+
+    /// The channels where a retry after an `unknown` attempt may go
+    /// unrecognised, for the claim to flag an attempt that died in flight.
+    fn repeats_unrecognised(&self) -> Vec<Channel> {
+        let mut channels: Vec<Channel> = (self.providers.iter())
+            .filter(|(_, p)| duplicate::repeats_unrecognised(p.dedupes_retries(), p.needs_history()))
+            .map(|(c, _)| *c)
+            .collect();
+        channels.sort_unstable();
+        channels
     }
 
     /// One attempt in its `attempt` span, which continues the trace stored
@@ -510,7 +528,13 @@ fn record_on(span: &Span, provider: &str, outcome: &Outcome, transition: &Transi
 /// An attempt whose worker lost its lease, recorded `unknown` by the claim
 /// that found it: its transition is logged like any other attempt's (never
 /// sampled: an `unknown` outcome).
-fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, trace_id: Option<&str>) {
+fn rescued(
+    intent: &crate::store::IntentRow,
+    n: i64,
+    template: TemplateRef<'_>,
+    trace_id: Option<&str>,
+    possible_duplicate: bool,
+) {
     let next = match intent.state {
         State::Sending => "retry",
         State::Dead => "dead",
@@ -528,7 +552,7 @@ fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, 
         outcome: OutcomeClass::Unknown.as_str(),
         error_class: Reason::LeaseExpired.as_str(),
         next,
-        possible_duplicate: false,
+        possible_duplicate,
         trace_id,
     });
 }

@@ -387,6 +387,11 @@ pub struct Claim {
     pub max_attempts: i64,
     /// Event types whose routes skip superseded versions.
     pub supersede_types: Vec<String>,
+    /// Channels whose provider cannot recognise a retry after an `unknown`
+    /// attempt (see [`crate::deliver::duplicate::repeats_unrecognised`]): an
+    /// attempt there that lost its lease after an earlier `unknown` is
+    /// recorded as a possible duplicate.
+    pub repeats_unrecognised: Vec<Channel>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -503,6 +508,10 @@ pub struct ClaimedJob {
     /// lease and recorded `unknown`.
     #[sqlx(skip)]
     pub rescued: Option<i64>,
+    /// The rescued attempt was recorded as a possible duplicate (see
+    /// [`crate::deliver::duplicate::rescued_possible_duplicate`]).
+    #[sqlx(skip)]
+    pub rescued_duplicate: bool,
 }
 
 /// What an attempt's outcome does to its intent and job.
