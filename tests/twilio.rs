@@ -257,6 +257,7 @@ async fn a_retry_that_died_in_flight_after_an_unknown_is_a_possible_duplicate_to
             ],
             "{backend:?}: every attempt after the first unknown: {it}"
         );
+        assert_eq!(it["messages_may_have_reached"], 3, "{backend:?}: {it}");
         let why = herald::why::timeline(("purchase_order", "PO-TW12"), "u-PO-TW12", &[detail(&db, &key).await]);
         assert!(why.contains("up to 3 messages may have reached the person"), "{backend:?}: {why}");
         // The recorder is the process's: other tests may count too, never less.
