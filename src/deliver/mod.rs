@@ -401,10 +401,11 @@ impl Worker {
     /// When the dedupe window of this retry chain runs out: counted from
     /// the start of the chain's first try (the first since the intent was
     /// created or last replayed from the dead letters), as the retry horizon
-    /// is. Only a provider's `Retry-After` can stretch a chain that far (the
-    /// backoff alone fits the window: `config check`), so only then is the
-    /// start looked up; an unreadable start counts from the intent's creation,
-    /// the earliest it can be.
+    /// is; an unreadable start counts from the intent's creation, the
+    /// earliest it can be. The backoff alone keeps a chain inside the window
+    /// (`config check`), so the start is looked up only once a chain may have
+    /// been stretched: on a `Retry-After`, or on any retry after the first
+    /// try (an earlier `Retry-After` may have stretched it).
     async fn window_ends(
         &self,
         intent: &crate::store::IntentRow,
@@ -412,7 +413,12 @@ impl Worker {
         earlier: Option<&[crate::store::AttemptRow]>,
         now: jiff::Timestamp,
     ) -> Option<jiff::Timestamp> {
-        if !matches!(outcome, Outcome::Retryable { retry_after: Some(_), .. }) {
+        let asked = match outcome {
+            Outcome::Retryable { retry_after, .. } => retry_after.is_some(),
+            Outcome::Unknown { .. } => false,
+            Outcome::Accepted { .. } | Outcome::Permanent { .. } => return None,
+        };
+        if self.policy.dedupe_window.is_none() || (!asked && intent.attempts <= intent.retry_base + 1) {
             return None;
         }
         let first = intent.retry_base + 1;
