@@ -227,7 +227,7 @@ mod tests {
         let mut rng = SmallRng::seed_from_u64(11);
         let p = policy().with_max_retry_after(Duration::from_secs(3 * 3600));
         let two_hours = Some(Duration::from_secs(7200));
-        // Created at t(0) with a 1h window: asked to come back in 2h.
+        // The chain's window ends an hour after its first try: asked to come back in 2h.
         assert_eq!(
             p.next(1, two_hours, t(60), Some(t(3600)), &mut rng),
             Next::PastWindow { delay: Duration::from_secs(7200) }

@@ -162,11 +162,12 @@ impl NatsIngest {
         while in_hand.join_next().await.is_some() {}
     }
 
-    /// The identities under which the message waits for earlier ones.
+    /// The identities under which the message waits for earlier ones. A
+    /// body over the limit is refused whatever came before: it is not read.
     fn identities(&self, msg: &jetstream::Message) -> Vec<String> {
         let key = idempotency_key(msg.headers.as_ref()).ok().flatten();
-        let request =
-            Request { tenant: &self.tenant, idempotency_key: key.as_deref(), body: &msg.payload, trace: None };
+        let body: &[u8] = if msg.payload.len() > self.max_body_bytes { b"" } else { &msg.payload };
+        let request = Request { tenant: &self.tenant, idempotency_key: key.as_deref(), body, trace: None };
         order::identities(&request)
     }
 
