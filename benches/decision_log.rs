@@ -139,6 +139,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 lease_us: 30_000_000,
                 max_attempts: 6,
                 supersede_types: vec![],
+                repeats_unrecognised: vec![],
             })
             .await?;
         if jobs.is_empty() {

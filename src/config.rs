@@ -304,6 +304,10 @@ pub struct RetryConfig {
     pub base: Duration,
     #[serde(default = "default_max", deserialize_with = "duration")]
     pub max: Duration,
+    /// The most a provider's `Retry-After` is honoured (it is a floor under
+    /// the next delay, never cut by `max`).
+    #[serde(default = "default_max_retry_after", deserialize_with = "duration")]
+    pub max_retry_after: Duration,
 }
 fn default_attempts() -> u32 {
     6
@@ -314,9 +318,17 @@ fn default_base() -> Duration {
 fn default_max() -> Duration {
     Duration::from_secs(3600)
 }
+fn default_max_retry_after() -> Duration {
+    crate::deliver::retry::DEFAULT_MAX_RETRY_AFTER
+}
 impl Default for RetryConfig {
     fn default() -> Self {
-        RetryConfig { attempts: default_attempts(), base: default_base(), max: default_max() }
+        RetryConfig {
+            attempts: default_attempts(),
+            base: default_base(),
+            max: default_max(),
+            max_retry_after: default_max_retry_after(),
+        }
     }
 }
 
@@ -684,6 +696,8 @@ impl Config {
 
     pub fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy::new(self.retry.attempts, self.retry.base, self.retry.max)
+            .with_max_retry_after(self.retry.max_retry_after)
+            .within(self.dedupe_window)
     }
 
     pub fn listen_addr(&self) -> Result<SocketAddr, ConfigError> {
@@ -746,6 +760,11 @@ impl Config {
         }
         if r.max < r.base {
             return Err(invalid("retry.max: must not be shorter than retry.base"));
+        }
+        if r.max_retry_after.is_zero() {
+            return Err(invalid(
+                "retry.max_retry_after: must be longer than zero (it caps how long a provider's Retry-After is honoured)",
+            ));
         }
         let w = &self.worker;
         if !(1..=4096).contains(&w.concurrency) {
@@ -1016,6 +1035,22 @@ mod tests {
         assert!(e.contains("routes[0].channels[0]"), "{e}");
         let e = load("listen = \"0.0.0.0:8080\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("listen") && e.contains("tokens"), "{e}");
+    }
+
+    #[test]
+    fn the_retry_after_ceiling_defaults_to_an_hour_and_is_checked_at_load() {
+        let c = Config::load_with_env(None, &[]).unwrap();
+        assert_eq!(c.retry.max_retry_after, Duration::from_secs(3600));
+        assert_eq!(c.retry_policy().max_retry_after, Duration::from_secs(3600));
+        assert_eq!(c.retry_policy().dedupe_window, Some(c.dedupe_window), "chains end within the window");
+        let c = load("[retry]\nmax = \"200ms\"\nbase = \"20ms\"\nmax_retry_after = \"2h\"\n", &[]).unwrap();
+        assert_eq!(c.retry_policy().max_retry_after, Duration::from_secs(7200), "not cut by retry.max");
+        let c = load("", &[("HERALD_RETRY__MAX_RETRY_AFTER", "90s")]).unwrap();
+        assert_eq!(c.retry.max_retry_after, Duration::from_secs(90));
+        for bad in ["0s", "soon"] {
+            let e = load(&format!("[retry]\nmax_retry_after = {bad:?}\n"), &[]).unwrap_err().to_string();
+            assert!(e.contains("retry.max_retry_after"), "{bad}: {e}");
+        }
     }
 
     #[test]

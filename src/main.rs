@@ -349,6 +349,11 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let templates = app::load_templates(&config);
     outln!("retry horizon   {}", format_duration(config.retry_policy().horizon()))?;
     outln!("dedupe window   {}", format_duration(config.dedupe_window))?;
+    outln!(
+        "retry-after max {} (a provider's Retry-After is a floor up to this; no retry is scheduled past the dedupe \
+         window)",
+        format_duration(config.retry.max_retry_after)
+    )?;
     outln!("database        {}", app::redact_url(&config.database_url))?;
     outln!("routes          {}", config.routes.len())?;
     match templates {

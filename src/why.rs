@@ -127,6 +127,15 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
         }
+        if d.attempts.iter().any(|a| a.possible_duplicate) {
+            let reached = crate::deliver::duplicate::messages_may_have_reached(&d.attempts);
+            let _ = writeln!(
+                out,
+                "  {}  up to {reached} messages may have reached the person: every attempt after the first unknown \
+                 one on a provider that cannot recognise a retry may have been another message",
+                " ".repeat(time(i.updated_at).len())
+            );
+        }
         for r in &d.receipts {
             let mut line = format!("receipt from {}: {}", r.source, r.status);
             if r.provider_status != r.status {

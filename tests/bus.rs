@@ -76,10 +76,10 @@ async fn an_invalid_message_is_terminated_and_recorded_with_the_apis_error() {
         let mut unknown = sms_event("PO-BUS-5", "+9779800000005");
         unknown["type"] = "nobody.listens".into();
         let unknown_seq = bus.publish(&serde_json::to_vec(&unknown).unwrap(), None).await;
-        // The same key with another body: refused as over HTTP (422). Messages
-        // are handled concurrently, so either of the two may be the refused one.
+        // The same key with another body: refused as over HTTP (422), the
+        // later of the two in stream order.
         let first = sms_event("PO-BUS-6", "+9779800000006");
-        let first_seq = bus.publish(&serde_json::to_vec(&first).unwrap(), Some("po-bus-6")).await;
+        bus.publish(&serde_json::to_vec(&first).unwrap(), Some("po-bus-6")).await;
         let other = sms_event("PO-BUS-7", "+9779800000007");
         let mismatch = bus.publish(&serde_json::to_vec(&other).unwrap(), Some("po-bus-6")).await;
         bus.wait_settled(mismatch).await;
@@ -96,7 +96,7 @@ async fn an_invalid_message_is_terminated_and_recorded_with_the_apis_error() {
         assert_eq!(by_seq(unknown_seq)["error"]["code"], "unknown_event_type");
         assert_eq!(by_seq(unknown_seq)["error"]["status"], 422);
         let refused = rejected.iter().find(|r| r["error"]["code"] == "idempotency_key_mismatch").expect("a mismatch");
-        assert!(refused["stream_seq"] == first_seq || refused["stream_seq"] == mismatch, "{list}");
+        assert_eq!(refused["stream_seq"], mismatch, "the first in stream order wins: {list}");
         assert_eq!(by_seq(missing)["subject"], bus.subject.as_str());
         assert!(by_seq(missing).get("body").is_none(), "the list leaves bodies out");
 
@@ -113,6 +113,70 @@ async fn an_invalid_message_is_terminated_and_recorded_with_the_apis_error() {
         assert_eq!(status, 404);
         let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
         assert!(metrics.contains("herald_rejected_messages_total"), "{metrics}");
+        app.running.stop().await;
+        bus.cleanup().await;
+    }
+}
+
+/// An event for `recipients` recipients with phones: the more there are,
+/// the longer it takes to plan and render.
+fn event_for(entity_id: &str, recipients: usize, total: &str) -> serde_json::Value {
+    let mut event = sms_event(entity_id, "+9779800000100");
+    event["data"]["po"]["total"] = total.into();
+    event["recipients"] = (0..recipients)
+        .map(|n| serde_json::json!({"id": format!("u-{entity_id}-{n}"), "phone": format!("+97798{n:08}")}))
+        .collect();
+    event
+}
+
+/// Two messages with the same `Idempotency-Key` and different bodies, or the
+/// same event with different data, published in order (each stored by the
+/// stream before the next) and taken in one batch: the first is frozen and
+/// the second refused, as over HTTP (422 / 409) — in stream order, however
+/// long the first takes to plan. Handled concurrently, the second (quicker
+/// to plan) often won.
+#[tokio::test]
+async fn within_a_batch_the_first_of_two_messages_with_one_identity_wins() {
+    for backend in backends() {
+        let Some(bus) = TestStream::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let toml = bus.toml("default", 5);
+        // The stream and the consumer exist; the messages wait for one pull.
+        let first = TestApp::new(&db).without_workers().with_toml(&toml).spawn().await;
+        first.running.stop().await;
+        let mut pairs = Vec::new();
+        for n in 0..4 {
+            let key = format!("bus-order-{n}");
+            let slow = bus
+                .publish(&serde_json::to_vec(&event_for(&format!("PO-ORD-{n}"), 60, "1")).unwrap(), Some(&key))
+                .await;
+            let quick = bus
+                .publish(&serde_json::to_vec(&event_for(&format!("PO-ORD-{n}-B"), 1, "2")).unwrap(), Some(&key))
+                .await;
+            pairs.push((format!("PO-ORD-{n}"), slow, quick, "idempotency_key_mismatch"));
+            // The same event (no key), its data changed: an event conflict.
+            let entity = format!("PO-ORD-EV-{n}");
+            let slow = bus.publish(&serde_json::to_vec(&event_for(&entity, 60, "1")).unwrap(), None).await;
+            // Its one recipient is the first of the sixty.
+            let quick = bus.publish(&serde_json::to_vec(&event_for(&entity, 1, "2")).unwrap(), None).await;
+            pairs.push((entity, slow, quick, "event_conflict"));
+        }
+        let last = pairs.iter().map(|p| p.2).max().unwrap();
+        let app = TestApp::new(&db).without_workers().with_toml(&toml).spawn().await;
+        bus.wait_settled(last).await;
+        let (_, list) = app.get("/v1/rejected").await;
+        let rejected = list["rejected"].as_array().unwrap_or_else(|| panic!("{list}"));
+        for (entity, first_seq, second_seq, code) in &pairs {
+            let frozen = count(&db, &format!("SELECT COUNT(*) FROM intents WHERE entity_id = '{entity}'")).await;
+            assert_eq!(frozen, 60, "{backend:?} {entity}: the first body is frozen");
+            let refused: Vec<_> =
+                rejected.iter().filter(|r| r["stream_seq"] == *first_seq || r["stream_seq"] == *second_seq).collect();
+            assert_eq!(refused.len(), 1, "{backend:?} {entity}: one refused: {list}");
+            assert_eq!(refused[0]["stream_seq"], *second_seq, "{backend:?} {entity}: the later one: {list}");
+            assert_eq!(refused[0]["error"]["code"], *code, "{backend:?} {entity}: {list}");
+        }
+        let b_intents = count(&db, "SELECT COUNT(*) FROM intents WHERE entity_id LIKE 'PO-ORD-%-B'").await;
+        assert_eq!(b_intents, 0, "{backend:?}: no second body was frozen");
         app.running.stop().await;
         bus.cleanup().await;
     }

@@ -185,6 +185,7 @@ fn the_example_configuration_passes_config_check_as_shipped() {
     let out = run(repo, &["config", "check", "--config", "herald.example.toml"], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("retry horizon   15m30s"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("retry-after max 1h"), "the Retry-After ceiling: {}", stdout(&out));
 }
 
 #[test]

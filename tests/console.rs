@@ -396,7 +396,7 @@ async fn the_health_page_shows_the_queue_attempts_by_outcome_and_the_daily_diges
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
         sms.script("+9779800000031", vec![Reply::status(400, json!({"error": "rejected"}))]);
-        // Retry-After is a floor (capped at retry.max): the retry waits 50
+        // Retry-After is a floor (up to retry.max_retry_after): the retry waits 50
         // minutes, so it stays in the queue while the test looks.
         let mut busy = Reply::status(503, json!({}));
         busy.retry_after = Some("3000".into());

@@ -4,7 +4,7 @@
 mod common;
 
 use common::slow_store::SlowRecording;
-use common::{FakeSms, TestApp, TestDb, backends, sms_event};
+use common::{FakeSms, Reply, TestApp, TestDb, backends, sms_event};
 use herald::channel::Provider;
 use herald::channel::sms_http::SmsHttp;
 use herald::clock::SystemClock;
@@ -274,4 +274,62 @@ async fn a_retry_whose_lease_was_spent_before_the_call_does_not_call() {
     assert_eq!(class, (Some("retryable"), Some("lease_expired")), "{second}");
     assert!(second["error"].as_str().unwrap().starts_with("not called"), "{second}");
     assert_eq!(calls, 1, "only the first try reached the provider");
+}
+
+/// The intent once it has ended (sent or dead), its attempts included.
+async fn when_ended(api: &common::Spawned, id: &str) -> serde_json::Value {
+    api.wait_state(id, &["sent", "dead"]).await
+}
+
+fn at(v: &serde_json::Value) -> jiff::Timestamp {
+    v.as_str().unwrap_or_else(|| panic!("a time: {v}")).parse().unwrap()
+}
+
+/// A provider's `Retry-After` is a floor under the next delay, never cut by
+/// `retry.max`. With `retry.max = 200ms` a `Retry-After: 1` was retried after
+/// 0.2 s, before the provider asked, and refused again.
+#[tokio::test]
+async fn a_retry_after_above_retry_max_is_waited_for_in_full() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let mut throttled = Reply::status(429, serde_json::json!({"error": "slow down"}));
+        throttled.retry_after = Some("1".into());
+        sms.script("+15550000440", vec![throttled, Reply::ok("ok")]);
+        let api = TestApp::new(&db).with_sms(&sms).with_retry(4, "20ms", "200ms").spawn().await;
+        let (_, b, _) = api.post_event(&sms_event("PO-RA-FLOOR", "+15550000440"), None).await;
+        let it = when_ended(&api, b["intents"][0]["id"].as_str().unwrap()).await;
+        assert_eq!(it["state"], "sent", "{backend:?}: {it}");
+        let first = &it["attempts"][0];
+        assert_eq!(first["retry_after_seconds"], 1.0, "{backend:?}: honoured in full: {it}");
+        assert_eq!(at(&first["next_try_at"]).duration_since(at(&first["finished_at"])).as_secs_f64(), 1.0);
+        let waited = at(&it["attempts"][1]["started_at"]).duration_since(at(&first["finished_at"])).as_secs_f64();
+        assert!(waited >= 1.0, "{backend:?}: retried {waited}s after a Retry-After of 1s");
+        api.running.stop().await;
+    }
+}
+
+/// A `Retry-After` that would stretch the chain past the dedupe window (1 h
+/// in the tests' configuration) ends the chain: the retry is not scheduled,
+/// and the intent is dead as after its last try, the attempt keeping the
+/// provider's error class. Under the ceiling, it would have been waited for.
+#[tokio::test]
+async fn a_retry_after_past_the_dedupe_window_ends_the_chain() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let mut throttled = Reply::status(429, serde_json::json!({"error": "come back tomorrow"}));
+        throttled.retry_after = Some("7200".into());
+        sms.script("+15550000441", vec![throttled, Reply::ok("ok")]);
+        let api = TestApp::new(&db).with_sms(&sms).with_max_retry_after("3h").spawn().await;
+        let (_, b, _) = api.post_event(&sms_event("PO-RA-WINDOW", "+15550000441"), None).await;
+        let it = when_ended(&api, b["intents"][0]["id"].as_str().unwrap()).await;
+        assert_eq!((&it["state"], &it["reason"]), (&"dead".into(), &"retries_exhausted".into()), "{backend:?}: {it}");
+        let attempts = it["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 1, "{it}");
+        assert_eq!(attempts[0]["error_class"], "throttled", "{it}");
+        assert!(attempts[0]["next_try_at"].is_null(), "no retry scheduled: {it}");
+        assert_eq!(sms.sent_to("+15550000441").len(), 1);
+        api.running.stop().await;
+    }
 }

@@ -180,7 +180,14 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
         let claimed = store
-            .jobs_claim(Claim { now_us: now, limit: 10, lease_us: 300_000, max_attempts: 4, supersede_types: vec![] })
+            .jobs_claim(Claim {
+                now_us: now,
+                limit: 10,
+                lease_us: 300_000,
+                max_attempts: 4,
+                supersede_types: vec![],
+                repeats_unrecognised: vec![],
+            })
             .await
             .unwrap();
         assert_eq!(claimed.len(), 1, "{backend:?}");
@@ -490,11 +497,12 @@ async fn sms_transport_failures_are_retryable_before_the_request_and_unknown_aft
     }
 }
 
-/// A provider's `Retry-After` is a floor, but never above `retry.max`: not ten
-/// years, and not "immediately" when the number overflows. Seconds and HTTP
-/// dates both count, and the floor applied is recorded on the attempt.
+/// A provider's `Retry-After` is a floor, never cut by `retry.max` but never
+/// above its own ceiling `retry.max_retry_after`: not ten years, and not
+/// "immediately" when the number overflows. Seconds and HTTP dates both
+/// count, and the floor applied is recorded on the attempt.
 #[tokio::test]
-async fn retry_after_is_capped_at_retry_max_and_recorded_on_the_attempt() {
+async fn retry_after_is_capped_at_its_ceiling_and_recorded_on_the_attempt() {
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;
@@ -515,7 +523,8 @@ async fn retry_after_is_capped_at_retry_max_and_recorded_on_the_attempt() {
             first.retry_after = Some(retry_after.clone());
             sms.script(phone, vec![first, Reply::ok("ok")]);
         }
-        let app = TestApp::new(&db).with_sms(&sms).with_retry(4, "10ms", "1s").spawn().await;
+        let app =
+            TestApp::new(&db).with_sms(&sms).with_retry(4, "10ms", "100ms").with_max_retry_after("1s").spawn().await;
         let mut ids = Vec::new();
         for (phone, _, _) in &cases {
             let (_, b, _) = app.post_event(&sms_event(&format!("PO-RA{phone}"), phone), None).await;
@@ -524,7 +533,7 @@ async fn retry_after_is_capped_at_retry_max_and_recorded_on_the_attempt() {
         for ((phone, _, retry_after), id) in cases.iter().zip(&ids) {
             let it = app.wait_state(id, &["sent"]).await;
             let first = &it["attempts"][0];
-            assert_eq!(first["retry_after_seconds"], 1.0, "{backend:?} {retry_after}: capped at retry.max: {it}");
+            assert_eq!(first["retry_after_seconds"], 1.0, "{backend:?} {retry_after}: capped at the ceiling: {it}");
             let at = |v: &Value| v.as_str().unwrap().parse::<jiff::Timestamp>().unwrap();
             let waited = at(&it["attempts"][1]["started_at"]).duration_since(at(&first["finished_at"])).as_secs_f64();
             assert!((0.95..3.0).contains(&waited), "{retry_after}: waited {waited}s, not the provider's years nor 0");

@@ -138,8 +138,14 @@ async fn a_lease_rescue_logs_its_attempt_transition_whatever_the_sampling() {
         // A worker claims it and dies: its lease (none at all) has run out at once.
         let store = db.store().await;
         let now = jiff::Timestamp::now().as_microsecond();
-        let claim =
-            herald::store::Claim { now_us: now, limit: 10, lease_us: 0, max_attempts: 3, supersede_types: vec![] };
+        let claim = herald::store::Claim {
+            now_us: now,
+            limit: 10,
+            lease_us: 0,
+            max_attempts: 3,
+            supersede_types: vec![],
+            repeats_unrecognised: vec![],
+        };
         assert_eq!(store.jobs_claim(claim).await.unwrap().len(), 1);
 
         let app = TestApp::new(&db).with_sms(&sms).with_toml("[log]\nsample_accepted = 0.0\n").spawn().await;

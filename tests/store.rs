@@ -57,7 +57,14 @@ fn key(n: u32) -> String {
 
 /// A claim whose lease holds for the rest of the test.
 fn claim(now: i64, limit: u32) -> Claim {
-    Claim { now_us: now, limit, lease_us: 3_600_000_000, max_attempts: 3, supersede_types: vec![] }
+    Claim {
+        now_us: now,
+        limit,
+        lease_us: 3_600_000_000,
+        max_attempts: 3,
+        supersede_types: vec![],
+        repeats_unrecognised: vec![],
+    }
 }
 
 /// A claim whose lease ends at once, as if its worker died straight after.

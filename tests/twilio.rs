@@ -114,7 +114,7 @@ async fn throttling_and_server_errors_are_retried_and_a_bad_login_is_not() {
         .map(|a| (a["outcome"].as_str().unwrap(), a["error_class"].as_str().unwrap_or("-")))
         .collect();
     assert_eq!(classes, [("retryable", "throttled"), ("retryable", "provider_5xx"), ("accepted", "-")]);
-    assert_eq!(it["attempts"][0]["retry_after_seconds"], 0.1, "Retry-After honoured, capped at retry.max");
+    assert_eq!(it["attempts"][0]["retry_after_seconds"], 1.0, "Retry-After honoured in full, above retry.max");
     app.running.stop().await;
 
     // The same account with a wrong token: every message is refused as it is.
@@ -201,4 +201,78 @@ async fn a_retry_after_unknown_is_recorded_as_a_possible_duplicate_where_no_key_
 
 async fn detail(db: &TestDb, key: &str) -> herald::store::IntentDetail {
     db.store().await.intent_get("default", key).await.unwrap().unwrap()
+}
+
+/// A claim by a worker that dies at once: its lease (none at all) has run
+/// out when the next claim comes, which takes the attempt back as `unknown`.
+fn lapsing_claim() -> herald::store::Claim {
+    herald::store::Claim {
+        now_us: jiff::Timestamp::now().as_microsecond(),
+        limit: 10,
+        lease_us: 0,
+        max_attempts: 4,
+        supersede_types: vec![],
+        repeats_unrecognised: vec![],
+    }
+}
+
+/// Attempt 1 ends `unknown`, attempt 2 dies in flight (its worker killed, the
+/// attempt taken back as `unknown` / `lease_expired`), attempt 3 is accepted.
+/// On a provider that cannot recognise a retry each of the three may have
+/// reached the person: attempts 2 and 3 are both possible duplicates (the
+/// dead one was not flagged, so the ledger showed one duplicate for three
+/// messages), the counter counts both, and `herald why` says up to three
+/// messages may have reached the person.
+#[tokio::test]
+async fn a_retry_that_died_in_flight_after_an_unknown_is_a_possible_duplicate_too() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let twilio = FakeTwilio::start().await;
+        let number = "+9779800000012";
+        let api = app(&db, &twilio, "from = \"+15005550006\"", "1s").without_workers().spawn().await;
+        let (_, b, _) = api.post_event(&sms_event("PO-TW12", number), None).await;
+        let key = b["intents"][0]["key"].as_str().unwrap().to_string();
+        let before = possible_duplicates_counted(&api).await;
+        api.running.stop().await;
+        // Two workers take it in turn and die: the second claim takes the
+        // first one's attempt back as `unknown` and starts attempt 2.
+        let store = db.store().await;
+        assert_eq!(store.jobs_claim(lapsing_claim()).await.unwrap().len(), 1);
+        assert_eq!(store.jobs_claim(lapsing_claim()).await.unwrap().len(), 1);
+        // A Herald on Twilio takes attempt 2 back and makes attempt 3.
+        let app = app(&db, &twilio, "from = \"+15005550006\"", "1s").spawn().await;
+        let it = app.wait_state(&key, &["sent"]).await;
+        let attempts: Vec<_> = it["attempts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| (a["outcome"].as_str().unwrap(), a["error_class"].as_str(), a["possible_duplicate"].as_bool()))
+            .collect();
+        assert_eq!(
+            attempts,
+            [
+                ("unknown", Some("lease_expired"), Some(false)),
+                ("unknown", Some("lease_expired"), Some(true)),
+                ("accepted", None, Some(true))
+            ],
+            "{backend:?}: every attempt after the first unknown: {it}"
+        );
+        assert_eq!(it["messages_may_have_reached"], 3, "{backend:?}: {it}");
+        let why = herald::why::timeline(("purchase_order", "PO-TW12"), "u-PO-TW12", &[detail(&db, &key).await]);
+        assert!(why.contains("up to 3 messages may have reached the person"), "{backend:?}: {why}");
+        // The recorder is the process's: other tests may count too, never less.
+        let counted = possible_duplicates_counted(&app).await - before;
+        assert!(counted >= 2.0, "{backend:?}: both counted, not {counted}");
+        app.running.stop().await;
+    }
+}
+
+/// `herald_possible_duplicates_total`, every provider summed.
+async fn possible_duplicates_counted(app: &common::Spawned) -> f64 {
+    let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("herald_possible_duplicates_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -489,6 +489,9 @@ pub mod doc {
         pub intent: Intent,
         pub content: Option<Content>,
         pub attempts: Vec<Attempt>,
+        /// How many messages may have reached the person: the first attempt
+        /// accepted or `unknown`, and every possible duplicate after it.
+        pub messages_may_have_reached: u64,
         /// The furthest status its receipts reached; null before any.
         pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
         pub receipts: Vec<crate::api::receipts::doc::Receipt>,

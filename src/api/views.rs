@@ -58,6 +58,7 @@ pub fn intent_detail(d: &IntentDetail) -> Value {
     let mut v = intent(&d.intent);
     v["content"] = content_value(d.content.as_deref());
     v["attempts"] = d.attempts.iter().map(|a| attempt(a, &d.intent)).collect();
+    v["messages_may_have_reached"] = json!(crate::deliver::duplicate::messages_may_have_reached(&d.attempts));
     with_receipts(&mut v, &d.receipts, &d.intent);
     v
 }

@@ -180,6 +180,8 @@ pub async fn intent(
     // The API's view of a dead letter: every destination masked, the event's
     // inline recipients too, provider text redacted.
     let mut view = crate::api::dead_letter_json(&detail);
+    view["messages_may_have_reached"] =
+        Value::from(crate::deliver::duplicate::messages_may_have_reached(&detail.attempts));
     for (a, row) in view["attempts"].as_array_mut().into_iter().flatten().zip(&detail.attempts) {
         a["duration_ms"] = row.finished_at.map(|f| Value::from((f - row.started_at) / 1000)).unwrap_or(Value::Null);
     }

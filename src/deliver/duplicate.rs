@@ -3,6 +3,14 @@
 //! on one that cannot (Twilio's message creation), the earlier call may have
 //! gone through, so a retry that may itself have gone through is recorded as
 //! a possible duplicate — the honest answer to "were they told twice?".
+//!
+//! Every attempt after the first `unknown` on such a provider that may have
+//! reached the person is one: accepted, `unknown` itself, or taken back as
+//! `unknown` / `lease_expired` after its worker died in flight. Only an
+//! attempt that says nothing left (a refused connection, a provider's
+//! refusal, a call never made) is not. So the first `unknown` and the flagged
+//! attempts after it are the messages that may have reached the person
+//! ([`messages_may_have_reached`]).
 
 use crate::channel::Outcome;
 use crate::intent::OutcomeClass;
@@ -34,6 +42,32 @@ pub fn possible_duplicate(made: Made<'_>, earlier: Option<&[AttemptRow]>, n: i64
         let elsewhere = a.provider.as_deref().map_or(made.chained, |p| p != made.provider);
         a.n < n && a.outcome == Some(OutcomeClass::Unknown) && (!made.dedupes_retries || elsewhere)
     })
+}
+
+/// Whether, on this channel, a retry after an `unknown` attempt may go
+/// unrecognised: the provider takes no idempotency key it honours, or it is a
+/// failover chain, whose members cannot recognise each other's sends.
+pub fn repeats_unrecognised(dedupes_retries: bool, chained: bool) -> bool {
+    !dedupes_retries || chained
+}
+
+/// Whether attempt `n`, taken back as `unknown` after its worker lost its
+/// lease (so it may have reached the person, and no provider is on record),
+/// may have repeated an earlier one: an earlier attempt (the first `unknown`
+/// is `first_unknown`) was `unknown` too, and on this channel a repeat can go
+/// unrecognised (see [`repeats_unrecognised`]).
+pub fn rescued_possible_duplicate(repeats_unrecognised: bool, first_unknown: Option<i64>, n: i64) -> bool {
+    repeats_unrecognised && first_unknown.is_some_and(|first| first < n)
+}
+
+/// How many messages may have reached the person, from an intent's attempts:
+/// the first `unknown` or accepted one, and every possible duplicate after it.
+/// Zero when no attempt may have reached the person.
+pub fn messages_may_have_reached(attempts: &[AttemptRow]) -> usize {
+    let reached = |a: &&AttemptRow| matches!(a.outcome, Some(OutcomeClass::Unknown | OutcomeClass::Accepted));
+    let first = attempts.iter().find(reached).map(|a| a.n);
+    let later = attempts.iter().filter(|a| a.possible_duplicate && first.is_some_and(|f| a.n > f)).count();
+    usize::from(first.is_some()) + later
 }
 
 /// Whether the call may have reached the recipient.
@@ -109,6 +143,31 @@ mod tests {
         let earlier = [attempt(1, "unknown")]; // went to "twilio"
         assert!(possible_duplicate(by("backup", true, false), Some(&earlier), 2, &accepted()));
         assert!(!possible_duplicate(by("twilio", true, false), Some(&earlier), 2, &accepted()));
+    }
+
+    /// A retry that died in flight after an `unknown`: on a provider that
+    /// cannot recognise a retry (or in a chain) it may have been a second
+    /// message, whatever came of it; the first `unknown` itself is not.
+    #[test]
+    fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
+        assert!(rescued_possible_duplicate(repeats_unrecognised(false, false), Some(1), 2));
+        assert!(rescued_possible_duplicate(repeats_unrecognised(true, true), Some(1), 3), "in a chain");
+        assert!(!rescued_possible_duplicate(repeats_unrecognised(true, false), Some(1), 2), "the provider dedupes");
+        assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
+        assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
+    }
+
+    #[test]
+    fn the_messages_that_may_have_reached_the_person_are_the_first_unknown_and_the_duplicates() {
+        let flagged = |a: AttemptRow| AttemptRow { possible_duplicate: true, ..a };
+        let three = [attempt(1, "unknown"), flagged(attempt(2, "unknown")), flagged(attempt(3, "accepted"))];
+        assert_eq!(messages_may_have_reached(&three), 3);
+        let refused_first = [attempt(1, "retryable"), attempt(2, "unknown"), flagged(attempt(3, "accepted"))];
+        assert_eq!(messages_may_have_reached(&refused_first), 2);
+        let deduped = [attempt(1, "unknown"), attempt(2, "accepted")];
+        assert_eq!(messages_may_have_reached(&deduped), 1, "the provider recognised the retry");
+        assert_eq!(messages_may_have_reached(&[attempt(1, "retryable"), attempt(2, "permanent")]), 0);
+        assert_eq!(messages_may_have_reached(&[]), 0);
     }
 
     /// An attempt taken back after its worker's lease has no provider on

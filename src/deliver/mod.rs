@@ -4,7 +4,7 @@
 //! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
-mod duplicate;
+pub mod duplicate;
 mod recorder;
 pub mod retry;
 pub mod rules;
@@ -21,7 +21,7 @@ use opentelemetry::KeyValue;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use recorder::{Done, Unrecorded};
-use retry::RetryPolicy;
+use retry::{Next, RetryPolicy};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -193,6 +193,7 @@ impl Worker {
                 lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
                 max_attempts: i64::from(self.policy.attempts),
                 supersede_types: self.supersede_types.clone(),
+                repeats_unrecognised: self.repeats_unrecognised(),
             })
             .await?;
         let leased = jobs.len();
@@ -201,7 +202,13 @@ impl Worker {
             let template = TemplateRef { id: &i.template_id, revision: i.template_revision.as_deref() };
             if let Some(n) = job.rescued {
                 let trace_id = job.traceparent.as_deref().and_then(TraceParent::parse).map(|t| t.trace_id_hex());
-                rescued(i, n, template, trace_id.as_deref());
+                if job.rescued_duplicate {
+                    // No provider is on record for it: the channel's own.
+                    crate::ops::metrics::possible_duplicate(
+                        self.providers.get(&i.channel).map_or("unknown", |p| p.name()),
+                    );
+                }
+                rescued(i, n, template, trace_id.as_deref(), job.rescued_duplicate);
             }
             if i.state == State::Shadowed {
                 crate::ops::metrics::shadowed(i.channel, template, "worker");
@@ -210,6 +217,17 @@ impl Worker {
             i.state == State::Sending
         });
         Ok((jobs, leased))
+    }
+
+    /// The channels where a retry after an `unknown` attempt may go
+    /// unrecognised, for the claim to flag an attempt that died in flight.
+    fn repeats_unrecognised(&self) -> Vec<Channel> {
+        let mut channels: Vec<Channel> = (self.providers.iter())
+            .filter(|(_, p)| duplicate::repeats_unrecognised(p.dedupes_retries(), p.needs_history()))
+            .map(|(c, _)| *c)
+            .collect();
+        channels.sort_unstable();
+        channels
     }
 
     /// One attempt in its `attempt` span, which continues the trace stored
@@ -328,8 +346,9 @@ impl Worker {
             all.observe(provider_name, &outcome);
         }
         let now = self.clock.now();
+        let window_ends = self.window_ends(&job.intent, &outcome, earlier.as_deref(), now).await;
         // The policy counts the tries since the last replay from the dead letters.
-        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, now, rng);
+        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, (now, window_ends), rng);
         let template = TemplateRef { id: &job.intent.template_id, revision: job.intent.template_revision.as_deref() };
         crate::ops::metrics::attempt_finished(
             job.intent.channel,
@@ -379,6 +398,43 @@ impl Worker {
         done
     }
 
+    /// When the dedupe window of this retry chain runs out: counted from
+    /// the start of the chain's first try (the first since the intent was
+    /// created or last replayed from the dead letters), as the retry horizon
+    /// is; an unreadable start counts from the intent's creation, the
+    /// earliest it can be. The backoff alone keeps a chain inside the window
+    /// (`config check`), so the start is looked up only once a chain may have
+    /// been stretched: on a `Retry-After`, or on any retry after the first
+    /// try (an earlier `Retry-After` may have stretched it).
+    async fn window_ends(
+        &self,
+        intent: &crate::store::IntentRow,
+        outcome: &Outcome,
+        earlier: Option<&[crate::store::AttemptRow]>,
+        now: jiff::Timestamp,
+    ) -> Option<jiff::Timestamp> {
+        let asked = match outcome {
+            Outcome::Retryable { retry_after, .. } => retry_after.is_some(),
+            Outcome::Unknown { .. } => false,
+            Outcome::Accepted { .. } | Outcome::Permanent { .. } => return None,
+        };
+        if self.policy.dedupe_window.is_none() || (!asked && intent.attempts <= intent.retry_base + 1) {
+            return None;
+        }
+        let first = intent.retry_base + 1;
+        let read;
+        let attempts = match earlier.filter(|a| a.iter().any(|a| a.n == first)) {
+            Some(a) => Some(a),
+            None => {
+                read = self.earlier_attempts(&intent.key).await;
+                read.as_deref()
+            }
+        };
+        let started =
+            attempts.and_then(|a| a.iter().find(|a| a.n == first)).map_or(intent.created_at, |a| a.started_at);
+        self.policy.window_ends(jiff::Timestamp::from_microsecond(started).unwrap_or(now))
+    }
+
     /// The intent's attempts so far; None when they cannot be read (a
     /// failover chain then starts from its first member, and a duplicate
     /// cannot be ruled out).
@@ -393,12 +449,13 @@ impl Worker {
     }
 
     /// What the outcome leads to, and the provider's `Retry-After` as
-    /// honoured when a retry is scheduled.
+    /// honoured when a retry is scheduled. `window_ends`: see
+    /// [`RetryPolicy::next`].
     fn transition(
         &self,
         outcome: &Outcome,
         n: i64,
-        now: jiff::Timestamp,
+        (now, window_ends): (jiff::Timestamp, Option<jiff::Timestamp>),
         rng: &Mutex<SmallRng>,
     ) -> (Transition, Option<Duration>) {
         let (retry_after, state) = match outcome {
@@ -408,18 +465,26 @@ impl Worker {
             Outcome::Unknown { .. } => (None, State::Unknown),
         };
         let made = u32::try_from(n).unwrap_or(u32::MAX);
-        let delay = {
+        let next = {
             let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.policy.next_delay(made, retry_after, &mut *rng)
+            self.policy.next(made, retry_after, now, window_ends, &mut *rng)
         };
-        let Some(delay) = delay else { return (Transition::Dead { reason: Reason::RetriesExhausted }, None) };
-        let honoured = retry_after.map(|asked| {
-            let honoured = self.policy.honoured_retry_after(asked);
-            if honoured < asked {
-                tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max; capped");
+        let (delay, honoured) = match next {
+            Next::Retry { delay, retry_after: honoured } => (delay, honoured),
+            Next::Exhausted => return (Transition::Dead { reason: Reason::RetriesExhausted }, None),
+            Next::PastWindow { delay } => {
+                tracing::warn!(
+                    next_in = ?delay,
+                    "the next try would run after the intent's dedupe window; the chain ends here"
+                );
+                return (Transition::Dead { reason: Reason::RetriesExhausted }, None);
             }
-            honoured
-        });
+        };
+        if let (Some(asked), Some(honoured)) = (retry_after, honoured)
+            && honoured < asked
+        {
+            tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max_retry_after; capped");
+        }
         // Past the end of time is the end of time, never "now".
         let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
         (Transition::Retry { run_at_us: micros(run_at), state }, honoured)
@@ -469,7 +534,13 @@ fn record_on(span: &Span, provider: &str, outcome: &Outcome, transition: &Transi
 /// An attempt whose worker lost its lease, recorded `unknown` by the claim
 /// that found it: its transition is logged like any other attempt's (never
 /// sampled: an `unknown` outcome).
-fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, trace_id: Option<&str>) {
+fn rescued(
+    intent: &crate::store::IntentRow,
+    n: i64,
+    template: TemplateRef<'_>,
+    trace_id: Option<&str>,
+    possible_duplicate: bool,
+) {
     let next = match intent.state {
         State::Sending => "retry",
         State::Dead => "dead",
@@ -487,7 +558,7 @@ fn rescued(intent: &crate::store::IntentRow, n: i64, template: TemplateRef<'_>, 
         outcome: OutcomeClass::Unknown.as_str(),
         error_class: Reason::LeaseExpired.as_str(),
         next,
-        possible_duplicate: false,
+        possible_duplicate,
         trace_id,
     });
 }

@@ -122,6 +122,7 @@ mod tests {
             lease_us: 1,
             max_attempts: 3,
             supersede_types: supersede.iter().map(|s| s.to_string()).collect(),
+            repeats_unrecognised: Vec::new(),
         }
     }
 

@@ -35,6 +35,7 @@ use tracing::field::Empty;
 
 pub mod group;
 pub mod nats;
+pub mod order;
 pub mod reads;
 pub mod tally;
 
@@ -504,5 +505,48 @@ fn record(
                 metrics::dead_letter(i.reason.as_deref().unwrap_or("unknown"));
             }
         }
+    }
+}
+
+/// The event key of a request's body when it parses as an event, for
+/// [`order::identities`]; nothing else (route, destinations) is checked.
+fn identify_for_order(request: &Request<'_>) -> Option<String> {
+    let json = read_strict(request.body).ok()?;
+    let event = parse_event(&json).ok()?;
+    Some(event.event_key(request.tenant))
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::*;
+
+    fn identities_of(key: Option<&str>, body: &str) -> Vec<String> {
+        let tenant = Tenant::new("default");
+        order::identities(&Request { tenant: &tenant, idempotency_key: key, body: body.as_bytes(), trace: None })
+    }
+
+    fn event(occurred_at: &str, total: &str) -> String {
+        serde_json::json!({
+            "type": "purchase_order.approved",
+            "entity": {"type": "purchase_order", "id": "PO-1"},
+            "occurred_at": occurred_at,
+            "data": {"po": {"total": total}},
+            "recipients": [{"id": "u-1"}]
+        })
+        .to_string()
+    }
+
+    /// Two requests are ordered when they share an identity: the same key,
+    /// or the same event whatever its data and however its time is written.
+    #[test]
+    fn a_message_waits_under_its_key_and_its_event() {
+        let first = identities_of(Some("k-1"), &event("2026-11-29T10:15:00+05:45", "1"));
+        let second = identities_of(Some("k-1"), &event("2026-11-30T10:15:00Z", "2"));
+        assert_eq!(first[0], second[0], "the same key");
+        assert_ne!(first[1], second[1], "another event");
+        let same_instant = identities_of(None, &event("2026-11-29T04:30:00Z", "2"));
+        assert_eq!(same_instant, vec![first[1].clone()], "the same event, with other data");
+        assert_eq!(identities_of(Some("k-2"), "{\"type\": "), vec!["default|key:k-2".to_string()], "no event key");
+        assert!(identities_of(None, "[]").is_empty());
     }
 }

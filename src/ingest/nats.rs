@@ -8,7 +8,13 @@
 //! in `rejected_messages` (with the error the API would have given) and only
 //! then terminated, so no message is lost without a trace; so is one
 //! delivered more than `max_deliver` times without a verdict.
+//!
+//! Messages are handled concurrently, but two with the same request identity
+//! or the same event are decided in stream order ([`super::order`]): the
+//! first wins, as over HTTP, and the second is refused (422 or 409) and
+//! recorded like any refused message.
 
+use super::order::{self, InOrder};
 use super::{IngestError, Ingestor, Request};
 use crate::api::{ApiError, checked_idempotency_key};
 use crate::clock::{Clock, micros};
@@ -38,6 +44,8 @@ pub struct NatsIngest {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     max_body_bytes: usize,
+    /// The turns of the messages in hand, per identity.
+    order: Arc<InOrder>,
 }
 
 /// What a front door needs besides its own configuration.
@@ -104,6 +112,7 @@ impl NatsIngest {
             store: wiring.store,
             clock: wiring.clock,
             max_body_bytes: wiring.max_body_bytes,
+            order: Arc::default(),
         })
     }
 
@@ -132,9 +141,15 @@ impl NatsIngest {
                 };
                 match next {
                     Some(Ok(msg)) => {
+                        // Its turn is taken here, in stream order; it is
+                        // decided after the earlier ones that share an
+                        // identity with it.
+                        let mut turn = this.order.take(this.identities(&msg));
                         let this = this.clone();
                         in_hand.spawn(async move {
-                            this.handle(msg).await;
+                            let ahead_decided = turn.wait().await;
+                            let decided = this.handle(msg, ahead_decided).await;
+                            turn.end(decided);
                             drop(slot);
                         });
                     }
@@ -147,12 +162,24 @@ impl NatsIngest {
         while in_hand.join_next().await.is_some() {}
     }
 
+    /// The identities under which the message waits for earlier ones. A
+    /// body over the limit is refused whatever came before: it is not read.
+    fn identities(&self, msg: &jetstream::Message) -> Vec<String> {
+        let key = idempotency_key(msg.headers.as_ref()).ok().flatten();
+        let body: &[u8] = if msg.payload.len() > self.max_body_bytes { b"" } else { &msg.payload };
+        let request = Request { tenant: &self.tenant, idempotency_key: key.as_deref(), body, trace: None };
+        order::identities(&request)
+    }
+
     /// One message to its verdict: acked after commit, Nak'd on a store
-    /// failure, or recorded as rejected and terminated.
-    async fn handle(&self, msg: jetstream::Message) {
+    /// failure, or recorded as rejected and terminated. True when it got a
+    /// verdict; false when it will be redelivered. `ahead_decided` is false
+    /// when an earlier message with one of its identities will be
+    /// redelivered: this one is then redelivered too, not decided before it.
+    async fn handle(&self, msg: jetstream::Message, ahead_decided: bool) -> bool {
         let Ok(info) = msg.info() else {
             tracing::warn!(subject = %msg.subject, "a message without JetStream metadata; ignored");
-            return;
+            return true;
         };
         let (stream_seq, delivered) = (info.stream_sequence as i64, info.delivered);
         if delivered > self.config.max_deliver {
@@ -161,6 +188,11 @@ impl NatsIngest {
                 self.config.max_deliver
             );
             return self.reject(&msg, stream_seq, delivered, (503, "max_deliver_exceeded", message)).await;
+        }
+        if !ahead_decided {
+            tracing::info!(stream_seq, "an earlier message with the same identity awaits redelivery; so does this one");
+            self.retry_later(&msg, delivered).await;
+            return false;
         }
         let key = match idempotency_key(msg.headers.as_ref()) {
             Ok(k) => k,
@@ -187,25 +219,27 @@ impl NatsIngest {
                 if let Err(e) = msg.double_ack().await {
                     tracing::warn!(error = %e, stream_seq, "ack after commit failed; the redelivery will replay");
                 }
+                true
             }
             Err(IngestError::Store(e)) => {
                 tracing::warn!(error = %e, stream_seq, delivered, "ingest failed; the bus will redeliver");
                 self.retry_later(&msg, delivered).await;
+                false
             }
             Err(e) => self.reject(&msg, stream_seq, delivered, ApiError::from(e).answer()).await,
         }
     }
 
-    /// Records the message with the API's answer, then terminates it. When
-    /// the record cannot be written the message is Nak'd instead: it is never
-    /// dropped without a trace.
+    /// Records the message with the API's answer, then terminates it (true).
+    /// When the record cannot be written the message is Nak'd instead
+    /// (false): it is never dropped without a trace.
     async fn reject(
         &self,
         msg: &jetstream::Message,
         stream_seq: i64,
         delivered: i64,
         (status, code, message): (u16, &'static str, String),
-    ) {
+    ) -> bool {
         let body = &msg.payload[..msg.payload.len().min(self.max_body_bytes)];
         let row = RejectedMessage {
             id: RejectedMessage::id_of(&self.config.stream, stream_seq),
@@ -232,10 +266,12 @@ impl NatsIngest {
                 if let Err(e) = msg.ack_with(AckKind::Term).await {
                     tracing::warn!(error = %e, stream_seq, "terminating a recorded message failed; it will be seen again");
                 }
+                true
             }
             Err(e) => {
                 tracing::warn!(error = %e, stream_seq, "recording a rejected message failed; the bus will redeliver");
                 self.retry_later(msg, delivered).await;
+                false
             }
         }
     }

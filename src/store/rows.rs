@@ -307,7 +307,7 @@ pub struct AttemptRow {
     pub provider_status: Option<i64>,
     pub provider_message_id: Option<String>,
     pub error: Option<String>,
-    /// The provider's `Retry-After` as honoured (capped at `retry.max`), in µs.
+    /// The provider's `Retry-After` as honoured (up to `retry.max_retry_after`), in µs.
     pub retry_after: Option<i64>,
     /// When the next try was scheduled, if this attempt led to one.
     pub retry_at: Option<i64>,
@@ -399,6 +399,11 @@ pub struct Claim {
     pub max_attempts: i64,
     /// Event types whose routes skip superseded versions.
     pub supersede_types: Vec<String>,
+    /// Channels whose provider cannot recognise a retry after an `unknown`
+    /// attempt (see [`crate::deliver::duplicate::repeats_unrecognised`]): an
+    /// attempt there that lost its lease after an earlier `unknown` is
+    /// recorded as a possible duplicate.
+    pub repeats_unrecognised: Vec<Channel>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -515,6 +520,10 @@ pub struct ClaimedJob {
     /// lease and recorded `unknown`.
     #[sqlx(skip)]
     pub rescued: Option<i64>,
+    /// The rescued attempt was recorded as a possible duplicate (see
+    /// [`crate::deliver::duplicate::rescued_possible_duplicate`]).
+    #[sqlx(skip)]
+    pub rescued_duplicate: bool,
 }
 
 /// What an attempt's outcome does to its intent and job.

@@ -213,6 +213,7 @@ pub struct TestApp {
     db_url: String,
     sms_url: Option<String>,
     retry: (u32, &'static str, &'static str),
+    max_retry_after: Option<&'static str>,
     lease: &'static str,
     sms_timeout: &'static str,
     workers: bool,
@@ -255,6 +256,7 @@ impl TestApp {
             db_url: db.url.clone(),
             sms_url: None,
             retry: (4, "20ms", "100ms"),
+            max_retry_after: None,
             lease: "3s",
             sms_timeout: "1s",
             workers: true,
@@ -280,6 +282,12 @@ impl TestApp {
 
     pub fn with_retry(mut self, attempts: u32, base: &'static str, max: &'static str) -> TestApp {
         self.retry = (attempts, base, max);
+        self
+    }
+
+    /// `retry.max_retry_after`: the ceiling on a provider's `Retry-After`.
+    pub fn with_max_retry_after(mut self, ceiling: &'static str) -> TestApp {
+        self.max_retry_after = Some(ceiling);
         self
     }
 
@@ -344,6 +352,7 @@ shutdown_grace = "5s"
 attempts = {attempts}
 base = "{base}"
 max = "{max}"
+{max_retry_after}
 [worker]
 concurrency = 8
 poll_interval = "20ms"
@@ -356,6 +365,7 @@ channels = ["sms", "in_app"]
 "#,
             db = self.db_url,
             lease = self.lease,
+            max_retry_after = self.max_retry_after.map(|c| format!("max_retry_after = {c:?}")).unwrap_or_default(),
             disabled = !self.workers,
             redis = self.redis.as_ref().map(|r| format!("redis_url = {r:?}")).unwrap_or_default(),
             public_url = self.public_url.as_ref().map(|u| format!("public_url = {u:?}")).unwrap_or_default(),

@@ -20,18 +20,60 @@ macro_rules! queue_queries {
         ) -> StoreResult<Vec<ClaimedJob>> {
             use crate::deliver::rules::{self, OnClaim};
             let now_us = claim.now_us;
-            let lapsed: Vec<String> = candidates.iter().filter(|c| c.lease_lapsed).map(|c| c.intent.key.clone()).collect();
-            if !lapsed.is_empty() {
+            // A lapsed attempt may have reached the person: after an earlier
+            // `unknown` on a channel that cannot recognise the repeat, it is
+            // a possible duplicate. The facts are read before it is recorded
+            // `unknown` itself; the rule is in `deliver::duplicate`.
+            let lapsed: Vec<&ClaimCandidate> = candidates.iter().filter(|c| c.lease_lapsed).collect();
+            let exposed: Vec<String> = lapsed
+                .iter()
+                .filter(|c| claim.repeats_unrecognised.contains(&c.intent.channel))
+                .map(|c| c.intent.key.clone())
+                .collect();
+            let first_unknown: HashMap<String, i64> = if exposed.is_empty() {
+                HashMap::new()
+            } else {
+                sqlx::query_as::<_, (String, i64)>(concat!(
+                    "SELECT intent_key, MIN(n) FROM attempts WHERE outcome = $2 AND intent_key ",
+                    $in_keys,
+                    " GROUP BY intent_key"
+                ))
+                .bind($keys_arg(&exposed))
+                .bind(OutcomeClass::Unknown.as_str())
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .collect()
+            };
+            let duplicates: std::collections::HashSet<String> = lapsed
+                .iter()
+                .filter(|c| {
+                    crate::deliver::duplicate::rescued_possible_duplicate(
+                        claim.repeats_unrecognised.contains(&c.intent.channel),
+                        first_unknown.get(&c.intent.key).copied(),
+                        c.intent.attempts,
+                    )
+                })
+                .map(|c| c.intent.key.clone())
+                .collect();
+            let (flagged, plain): (Vec<String>, Vec<String>) =
+                lapsed.iter().map(|c| c.intent.key.clone()).partition(|k| duplicates.contains(k));
+            for (keys, possible_duplicate) in [(flagged, true), (plain, false)] {
+                if keys.is_empty() {
+                    continue;
+                }
                 sqlx::query(concat!(
-                    "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5
+                    "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5,
+                         possible_duplicate = $6
                      WHERE finished_at IS NULL AND intent_key ",
                     $in_keys
                 ))
-                .bind($keys_arg(&lapsed))
+                .bind($keys_arg(&keys))
                 .bind(now_us)
                 .bind(OutcomeClass::Unknown.as_str())
                 .bind(Reason::LeaseExpired.as_str())
                 .bind("the worker's lease expired before it reported an outcome")
+                .bind(possible_duplicate)
                 .execute(&mut **tx)
                 .await?;
             }
@@ -84,6 +126,7 @@ macro_rules! queue_queries {
                         intent,
                         content: None,
                         rescued,
+                        rescued_duplicate: duplicates.contains(&c.intent.key),
                         traceparent: c.traceparent.clone(),
                         links: c.links.clone(),
                     });
@@ -100,11 +143,19 @@ macro_rules! queue_queries {
             super::start_attempts(tx, &keys, now_us).await?;
             reported.extend(started.into_iter().map(|c| {
                 let rescued = c.lease_lapsed.then_some(c.intent.attempts);
+                let rescued_duplicate = duplicates.contains(&c.intent.key);
                 let mut intent = c.intent;
                 intent.attempts += 1;
                 intent.state = State::Sending;
                 intent.updated_at = now_us;
-                ClaimedJob { intent, content: c.content, rescued, traceparent: c.traceparent, links: c.links }
+                ClaimedJob {
+                    intent,
+                    content: c.content,
+                    rescued,
+                    rescued_duplicate,
+                    traceparent: c.traceparent,
+                    links: c.links,
+                }
             }));
             Ok(reported)
         }
