@@ -119,7 +119,8 @@ async fn sign_in(c: &Client, base: &str, token: &str) {
 #[tokio::test]
 async fn the_console_works_in_a_real_browser() {
     if !wanted() {
-        eprintln!("browser tests skipped: set HERALD_TEST_BROWSER=1 (with chromium and chromium-driver installed)");
+        // Set HERALD_TEST_BROWSER=1, with chromium and chromium-driver installed.
+        common::skipped("browser", "HERALD_TEST_BROWSER");
         return;
     }
     let driver = Driver::start().await;

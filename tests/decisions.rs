@@ -11,7 +11,6 @@ use herald::render::TemplateSet;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 fn id_of(body: &Value) -> String {
     body["intents"][0]["id"].as_str().unwrap().to_string()
@@ -63,7 +62,14 @@ async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content()
         app.put("/v1/recipients/u-night", &json!({"phone": "+15550000299", "timezone": "UTC", "preferences": prefs}))
             .await;
         clock.set("2026-06-02T06:59:00Z");
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // Held means its job cannot be claimed before the window ends: the
+        // queue, not a pause, keeps it from going out during quiet hours.
+        let wakes = "2026-06-02T07:00:00Z".parse::<jiff::Timestamp>().unwrap().as_microsecond();
+        let key = b["intents"][0]["key"].as_str().unwrap();
+        let not_before = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{key}' AND run_at >= {wakes}");
+        assert_eq!(common::count(&db, &not_before).await, 1, "{backend:?}: its job waits for 07:00");
+        let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
+        assert_eq!(it["state"], "held", "{backend:?}: {it}");
         assert!(sms.sent_to("+15550000200").is_empty(), "{backend:?}: sent during quiet hours");
         clock.set("2026-06-02T07:00:01Z");
         let it = app.wait_state(&id, &["sent"]).await;
@@ -93,7 +99,12 @@ async fn a_digest_window_sends_its_members_once_as_one_message() {
             assert_eq!(b["intents"][0]["decision"], "digest");
             members.push(id_of(&b));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A member waits in the open digest, with no job of its own to send it alone.
+        let alone = format!(
+            "SELECT COUNT(*) FROM jobs WHERE intent_key IN ({})",
+            keys_of(&app, &members).await.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
+        );
+        assert_eq!(common::count(&db, &alone).await, 0, "{backend:?}: a member could be sent alone");
         assert!(sms.sent_to(phone).is_empty(), "{backend:?}: a member was sent alone");
         clock.set("2026-06-01T11:00:00Z");
         let member = app.wait_state(&members[0], &["digested"]).await;
@@ -322,4 +333,14 @@ async fn a_digest_that_cannot_be_rendered_sends_its_members_one_by_one() {
         assert_eq!(sms.sent_to(phone).len(), 2);
         app.running.stop().await;
     }
+}
+
+/// The keys of these intents, as the API gives them.
+async fn keys_of(app: &common::Spawned, ids: &[String]) -> Vec<String> {
+    let mut keys = Vec::new();
+    for id in ids {
+        let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
+        keys.push(it["key"].as_str().unwrap().to_string());
+    }
+    keys
 }

@@ -257,10 +257,7 @@ async fn retention_prunes_old_data_in_order_and_keeps_the_dedupe_window() {
 
 #[tokio::test]
 async fn redis_absorbs_a_storm_and_flushing_it_costs_no_duplicate() {
-    let Some(redis_url) = test_redis().await else {
-        eprintln!("HERALD_TEST_REDIS_URL unset: the Redis leg runs in CI");
-        return;
-    };
+    let Some(redis_url) = test_redis().await else { return };
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let sms = FakeSms::start().await;

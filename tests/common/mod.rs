@@ -37,11 +37,27 @@ pub enum Backend {
     Postgres,
 }
 
-/// SQLite, and Postgres when `HERALD_TEST_DATABASE_URL` is set.
+/// Says that a leg of the running test did not run because the variable
+/// naming its service is unset, so a run without the service reads as what
+/// it is and not as a pass. Under CI (`CI` set), which configures every
+/// service, a skipped leg is a failure instead.
+pub fn skipped(leg: &str, var: &str) {
+    // libtest names each test's thread after the test.
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    if std::env::var("CI").is_ok_and(|v| !v.is_empty()) {
+        panic!("{test}: {var} is unset under CI, so its {leg} leg would be skipped; CI must set it");
+    }
+    eprintln!("SKIPPED: the {leg} leg of {test} ({var} is unset)");
+}
+
+/// SQLite, and Postgres when `HERALD_TEST_DATABASE_URL` is set (saying so
+/// when it is not).
 pub fn backends() -> Vec<Backend> {
     let mut out = vec![Backend::Sqlite];
     if std::env::var("HERALD_TEST_DATABASE_URL").is_ok_and(|v| !v.is_empty()) {
         out.push(Backend::Postgres);
+    } else {
+        skipped("Postgres", "HERALD_TEST_DATABASE_URL");
     }
     out
 }
@@ -449,7 +465,10 @@ pub fn sms_event(entity_id: &str, phone: &str) -> Value {
 /// The Redis of `HERALD_TEST_REDIS_URL`, flushed of nothing: None when unset;
 /// a panic when set but unreachable, so a broken CI leg fails instead of skipping.
 pub async fn test_redis() -> Option<String> {
-    let url = std::env::var("HERALD_TEST_REDIS_URL").ok().filter(|v| !v.is_empty())?;
+    let Some(url) = std::env::var("HERALD_TEST_REDIS_URL").ok().filter(|v| !v.is_empty()) else {
+        skipped("Redis", "HERALD_TEST_REDIS_URL");
+        return None;
+    };
     let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("HERALD_TEST_REDIS_URL {url}: {e}"));
     let mut conn = client
         .get_multiplexed_async_connection()

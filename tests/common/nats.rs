@@ -9,6 +9,16 @@ use std::time::Duration;
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The NATS of `HERALD_TEST_NATS_URL`; None (said, and a failure under CI)
+/// when unset.
+fn nats_url() -> Option<String> {
+    let url = std::env::var("HERALD_TEST_NATS_URL").ok().filter(|v| !v.is_empty());
+    if url.is_none() {
+        super::skipped("NATS", "HERALD_TEST_NATS_URL");
+    }
+    url
+}
+
 pub struct TestStream {
     pub url: String,
     pub js: jetstream::Context,
@@ -19,7 +29,7 @@ pub struct TestStream {
 
 impl TestStream {
     pub async fn new() -> Option<TestStream> {
-        let url = std::env::var("HERALD_TEST_NATS_URL").ok().filter(|v| !v.is_empty())?;
+        let url = nats_url()?;
         let client = tokio::time::timeout(Duration::from_secs(5), async_nats::connect(&url))
             .await
             .unwrap_or_else(|_| panic!("HERALD_TEST_NATS_URL is set but NATS does not answer ({url})"))
