@@ -1,7 +1,8 @@
 //! The cost model, measured: bytes per structured log line by kind, and per
 //! intent and attempt row on Postgres, from a real run — the figures the
-//! README's observability budget is computed from. Ignored by default (it
-//! prints figures rather than checking behaviour); run it with
+//! observability budget in docs/observability.md (*The cost model,
+//! measured*) is computed from. Ignored by default (it prints figures
+//! rather than checking behaviour); run it with
 //!
 //! ```text
 //! HERALD_TEST_DATABASE_URL=postgres://… cargo test --test cost_model -- --ignored --nocapture

@@ -220,7 +220,7 @@ impl Rewriter {
     ///
     /// An integer beyond 2^53 keeps its plain digits: written with a point or
     /// an exponent it is a double, which cannot hold it, and Herald refuses it
-    /// (`inexact_number`) rather than guess — the README's *Limits*.
+    /// (`inexact_number`) rather than guess — docs/api.md, *Limits*.
     fn number(&mut self, n: &Number, out: &mut String) {
         let text = n.to_string();
         let beyond_a_double = n.as_i64().map(|i| i.unsigned_abs()).or(n.as_u64()).is_some_and(|m| m > 1 << 53);

@@ -18,7 +18,7 @@ use std::marker::PhantomData;
 use std::path::Path;
 
 /// `HERALD_…` variables that are not configuration keys: the tracing filter
-/// (README, *Logs*), the test suite's and the benchmarks' own settings.
+/// (docs/observability.md, *Logs*), the test suite's and the benchmarks' own settings.
 fn is_reserved(name: &str) -> bool {
     name == "HERALD_LOG" || name.starts_with("HERALD_TEST_") || name.starts_with("HERALD_BENCH_")
 }
@@ -486,7 +486,7 @@ mod tests {
 
     #[test]
     fn the_benchmarks_variables_are_not_config_keys() {
-        // The README sends `cargo bench --bench ingest` to it; the herald it
+        // docs/performance.md sends `cargo bench --bench ingest` to it; the herald it
         // starts inherits the environment.
         assert!(load("", &[("HERALD_BENCH_DATABASE_URL", "postgres://x")]).is_ok());
     }

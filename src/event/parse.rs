@@ -20,7 +20,7 @@ fn err(field: impl Into<String>, message: impl Into<String>) -> EventError {
 /// Names the template context reserves; `data` may not use them.
 pub const RESERVED_DATA_NAMES: [&str; 3] = ["event", "entity", "recipient"];
 
-/// The most recipients one event may name (README, *Limits*).
+/// The most recipients one event may name (docs/api.md, *Limits*).
 pub const MAX_RECIPIENTS: usize = 1000;
 /// The longest identifier (type, entity.type, entity.id, a recipient id), in bytes.
 pub const MAX_ID_LEN: usize = 256;
