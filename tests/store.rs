@@ -2836,3 +2836,54 @@ async fn the_replay_checks_plan_probes_each_identity_from_an_empty_table_on() {
 fn test_suppression_key() -> herald::suppression::SuppressionKey {
     herald::suppression::SuppressionKey::new(vec![42; 32]).unwrap()
 }
+
+/// A deployment-wide setting is settled by the first writer: every later
+/// caller, whatever value it offers, gets the first one.
+#[tokio::test]
+async fn a_setting_is_settled_once_for_every_process() {
+    each_backend(|store| async move {
+        assert_eq!(store.setting_get_or_insert("suppression.key", "first").await.unwrap(), "first");
+        assert_eq!(store.setting_get_or_insert("suppression.key", "second").await.unwrap(), "first");
+        assert_eq!(store.setting_get_or_insert("other", "x").await.unwrap(), "x");
+    })
+    .await;
+}
+
+/// Rekeying an old list: an entry whose source intent still has its
+/// destination moves to the keyed lookup and is named; one whose intent is
+/// gone keeps its old hash, is named, and is still found by it; a second
+/// run changes nothing.
+#[tokio::test]
+async fn the_old_suppression_list_is_rekeyed_from_its_intents_and_none_is_lost() {
+    use herald::recipient::Kind;
+    use herald::suppression::{RekeyReport, entry_id, legacy_hash};
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        let mut intent = new_intent(&key(1), "sms", Some(T0));
+        intent.destination = Some("+9779800000031".into());
+        store.events_ingest(ingest("r1", "fp1", vec![intent])).await.unwrap();
+        // As an older Herald wrote them (migration 0060 left them unkeyed and unnamed).
+        for (number, source) in [("+9779800000031", key(1)), ("+9779800000032", key(2))] {
+            common::execute(
+                &db,
+                &format!(
+                    "INSERT INTO suppressions (tenant, address_hash, channel, masked, reason, source_intent, created_at)
+                     VALUES ('default', '{}', 'sms', 'masked', 'address_bounced', '{source}', {T0})",
+                    legacy_hash("default", Kind::Phone, number)
+                ),
+            )
+            .await;
+        }
+        let k = test_suppression_key();
+        let report = store.suppressions_rekey(&k).await.unwrap();
+        assert_eq!(report, RekeyReport { rekeyed: 1, left: 1 }, "{backend:?}");
+        let kept = store.suppressions_match("default", &[k.lookup("default", Kind::Phone, "+9779800000031")]).await;
+        assert_eq!(kept.unwrap()[0].id.as_deref(), Some(entry_id("default", &key(1)).as_str()));
+        let left = store.suppressions_match("default", &[legacy_hash("default", Kind::Phone, "+9779800000032")]).await;
+        assert_eq!(left.unwrap()[0].id.as_deref(), Some(entry_id("default", &key(2)).as_str()), "named, still found");
+        assert_eq!(store.suppressions_list("default", None, 10).await.unwrap().items.len(), 2, "none lost");
+        let again = store.suppressions_rekey(&k).await.unwrap();
+        assert_eq!(again, RekeyReport { rekeyed: 0, left: 1 }, "{backend:?}: nothing more to do");
+    }
+}
