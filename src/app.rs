@@ -289,7 +289,7 @@ pub async fn start_with(
     let options = store::StoreOptions { publications: config.publish.nats.is_some() };
     let store = store::connect_with(&config.database_url, options).await?;
     store.migrate().await?;
-    crate::suppression::resolve(&mut config, store.as_ref()).await?;
+    let suppression_key = crate::suppression::resolve(&mut config, store.as_ref()).await?;
     let breakers = Arc::new(Breakers::default());
     let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);
     let listener = match listener {
@@ -333,6 +333,12 @@ pub async fn start_with(
             let scheduled = build_ops_digest(&config, store.clone(), clock.clone())?;
             tokio::spawn(scheduled.run(rx.clone(), OPS_DIGEST_TICK));
         }
+        let rekeyer = crate::suppression::Rekeyer {
+            store: store.clone(),
+            key: suppression_key.clone(),
+            every: std::time::Duration::from_secs(600),
+        };
+        tokio::spawn(rekeyer.run(rx.clone()));
         if config.retention.enabled {
             let retention = Retention {
                 store: store.clone(),

@@ -611,22 +611,26 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
             } else {
                 None
             };
-            let id = match kind {
+            // Every entry the address has (one, unless an old-scheme entry
+            // is still waiting to be rekeyed beside a new one).
+            let ids: Vec<String> = match kind {
                 Some(kind) => {
                     let lookups = key.lookups(&tenant, kind, &address);
-                    store.suppressions_match(&tenant, &lookups).await?.into_iter().find_map(|row| row.id)
+                    store.suppressions_match(&tenant, &lookups).await?.into_iter().filter_map(|row| row.id).collect()
                 }
-                None => Some(address.clone()),
+                None => vec![address.clone()],
             };
-            let removed = match &id {
-                Some(id) => store.suppression_remove(&tenant, id).await?,
-                None => false,
-            };
-            if !removed {
+            let mut removed = Vec::new();
+            for id in ids {
+                if store.suppression_remove(&tenant, &id).await? {
+                    removed.push(id);
+                }
+            }
+            if removed.is_empty() {
                 errln!("no such address or entry on the suppression list of tenant {tenant:?}");
                 return Ok(ExitCode::FAILURE);
             }
-            outln!("removed {}", id.unwrap_or_default())?;
+            outln!("removed {}", removed.join(", "))?;
         }
     }
     Ok(ExitCode::SUCCESS)

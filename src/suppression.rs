@@ -35,17 +35,15 @@ const STORED_KEY: &str = "suppression.key";
 const STORED_FINGERPRINT: &str = "suppression.key.fingerprint";
 
 /// The deployment's suppression key. Its bytes never appear in a log or a
-/// `Debug`; `legacy` says the list still holds entries written under the
-/// unkeyed hash of old, which are matched that way too until rekeyed.
+/// `Debug`.
 #[derive(Clone)]
 pub struct SuppressionKey {
     bytes: Vec<u8>,
-    legacy: bool,
 }
 
 impl std::fmt::Debug for SuppressionKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SuppressionKey(fingerprint {}, legacy {})", self.fingerprint(), self.legacy)
+        write!(f, "SuppressionKey(fingerprint {})", self.fingerprint())
     }
 }
 
@@ -55,7 +53,7 @@ impl SuppressionKey {
         if bytes.len() < MIN_KEY_BYTES {
             return Err(format!("must be at least {MIN_KEY_BYTES} bytes, base64-encoded; it has {}", bytes.len()));
         }
-        Ok(SuppressionKey { bytes, legacy: false })
+        Ok(SuppressionKey { bytes })
     }
 
     /// A key written as configured: base64 of 32 bytes or more.
@@ -84,19 +82,13 @@ impl SuppressionKey {
         self.mac("herald suppression key fingerprint")[..16].to_string()
     }
 
-    /// Whether entries written under the old unkeyed hash remain.
-    pub fn has_legacy_entries(&self) -> bool {
-        self.legacy
-    }
-
     /// The lookups an address is found under: the keyed one, and the old
-    /// unkeyed one while the list still holds such entries.
+    /// unkeyed one. An entry of the old scheme is matched until it is
+    /// rekeyed or removed: one whose intent was pruned, or one a process of
+    /// the previous release wrote during a rolling upgrade (it carries no id
+    /// until the next rekey, see [`Rekeyer`]).
     pub fn lookups(&self, tenant: &str, kind: Kind, address: &str) -> Vec<String> {
-        let mut out = vec![self.lookup(tenant, kind, address)];
-        if self.legacy {
-            out.push(legacy_hash(tenant, kind, address));
-        }
-        out
+        vec![self.lookup(tenant, kind, address), legacy_hash(tenant, kind, address)]
     }
 }
 
@@ -212,21 +204,57 @@ pub async fn entries_for(
 /// Settles the key this process uses on this database (see the module's
 /// comment), rekeys the entries the old unkeyed hash wrote where their
 /// address can still be found, and puts the key into `config`.
+///
+/// The database's fingerprint is read before anything is written, so a
+/// process that would be refused stores nothing. A configured key that is
+/// the one Herald once drew takes its place: the drawn copy is removed from
+/// the database, which is what configuring the key is for.
 pub async fn resolve(config: &mut Config, store: &dyn Store) -> Result<SuppressionKey, StoreError> {
+    let refused = |why: String| StoreError::Schema(format!("suppression.key: {why}"));
     let configured = match config.suppression.key.as_deref() {
         // Checked when the configuration was loaded.
-        Some(text) => {
-            Some(SuppressionKey::from_base64(text).map_err(|e| StoreError::Corrupt(format!("suppression.key: {e}")))?)
-        }
+        Some(text) => Some(SuppressionKey::from_base64(text).map_err(refused)?),
         None => None,
     };
-    let mut key = match configured {
-        Some(key) => key,
-        None => {
+    let recorded = store.setting_get(STORED_FINGERPRINT).await?;
+    let stored = store.setting_get(STORED_KEY).await?;
+    let key = match (configured, stored) {
+        (Some(key), stored) => {
+            if let Some(fingerprint) = recorded.as_deref().filter(|f| *f != key.fingerprint()) {
+                return Err(refused(format!(
+                    "this database's suppression list is keyed with the key of fingerprint {fingerprint}, and the \
+                     configured key's is {}; {}",
+                    key.fingerprint(),
+                    match stored {
+                        Some(_) =>
+                            "while no key was configured Herald kept its key in the database (SELECT value \
+                                    FROM settings WHERE name = 'suppression.key'): configure that value, and Herald \
+                                    removes the database's copy at its next start",
+                        None => "give every Herald process on one database the same suppression.key",
+                    }
+                )));
+            }
+            if stored.is_some() {
+                store.setting_remove(STORED_KEY).await?;
+                tracing::info!("suppression.key is configured: the copy Herald kept in the database is removed");
+            }
+            key
+        }
+        (None, Some(stored)) => SuppressionKey::from_base64(&stored)
+            .map_err(|e| StoreError::Corrupt(format!("the database's stored suppression key {e}")))?,
+        (None, None) if recorded.is_some() => {
+            return Err(refused(
+                "this database's suppression list is keyed with a configured suppression.key, and none is \
+                 configured here; give every Herald process on one database the same suppression.key"
+                    .into(),
+            ));
+        }
+        (None, None) => {
             // A secret, not an identity: nothing sent is keyed by it.
             let mut drawn = [0u8; 32];
             rand::TryRngCore::try_fill_bytes(&mut rand::rngs::OsRng, &mut drawn)
                 .map_err(|e| StoreError::Corrupt(format!("no randomness to draw a suppression key: {e}")))?;
+            // Two processes starting at once: the first one written is everyone's.
             let stored = store.setting_get_or_insert(STORED_KEY, &STANDARD.encode(drawn)).await?;
             SuppressionKey::from_base64(&stored)
                 .map_err(|e| StoreError::Corrupt(format!("the database's stored suppression key {e}")))?
@@ -234,15 +262,10 @@ pub async fn resolve(config: &mut Config, store: &dyn Store) -> Result<Suppressi
     };
     let fingerprint = store.setting_get_or_insert(STORED_FINGERPRINT, &key.fingerprint()).await?;
     if fingerprint != key.fingerprint() {
-        return Err(StoreError::Schema(format!(
-            "suppression.key: this database's suppression list is keyed with the key of fingerprint {fingerprint}, \
-             and this process has {} ({}); give every Herald process on one database the same suppression.key",
-            key.fingerprint(),
-            if config.suppression.key.is_some() {
-                "the configured suppression.key"
-            } else {
-                "the key drawn when no suppression.key was configured"
-            },
+        return Err(refused(format!(
+            "another process keyed this database's suppression list with the key of fingerprint {fingerprint} \
+             as this one started (this one's is {}); give every Herald process on one database the same key",
+            key.fingerprint()
         )));
     }
     let report = store.suppressions_rekey(&key).await?;
@@ -253,9 +276,59 @@ pub async fn resolve(config: &mut Config, store: &dyn Store) -> Result<Suppressi
             "suppression list: entries of the old unkeyed hash rekeyed; those left (their intent pruned) are still matched"
         );
     }
-    key.legacy = report.left > 0;
     config.suppression.resolved = Some(key.clone());
     Ok(key)
+}
+
+/// Rekeys, now and then, entries of the old scheme that appear after
+/// start-up: during a rolling upgrade a process of the previous release
+/// still writes them. Cheap when there are none (a partial index).
+pub struct Rekeyer {
+    pub store: std::sync::Arc<dyn Store>,
+    pub key: SuppressionKey,
+    pub every: std::time::Duration,
+}
+
+impl Rekeyer {
+    pub async fn run(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(self.every) => {}
+                _ = shutdown.changed() => return,
+            }
+            match self.store.suppressions_rekey(&self.key).await {
+                Ok(report) if report.rekeyed > 0 => {
+                    tracing::info!(
+                        rekeyed = report.rekeyed,
+                        "suppression list: entries of the old unkeyed hash rekeyed"
+                    )
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "suppression list: rekeying failed; it is tried again later"),
+            }
+        }
+    }
+}
+
+/// An intent's `detail` as a planner before the keyed list wrote it named
+/// the entry by its unkeyed hash (`entry 70f1…` in 64 hex digits): the same
+/// text naming the entry by its id. Other text is returned as it is.
+pub fn named_detail<'a>(tenant: &str, detail: &'a str) -> std::borrow::Cow<'a, str> {
+    let hash_at = |s: &str| {
+        let start = s.find("(entry ")? + "(entry ".len();
+        let hash = s.get(start..start + 64)?;
+        hash.bytes().all(|b| b.is_ascii_hexdigit()).then_some(start)
+    };
+    let Some(start) = hash_at(detail) else { return std::borrow::Cow::Borrowed(detail) };
+    let rest = &detail[start + 64..];
+    let intent = rest
+        .strip_prefix(", from intent ")
+        .map(|r| r.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or_default());
+    let id = match intent {
+        Some(source) if !source.is_empty() => entry_id(tenant, source),
+        _ => "(an entry of the old list)".to_string(),
+    };
+    std::borrow::Cow::Owned(format!("{}{id}{rest}", &detail[..start]))
 }
 
 /// What rekeying the old entries did.
@@ -320,11 +393,26 @@ mod tests {
     }
 
     #[test]
-    fn old_entries_are_looked_up_under_both_while_any_remain() {
-        let mut k = key(4);
-        assert_eq!(k.lookups("t", Kind::Phone, "+15550000000").len(), 1);
-        k.legacy = true;
-        let both = k.lookups("t", Kind::Phone, "+15550000000");
+    fn old_entries_are_looked_up_under_both() {
+        let both = key(4).lookups("t", Kind::Phone, "+15550000000");
         assert_eq!(both[1], legacy_hash("t", Kind::Phone, "+15550000000"));
+    }
+
+    #[test]
+    fn an_old_detail_names_the_entry_by_its_id_not_its_hash() {
+        let hash = legacy_hash("t", Kind::Phone, "+9779800000001");
+        let old = format!("on the suppression list since 2026-11-30T10:00:00Z (entry {hash}, from intent abc123)");
+        let named = named_detail("t", &old);
+        assert_eq!(
+            named,
+            format!(
+                "on the suppression list since 2026-11-30T10:00:00Z (entry {}, from intent abc123)",
+                entry_id("t", "abc123")
+            )
+        );
+        assert!(!named.contains(&hash));
+        let new = format!("on the suppression list since … (entry {}, from intent abc123)", entry_id("t", "abc123"));
+        assert_eq!(named_detail("t", &new), new, "a new detail is left as it is");
+        assert_eq!(named_detail("t", "quiet hours"), "quiet hours");
     }
 }

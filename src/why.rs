@@ -86,6 +86,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let _ =
             writeln!(out, "  {}  decided: {}{why_decided}{prefs}{to}{locale}{shadow}", time(i.created_at), i.decision);
         if let Some(detail) = &i.detail {
+            let detail = crate::suppression::named_detail(&i.tenant, detail);
             let _ = writeln!(out, "  {}  note: {detail}", " ".repeat(time(i.created_at).len()));
         }
         for a in &d.attempts {

@@ -185,3 +185,123 @@ async fn entries_of_the_old_unkeyed_hash_are_rekeyed_at_start_up_and_none_is_los
         assert!(err.to_string().contains("suppression.key"), "{err}");
     }
 }
+
+/// During a rolling upgrade a process of the previous release still writes
+/// entries under the old unkeyed hash, after this one started: they are
+/// matched all the same, and a new bounce of that address rekeys the entry
+/// in place rather than adding a second one.
+#[tokio::test]
+async fn an_old_scheme_entry_written_after_start_up_is_matched_and_rekeyed_by_the_next_bounce() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let toml = format!("[receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n[suppression]\nkey = \"{KEY}\"\n");
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let number = "+9779800000021";
+        let (_, b, _) = app.post_event(&sms_event("PO-R1", number), None).await;
+        let source = b["intents"][0]["id"].as_str().unwrap().to_string();
+        app.wait_state(&source, &["sent"]).await;
+        // As the previous release writes a bounce: unkeyed, unnamed.
+        execute(
+            &db,
+            &format!(
+                "INSERT INTO suppressions (tenant, address_hash, channel, masked, reason, source_intent, created_at)
+                 VALUES ('default', '{}', 'sms', '+97798******21', 'address_bounced', '{source}', 1)",
+                legacy_hash("default", Kind::Phone, number)
+            ),
+        )
+        .await;
+        let (_, later, _) = app.post_event(&sms_event("PO-R2", number), None).await;
+        assert_eq!(later["intents"][0]["reason"], "address_bounced", "{backend:?}: matched: {later}");
+        // A bounce of the same address now: one entry, keyed and named.
+        let bounce = json!({"key": source, "status": "bounced"});
+        assert_eq!(receipt(&app, "r1", &bounce).await, 200);
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM suppressions").await, 1, "{backend:?}: one address, one entry");
+        let key = SuppressionKey::from_base64(KEY).unwrap();
+        let keyed = format!(
+            "SELECT COUNT(*) FROM suppressions WHERE keyed AND id IS NOT NULL AND address_hash = '{}'",
+            key.lookup("default", Kind::Phone, number)
+        );
+        assert_eq!(count(&db, &keyed).await, 1, "{backend:?}: rekeyed in place");
+        app.running.stop().await;
+    }
+}
+
+/// Intents the planner suppressed before the keyed list named the entry by
+/// its unkeyed hash in `detail`. After the upgrade no answer shows that hash:
+/// the stored text is rewritten once, naming the entry by its id.
+#[tokio::test]
+async fn an_old_intents_detail_loses_the_unkeyed_hash_after_the_upgrade() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let toml = format!("[receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n");
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let number = "+9779800000022";
+        let (_, b, _) = app.post_event(&sms_event("PO-D1", number), None).await;
+        let source = b["intents"][0]["id"].as_str().unwrap().to_string();
+        app.wait_state(&source, &["sent"]).await;
+        assert_eq!(receipt(&app, "d1", &json!({"key": source, "status": "bounced"})).await, 200);
+        let (_, later, _) = app.post_event(&sms_event("PO-D2", number), None).await;
+        let later = later["intents"][0]["id"].as_str().unwrap().to_string();
+        app.running.stop().await;
+        // As the previous release wrote it.
+        let unkeyed = legacy_hash("default", Kind::Phone, number);
+        let old = format!("on the suppression list since 2026-11-30T10:00:00Z (entry {unkeyed}, from intent {source})");
+        execute(&db, &format!("UPDATE intents SET detail = '{old}' WHERE key = '{later}'")).await;
+        execute(&db, "DELETE FROM settings WHERE name = 'suppression.details_named'").await;
+
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&toml).spawn().await;
+        let (_, it) = app.get(&format!("/v1/intents/{later}")).await;
+        let detail = it["detail"].as_str().unwrap();
+        assert!(!detail.contains(&unkeyed), "{backend:?}: {detail}");
+        assert!(detail.contains(&entry_id("default", &source)), "{backend:?}: named by its id: {detail}");
+        let still = format!("SELECT COUNT(*) FROM intents WHERE detail LIKE '%{unkeyed}%'");
+        assert_eq!(count(&db, &still).await, 0, "{backend:?}: the stored text is rewritten");
+        app.running.stop().await;
+    }
+}
+
+/// A deployment that ran on a drawn key and then configures one: a fresh key
+/// is refused, saying where the key in use is kept; the key in use, once
+/// configured, takes over and the database's copy is removed.
+#[tokio::test]
+async fn configuring_the_drawn_key_moves_it_out_of_the_database() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).spawn().await;
+        app.running.stop().await;
+        let stored: String = {
+            use sqlx::Connection;
+            let sql = "SELECT value FROM settings WHERE name = 'suppression.key'";
+            match db.backend {
+                Backend::Sqlite => {
+                    let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
+                    sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+                }
+                Backend::Postgres => {
+                    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+                    sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
+                }
+            }
+        };
+        let start = |key: &str| {
+            let config = TestApp::new(&db).with_toml(&format!("[suppression]\nkey = \"{key}\"\n")).config();
+            herald::app::start_with(config, std::sync::Arc::new(herald::clock::SystemClock), None)
+        };
+        let err = start(KEY).await.err().expect("a fresh key is refused");
+        assert!(err.to_string().contains("SELECT value FROM settings"), "{backend:?}: {err}");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM settings WHERE name = 'suppression.key'").await, 1);
+        let running = start(&stored).await.expect("the key in use, configured");
+        running.stop().await;
+        assert_eq!(
+            count(&db, "SELECT COUNT(*) FROM settings WHERE name = 'suppression.key'").await,
+            0,
+            "{backend:?}: the database no longer holds the key"
+        );
+        // And now a process without the key is refused rather than drawing another.
+        let config = TestApp::new(&db).config();
+        let err = herald::app::start_with(config, std::sync::Arc::new(herald::clock::SystemClock), None).await.err();
+        assert!(err.expect("no key").to_string().contains("suppression.key"), "{backend:?}");
+    }
+}

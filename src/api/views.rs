@@ -29,7 +29,7 @@ pub fn intent(row: &IntentRow) -> Value {
         "payload_digest": row.payload_digest,
         "decision": row.decision,
         "reason": row.reason,
-        "detail": row.detail,
+        "detail": row.detail.as_deref().map(|d| crate::suppression::named_detail(&row.tenant, d)),
         "state": row.state,
         "mode": row.mode,
         "attempt_count": row.attempts,

@@ -209,6 +209,14 @@ macro_rules! store_impl {
                 q::suppressions_rekey(&self.$writer, key).await
             }
 
+            async fn setting_get(&self, name: &str) -> StoreResult<Option<String>> {
+                q::setting_get(&self.$writer, name).await
+            }
+
+            async fn setting_remove(&self, name: &str) -> StoreResult<bool> {
+                q::setting_remove(&self.$writer, name).await
+            }
+
             async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
                 q::setting_get_or_insert(&self.$writer, name, value, crate::clock::micros(jiff::Timestamp::now())).await
             }

@@ -382,6 +382,12 @@ pub trait Store: Send + Sync + 'static {
     /// when there is none; every process on the database gets the same.
     async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String>;
 
+    /// The deployment-wide value stored under `name`, if any.
+    async fn setting_get(&self, name: &str) -> StoreResult<Option<String>>;
+
+    /// Removes the value stored under `name`; false when there was none.
+    async fn setting_remove(&self, name: &str) -> StoreResult<bool>;
+
     /// Records a bus message that could not become an event, once per
     /// stream and sequence; true when this call recorded it.
     async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool>;

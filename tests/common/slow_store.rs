@@ -62,6 +62,12 @@ impl Store for SlowRecording {
     async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
         self.inner.setting_get_or_insert(name, value).await
     }
+    async fn setting_get(&self, name: &str) -> StoreResult<Option<String>> {
+        self.inner.setting_get(name).await
+    }
+    async fn setting_remove(&self, name: &str) -> StoreResult<bool> {
+        self.inner.setting_remove(name).await
+    }
     async fn schema_state(&self) -> StoreResult<SchemaState> {
         self.inner.schema_state().await
     }

@@ -104,6 +104,34 @@ macro_rules! receipts_queries {
                 let kind = crate::suppression::kind_of(&channel);
                 if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
                     let facts = crate::suppression::facts(&r.suppression_key, &tenant, kind, address, &key);
+                    // An entry of the old scheme for this address (its intent
+                    // pruned, or written by the previous release) is rekeyed
+                    // here, where the address is known: one address, one entry.
+                    let legacy = crate::suppression::legacy_hash(&tenant, kind, address);
+                    let keyed: i64 =
+                        sqlx::query_scalar("SELECT COUNT(*) FROM suppressions WHERE tenant = $1 AND address_hash = $2")
+                            .bind(&tenant)
+                            .bind(&facts.lookup)
+                            .fetch_one(&mut **tx)
+                            .await?;
+                    if keyed == 0 {
+                        sqlx::query(
+                            "UPDATE suppressions SET address_hash = $3, keyed = TRUE, id = COALESCE(id, $4)
+                             WHERE tenant = $1 AND address_hash = $2",
+                        )
+                        .bind(&tenant)
+                        .bind(&legacy)
+                        .bind(&facts.lookup)
+                        .bind(crate::suppression::entry_id(&tenant, &key))
+                        .execute(&mut **tx)
+                        .await?;
+                    } else {
+                        sqlx::query("DELETE FROM suppressions WHERE tenant = $1 AND address_hash = $2")
+                            .bind(&tenant)
+                            .bind(&legacy)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
                     suppressed = sqlx::query(
                         "INSERT INTO suppressions (tenant, address_hash, channel, masked, domain, reason, source_intent,
                                                    detail, created_at, id, keyed)
@@ -208,6 +236,15 @@ macro_rules! receipts_queries {
             Ok(n > 0)
         }
 
+        pub async fn setting_get(pool: &Pool<$db>, name: &str) -> StoreResult<Option<String>> {
+            Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_optional(pool).await?)
+        }
+
+        pub async fn setting_remove(pool: &Pool<$db>, name: &str) -> StoreResult<bool> {
+            let n = sqlx::query("DELETE FROM settings WHERE name = $1").bind(name).execute(pool).await?.rows_affected();
+            Ok(n > 0)
+        }
+
         /// The value stored under `name`, storing `value` first when there is
         /// none: every process on the database settles on the first one written.
         pub async fn setting_get_or_insert(pool: &Pool<$db>, name: &str, value: &str, now_us: i64) -> StoreResult<String> {
@@ -286,6 +323,39 @@ macro_rules! receipts_queries {
                     }
                 }
                 tx.commit().await?;
+            }
+            // Intents the planner suppressed before the keyed list named
+            // their entry by its unkeyed hash in `detail`: named by id
+            // instead, once (the views do the same for any left).
+            let done = "suppression.details_named";
+            let named: Option<String> = sqlx::query_scalar("SELECT value FROM settings WHERE name = $1")
+                .bind(done)
+                .fetch_optional(pool)
+                .await?;
+            if named.is_none() {
+                let old: Vec<(String, String, String)> = sqlx::query_as(
+                    "SELECT key, tenant, detail FROM intents
+                     WHERE reason IN ('address_bounced', 'address_complained') AND detail LIKE '%(entry %'",
+                )
+                .fetch_all(pool)
+                .await?;
+                for (key, tenant, detail) in old {
+                    let renamed = crate::suppression::named_detail(&tenant, &detail);
+                    if renamed != detail {
+                        sqlx::query("UPDATE intents SET detail = $2 WHERE key = $1")
+                            .bind(&key)
+                            .bind(renamed.as_ref())
+                            .execute(pool)
+                            .await?;
+                    }
+                }
+                sqlx::query(
+                    "INSERT INTO settings (name, value, created_at) VALUES ($1, 'yes', $2) ON CONFLICT (name) DO NOTHING",
+                )
+                .bind(done)
+                .bind(crate::clock::micros(jiff::Timestamp::now()))
+                .execute(pool)
+                .await?;
             }
             Ok(report)
         }
