@@ -138,6 +138,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
                 limit: 500,
                 lease_us: 30_000_000,
                 max_attempts: 6,
+                dedupe_window_us: None,
                 supersede_types: vec![],
                 repeats_unrecognised: vec![],
             })

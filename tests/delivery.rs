@@ -333,3 +333,53 @@ async fn a_retry_after_past_the_dedupe_window_ends_the_chain() {
         api.running.stop().await;
     }
 }
+
+/// A try whose worker died is not sent again by a claim that finds its
+/// expired lease after the chain's dedupe window (1 h in the tests'
+/// configuration, counted from the chain's first try): after an `unknown`
+/// attempt that send would be a possible duplicate nothing could dedupe any
+/// more. The intent is dead, its lapsed attempts `unknown` / `lease_expired`,
+/// and the provider is not called. A chain still inside its window is tried
+/// again and sent.
+#[tokio::test]
+async fn a_try_whose_worker_died_is_not_sent_again_after_the_dedupe_window() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let clock = common::TestClock::at("2026-12-01T10:00:00Z");
+        let api = TestApp::new(&db).with_sms(&sms).with_clock(clock.clone()).without_workers().spawn().await;
+        let (_, a, _) = api.post_event(&sms_event("PO-LAPSED-LATE", "+15550000443"), None).await;
+        clock.set("2026-12-01T10:30:00Z");
+        let (_, b, _) = api.post_event(&sms_event("PO-LAPSED-INSIDE", "+15550000444"), None).await;
+        api.running.stop().await;
+        // Workers that die at once: A's chain starts at 10:00; at 10:30 its
+        // try is taken back and tried again, and B's chain starts.
+        let store = db.store().await;
+        let dying = |now: &str| herald::store::Claim {
+            now_us: now.parse::<jiff::Timestamp>().unwrap().as_microsecond(),
+            limit: 10,
+            lease_us: 0,
+            max_attempts: 4,
+            dedupe_window_us: Some(3_600_000_000),
+            supersede_types: vec![],
+            repeats_unrecognised: vec![],
+        };
+        assert_eq!(store.jobs_claim(dying("2026-12-01T10:00:00Z")).await.unwrap().len(), 1);
+        assert_eq!(store.jobs_claim(dying("2026-12-01T10:30:00Z")).await.unwrap().len(), 2);
+        // A worker comes up a second after A's window has run out.
+        clock.set("2026-12-01T11:00:01Z");
+        let app = TestApp::new(&db).with_sms(&sms).with_clock(clock.clone()).spawn().await;
+        let id = |body: &serde_json::Value| body["intents"][0]["id"].as_str().unwrap().to_string();
+        let late = app.wait_state(&id(&a), &["dead"]).await;
+        assert_eq!(late["reason"], "retries_exhausted", "{backend:?}: {late}");
+        let classes: Vec<_> = (late["attempts"].as_array().unwrap().iter())
+            .map(|t| (t["outcome"].as_str(), t["error_class"].as_str()))
+            .collect();
+        assert_eq!(classes, [(Some("unknown"), Some("lease_expired")); 2], "{backend:?}: no third try: {late}");
+        assert!(sms.sent_to("+15550000443").is_empty(), "{backend:?}: sent after its window");
+        let inside = app.wait_state(&id(&b), &["sent"]).await;
+        assert_eq!(inside["attempts"].as_array().unwrap().len(), 2, "{backend:?}: {inside}");
+        assert_eq!(sms.sent_to("+15550000444").len(), 1);
+        app.running.stop().await;
+    }
+}

@@ -188,6 +188,7 @@ async fn a_crashed_workers_attempt_is_recorded_unknown_and_retaken_after_its_lea
                 limit: 10,
                 lease_us: 300_000,
                 max_attempts: 4,
+                dedupe_window_us: None,
                 supersede_types: vec![],
                 repeats_unrecognised: vec![],
             })

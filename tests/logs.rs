@@ -143,6 +143,7 @@ async fn a_lease_rescue_logs_its_attempt_transition_whatever_the_sampling() {
             limit: 10,
             lease_us: 0,
             max_attempts: 3,
+            dedupe_window_us: None,
             supersede_types: vec![],
             repeats_unrecognised: vec![],
         };

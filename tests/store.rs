@@ -62,6 +62,7 @@ fn claim(now: i64, limit: u32) -> Claim {
         limit,
         lease_us: 3_600_000_000,
         max_attempts: 3,
+        dedupe_window_us: None,
         supersede_types: vec![],
         repeats_unrecognised: vec![],
     }
@@ -473,6 +474,37 @@ async fn a_rescue_after_the_last_attempt_is_dead_not_a_fourth_try() {
         assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
         assert_eq!(d.attempts.len(), 3);
         assert!(d.attempts.iter().all(|a| a.outcome.map(|o| o.as_str()) == Some("unknown")));
+    })
+    .await;
+}
+
+/// A try whose worker died is not started again once its chain's dedupe
+/// window (counted from the chain's first try) has run out: the claim that
+/// finds the lapsed lease ends the intent dead. Sent again then, it would be
+/// a possible duplicate nothing could dedupe any more. A chain still inside
+/// its window is retried as before.
+#[tokio::test]
+async fn a_rescue_after_the_dedupe_window_is_dead_not_a_late_send() {
+    each_backend(|store| async move {
+        const HOUR: i64 = 3_600_000_000;
+        let windowed = |now: i64, lease_us: i64| Claim { dedupe_window_us: Some(HOUR), lease_us, ..claim(now, 10) };
+        let late = T0 + HOUR / 2;
+        let intents = vec![new_intent(&key(1), "sms", Some(T0)), new_intent(&key(2), "sms", Some(late))];
+        store.events_ingest(ingest("r1", "fp1", intents)).await.unwrap();
+        // key(1)'s chain starts at T0; at `late` its lapsed try is rescued
+        // (inside its window) and key(2)'s chain starts; both workers die.
+        assert_eq!(store.jobs_claim(windowed(T0, 0)).await.unwrap().len(), 1);
+        assert_eq!(store.jobs_claim(windowed(late, 0)).await.unwrap().len(), 2);
+        // Just past key(1)'s window (its first try, not its last): it is dead; key(2) is retried.
+        let claimed = store.jobs_claim(windowed(T0 + HOUR + 1, HOUR)).await.unwrap();
+        let mut seen: Vec<(String, State, i64, Option<i64>)> =
+            claimed.iter().map(|j| (j.intent.key.clone(), j.intent.state, j.intent.attempts, j.rescued)).collect();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(seen, vec![(key(1), State::Dead, 2, Some(2)), (key(2), State::Sending, 2, Some(1))]);
+        let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
+        assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref()), ("dead", Some("retries_exhausted")));
+        assert_eq!(d.attempts.len(), 2, "no third try");
+        assert!(d.attempts.iter().all(|a| a.error_class.as_deref() == Some("lease_expired")));
     })
     .await;
 }

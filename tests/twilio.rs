@@ -211,6 +211,7 @@ fn lapsing_claim() -> herald::store::Claim {
         limit: 10,
         lease_us: 0,
         max_attempts: 4,
+        dedupe_window_us: None,
         supersede_types: vec![],
         repeats_unrecognised: vec![],
     }

@@ -192,6 +192,7 @@ impl Worker {
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
                 lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
                 max_attempts: i64::from(self.policy.attempts),
+                dedupe_window_us: self.policy.dedupe_window.map(|w| i64::try_from(w.as_micros()).unwrap_or(i64::MAX)),
                 supersede_types: self.supersede_types.clone(),
                 repeats_unrecognised: self.repeats_unrecognised(),
             })

@@ -9,6 +9,14 @@
 //! here the chain ends instead (rule 2): a retry that would run after the
 //! dedupe window has run out, counted from the chain's first try, is not
 //! scheduled, and the intent is dead as after its last try.
+//!
+//! A try whose worker dies is taken up again by a later claim, not through
+//! this policy; that claim ends the chain the same way once the window has
+//! run out ([`crate::deliver::rules`]). The policy leaves no lease's room for
+//! such a rescue: it cannot know when the claim will come (a backlog, a
+//! restart, a second rescue each push it later than any margin), and a
+//! margin would end every stretched chain a lease early for a worker that
+//! seldom dies.
 
 use rand::Rng;
 use std::time::Duration;

@@ -6,6 +6,14 @@
 //! - DESIGN rule 3: a job whose worker died during its last try is dead
 //!   (`retries_exhausted`), not tried once more: the policy's `attempts`
 //!   bounds provider calls (counted since the last replay).
+//! - DESIGN rule 2, the chain ends: a job whose worker died during a try is
+//!   dead (`retries_exhausted`) when the claim finds it after its chain's
+//!   dedupe window has run out (counted from the chain's first try, as in
+//!   [`crate::deliver::retry`]). The try it would start is a retry after an
+//!   `unknown` attempt, and after the window nothing (the Redis keys, the
+//!   request records) could dedupe it any more. The retry policy cannot see
+//!   this coming: when it schedules a retry it does not know when the claim
+//!   will come, nor whether a worker will die.
 //! - DESIGN rule 4, per route: a versioned intent whose entity already has a
 //!   newer version queued, held, being sent or sent to the same recipient on
 //!   the same channel is `superseded`, linked to the newest such intent.
@@ -34,11 +42,19 @@ pub fn may_be_superseded(c: &ClaimCandidate, claim: &Claim) -> bool {
     c.intent.entity_version.is_some() && claim.supersede_types.contains(&c.intent.event_type)
 }
 
-/// The rules in order: a lapsed last try first (the attempt is spent whatever
-/// else is true), then a newer version, then shadow mode.
-pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], claim: &Claim) -> OnClaim {
+/// The rules in order: a lapsed last try, or a lapsed try whose chain has
+/// outlived its dedupe window, first (the chain is over whatever else is
+/// true), then a newer version, then shadow mode. `chain_started`: when the
+/// chain's first try (the first since the last replay) started, µs; None when
+/// it is not on record, and the intent's creation counts, the earliest it
+/// can be.
+pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], chain_started: Option<i64>, claim: &Claim) -> OnClaim {
     let tries = c.intent.attempts - c.intent.retry_base;
     if c.lease_lapsed && tries >= claim.max_attempts {
+        return OnClaim::Dead(Reason::RetriesExhausted);
+    }
+    if c.lease_lapsed && past_window(chain_started.unwrap_or(c.intent.created_at), claim.dedupe_window_us, claim.now_us)
+    {
         return OnClaim::Dead(Reason::RetriesExhausted);
     }
     if may_be_superseded(c, claim)
@@ -50,6 +66,13 @@ pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], claim: &Claim) -> On
         return OnClaim::Shadowed;
     }
     OnClaim::Start
+}
+
+/// Whether a chain that started at `chain_started` has outlived its dedupe
+/// window (`window_us`, None: unbounded) at `now_us`; exactly at the window's
+/// end is still inside it, as for a scheduled retry.
+pub fn past_window(chain_started: i64, window_us: Option<i64>, now_us: i64) -> bool {
+    window_us.is_some_and(|w| now_us > chain_started.saturating_add(w))
 }
 
 /// The newest version of the same entity for the same recipient and channel
@@ -121,6 +144,7 @@ mod tests {
             limit: 10,
             lease_us: 1,
             max_attempts: 3,
+            dedupe_window_us: None,
             supersede_types: supersede.iter().map(|s| s.to_string()).collect(),
             repeats_unrecognised: Vec::new(),
         }
@@ -133,19 +157,72 @@ mod tests {
     #[test]
     fn a_lapsed_last_try_is_dead_and_an_earlier_one_is_tried_again() {
         let c = claim(&[]);
-        assert_eq!(on_claim(&candidate("a", None, 3, true), &[], &c), OnClaim::Dead(Reason::RetriesExhausted));
-        assert_eq!(on_claim(&candidate("a", None, 2, true), &[], &c), OnClaim::Start);
+        assert_eq!(on_claim(&candidate("a", None, 3, true), &[], None, &c), OnClaim::Dead(Reason::RetriesExhausted));
+        assert_eq!(on_claim(&candidate("a", None, 2, true), &[], None, &c), OnClaim::Start);
         // Not lapsed: a job rescheduled after its third try was already judged by the policy.
-        assert_eq!(on_claim(&candidate("a", None, 3, false), &[], &c), OnClaim::Start);
+        assert_eq!(on_claim(&candidate("a", None, 3, false), &[], None, &c), OnClaim::Start);
+    }
+
+    const HOUR: i64 = 3_600_000_000;
+
+    /// A chain stretched by a `Retry-After` has a try a minute before its
+    /// dedupe window ends, and its worker dies: the claim that finds the
+    /// lapsed lease after the window does not send again (a possible
+    /// duplicate nothing could dedupe any more); inside the window it does.
+    #[test]
+    fn a_lapsed_try_found_after_the_dedupe_window_ends_the_chain() {
+        let c = Claim { now_us: 10 * HOUR, dedupe_window_us: Some(HOUR), ..claim(&[]) };
+        let lapsed = candidate("a", None, 2, true);
+        let dead = OnClaim::Dead(Reason::RetriesExhausted);
+        assert_eq!(on_claim(&lapsed, &[], Some(9 * HOUR - 1), &c), dead);
+        // Exactly at the window's end is still inside it.
+        assert_eq!(on_claim(&lapsed, &[], Some(9 * HOUR), &c), OnClaim::Start);
+        // Not on record: counted from the intent's creation (0 here), the earliest it can be.
+        assert_eq!(on_claim(&lapsed, &[], None, &c), dead);
+        // A chain without a window is bounded by its attempts only.
+        assert_eq!(on_claim(&lapsed, &[], Some(0), &Claim { dedupe_window_us: None, ..c.clone() }), OnClaim::Start);
+        // A job that was not rescued was judged by the policy when it was scheduled.
+        assert_eq!(on_claim(&candidate("a", None, 2, false), &[], Some(0), &c), OnClaim::Start);
+        // The chain is over before a newer version or shadow mode is looked at.
+        let mut shadow = candidate("v1", Some(1), 1, true);
+        shadow.intent.mode = Mode::Shadow;
+        let versions = [newer("v1", "v2", 2, "sent")];
+        assert_eq!(
+            on_claim(&shadow, &versions, Some(0), &Claim { supersede_types: vec!["po.updated".into()], ..c }),
+            dead
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the times: a rescued try starts only inside its chain's
+        /// dedupe window, and the window never ends a job that was not rescued.
+        #[test]
+        fn a_rescued_try_starts_only_inside_the_window(
+            started in 0i64..(100 * HOUR),
+            window in proptest::option::of(1i64..(48 * HOUR)),
+            now in 0i64..(200 * HOUR),
+            lapsed: bool,
+        ) {
+            let c = Claim { now_us: now, dedupe_window_us: window, ..claim(&[]) };
+            let job = candidate("a", None, 1, lapsed);
+            let end = on_claim(&job, &[], Some(started), &c);
+            let outlived = window.is_some_and(|w| now > started + w);
+            proptest::prop_assert_eq!(past_window(started, window, now), outlived);
+            if lapsed && outlived {
+                proptest::prop_assert_eq!(end, OnClaim::Dead(Reason::RetriesExhausted));
+            } else {
+                proptest::prop_assert_eq!(end, OnClaim::Start);
+            }
+        }
     }
 
     #[test]
     fn tries_count_from_the_last_replay() {
         let mut replayed = candidate("a", None, 5, true);
         replayed.intent.retry_base = 3;
-        assert_eq!(on_claim(&replayed, &[], &claim(&[])), OnClaim::Start);
+        assert_eq!(on_claim(&replayed, &[], None, &claim(&[])), OnClaim::Start);
         replayed.intent.retry_base = 2;
-        assert_eq!(on_claim(&replayed, &[], &claim(&[])), OnClaim::Dead(Reason::RetriesExhausted));
+        assert_eq!(on_claim(&replayed, &[], None, &claim(&[])), OnClaim::Dead(Reason::RetriesExhausted));
     }
 
     #[test]
@@ -158,17 +235,20 @@ mod tests {
             newer("v1", "v3", 3, "queued"),
             newer("other", "v9", 9, "sent"),
         ];
-        assert_eq!(on_claim(&old, &versions, &c), OnClaim::Superseded { by: "v3".into() });
+        assert_eq!(on_claim(&old, &versions, None, &c), OnClaim::Superseded { by: "v3".into() });
         let gone = [newer("v1", "v4", 4, "dead"), newer("v1", "v5", 5, "digested")];
-        assert_eq!(on_claim(&old, &gone, &c), OnClaim::Start);
+        assert_eq!(on_claim(&old, &gone, None, &c), OnClaim::Start);
     }
 
     #[test]
     fn only_versioned_intents_of_opted_in_routes_are_superseded() {
         let versions = [newer("v1", "v2", 2, "sent")];
-        assert_eq!(on_claim(&candidate("v1", Some(1), 0, false), &versions, &claim(&[])), OnClaim::Start);
-        assert_eq!(on_claim(&candidate("v1", Some(1), 0, false), &versions, &claim(&["other"])), OnClaim::Start);
-        assert_eq!(on_claim(&candidate("v1", None, 0, false), &versions, &claim(&["po.updated"])), OnClaim::Start);
+        assert_eq!(on_claim(&candidate("v1", Some(1), 0, false), &versions, None, &claim(&[])), OnClaim::Start);
+        assert_eq!(on_claim(&candidate("v1", Some(1), 0, false), &versions, None, &claim(&["other"])), OnClaim::Start);
+        assert_eq!(
+            on_claim(&candidate("v1", None, 0, false), &versions, None, &claim(&["po.updated"])),
+            OnClaim::Start
+        );
         assert!(!may_be_superseded(&candidate("v1", None, 0, false), &claim(&["po.updated"])));
     }
 
@@ -176,17 +256,17 @@ mod tests {
     fn a_shadow_intent_ends_shadowed_only_where_live_would_send() {
         let mut c = candidate("v1", Some(1), 0, false);
         c.intent.mode = Mode::Shadow;
-        assert_eq!(on_claim(&c, &[], &claim(&[])), OnClaim::Shadowed);
+        assert_eq!(on_claim(&c, &[], None, &claim(&[])), OnClaim::Shadowed);
         // Superseded in shadow as in live: the same decision either way.
         // A shadowed newer version counts as sent, as it would have been live.
         let versions = [newer("v1", "v2", 2, "shadowed")];
-        assert_eq!(on_claim(&c, &versions, &claim(&["po.updated"])), OnClaim::Superseded { by: "v2".into() });
+        assert_eq!(on_claim(&c, &versions, None, &claim(&["po.updated"])), OnClaim::Superseded { by: "v2".into() });
     }
 
     #[test]
     fn a_spent_last_try_is_dead_even_when_a_newer_version_exists() {
         let versions = [newer("v1", "v2", 2, "sent")];
         let c = candidate("v1", Some(1), 3, true);
-        assert_eq!(on_claim(&c, &versions, &claim(&["po.updated"])), OnClaim::Dead(Reason::RetriesExhausted));
+        assert_eq!(on_claim(&c, &versions, None, &claim(&["po.updated"])), OnClaim::Dead(Reason::RetriesExhausted));
     }
 }

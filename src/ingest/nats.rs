@@ -14,7 +14,7 @@
 //! first wins, as over HTTP, and the second is refused (422 or 409) and
 //! recorded like any refused message.
 
-use super::order::{self, InOrder};
+use super::order::{self, Ahead, Ended, InOrder};
 use super::{IngestError, Ingestor, Request};
 use crate::api::{ApiError, checked_idempotency_key};
 use crate::clock::{Clock, micros};
@@ -29,6 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 /// How long a connection to NATS may take at start-up before Herald says so.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,7 +113,7 @@ impl NatsIngest {
             store: wiring.store,
             clock: wiring.clock,
             max_body_bytes: wiring.max_body_bytes,
-            order: Arc::default(),
+            order: Arc::new(InOrder::new(config.ack_wait)),
         })
     }
 
@@ -147,9 +148,9 @@ impl NatsIngest {
                         let mut turn = this.order.take(this.identities(&msg));
                         let this = this.clone();
                         in_hand.spawn(async move {
-                            let ahead_decided = turn.wait().await;
-                            let decided = this.handle(msg, ahead_decided).await;
-                            turn.end(decided);
+                            let ahead = turn.wait().await;
+                            let ended = this.handle(msg, ahead).await;
+                            turn.end(ended);
                             drop(slot);
                         });
                     }
@@ -172,14 +173,16 @@ impl NatsIngest {
     }
 
     /// One message to its verdict: acked after commit, Nak'd on a store
-    /// failure, or recorded as rejected and terminated. True when it got a
-    /// verdict; false when it will be redelivered. `ahead_decided` is false
-    /// when an earlier message with one of its identities will be
-    /// redelivered: this one is then redelivered too, not decided before it.
-    async fn handle(&self, msg: jetstream::Message, ahead_decided: bool) -> bool {
+    /// failure, or recorded as rejected and terminated; what it came to is
+    /// returned for the messages after it. When `ahead` says an earlier
+    /// message with one of its identities will be redelivered, this one is
+    /// redelivered too, not decided before it, and after it: Nak'd until the
+    /// earlier one is back (and a margin), however few times this one was
+    /// delivered.
+    async fn handle(&self, msg: jetstream::Message, ahead: Ahead) -> Ended {
         let Ok(info) = msg.info() else {
             tracing::warn!(subject = %msg.subject, "a message without JetStream metadata; ignored");
-            return true;
+            return Ended::Decided;
         };
         let (stream_seq, delivered) = (info.stream_sequence as i64, info.delivered);
         if delivered > self.config.max_deliver {
@@ -189,10 +192,14 @@ impl NatsIngest {
             );
             return self.reject(&msg, stream_seq, delivered, (503, "max_deliver_exceeded", message)).await;
         }
-        if !ahead_decided {
-            tracing::info!(stream_seq, "an earlier message with the same identity awaits redelivery; so does this one");
-            self.retry_later(&msg, delivered).await;
-            return false;
+        if let Ahead::Redelivered { until } = ahead {
+            let delay = order::hold_back(nak_delay(delivered), until, Instant::now());
+            tracing::info!(
+                stream_seq,
+                next_in = ?delay,
+                "an earlier message with the same identity awaits redelivery; so does this one, after it"
+            );
+            return self.retry_later(&msg, delay).await;
         }
         let key = match idempotency_key(msg.headers.as_ref()) {
             Ok(k) => k,
@@ -219,27 +226,26 @@ impl NatsIngest {
                 if let Err(e) = msg.double_ack().await {
                     tracing::warn!(error = %e, stream_seq, "ack after commit failed; the redelivery will replay");
                 }
-                true
+                Ended::Decided
             }
             Err(IngestError::Store(e)) => {
                 tracing::warn!(error = %e, stream_seq, delivered, "ingest failed; the bus will redeliver");
-                self.retry_later(&msg, delivered).await;
-                false
+                self.retry_later(&msg, nak_delay(delivered)).await
             }
             Err(e) => self.reject(&msg, stream_seq, delivered, ApiError::from(e).answer()).await,
         }
     }
 
-    /// Records the message with the API's answer, then terminates it (true).
-    /// When the record cannot be written the message is Nak'd instead
-    /// (false): it is never dropped without a trace.
+    /// Records the message with the API's answer, then terminates it
+    /// (decided). When the record cannot be written the message is Nak'd
+    /// instead: it is never dropped without a trace.
     async fn reject(
         &self,
         msg: &jetstream::Message,
         stream_seq: i64,
         delivered: i64,
         (status, code, message): (u16, &'static str, String),
-    ) -> bool {
+    ) -> Ended {
         let body = &msg.payload[..msg.payload.len().min(self.max_body_bytes)];
         let row = RejectedMessage {
             id: RejectedMessage::id_of(&self.config.stream, stream_seq),
@@ -266,21 +272,28 @@ impl NatsIngest {
                 if let Err(e) = msg.ack_with(AckKind::Term).await {
                     tracing::warn!(error = %e, stream_seq, "terminating a recorded message failed; it will be seen again");
                 }
-                true
+                Ended::Decided
             }
             Err(e) => {
                 tracing::warn!(error = %e, stream_seq, "recording a rejected message failed; the bus will redeliver");
-                self.retry_later(msg, delivered).await;
-                false
+                self.retry_later(msg, nak_delay(delivered)).await
             }
         }
     }
 
-    async fn retry_later(&self, msg: &jetstream::Message, delivered: i64) {
+    /// Nak's the message for `delay`, and says by when it comes back: then,
+    /// or after `ack_wait` if the Nak did not get through (both counted from
+    /// after the Nak, so never too early for the messages held behind it).
+    async fn retry_later(&self, msg: &jetstream::Message, delay: Duration) -> Ended {
         metrics::bus_message(&self.config.stream, "retry");
-        if let Err(e) = msg.ack_with(AckKind::Nak(Some(nak_delay(delivered)))).await {
-            tracing::warn!(error = %e, "nak failed; the bus redelivers after ack_wait");
-        }
+        let delay = match msg.ack_with(AckKind::Nak(Some(delay))).await {
+            Ok(()) => delay,
+            Err(e) => {
+                tracing::warn!(error = %e, "nak failed; the bus redelivers after ack_wait");
+                self.config.ack_wait
+            }
+        };
+        Ended::Redelivered { at: Instant::now() + delay }
     }
 }
 
@@ -326,7 +339,7 @@ fn idempotency_key(headers: Option<&async_nats::HeaderMap>) -> Result<Option<Str
 /// slow commit is not redelivered to another process meanwhile.
 async fn with_progress<F: Future>(msg: &jetstream::Message, every: Duration, work: F) -> F::Output {
     tokio::pin!(work);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
     loop {
         tokio::select! {
             out = &mut work => return out,

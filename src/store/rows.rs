@@ -397,6 +397,10 @@ pub struct Claim {
     pub lease_us: i64,
     /// The retry policy's `attempts`: a job rescued after its last try is dead.
     pub max_attempts: i64,
+    /// The retry policy's dedupe window (None: chains unbounded by it): a job
+    /// rescued after its chain's window has run out is dead (see
+    /// [`crate::deliver::rules`]).
+    pub dedupe_window_us: Option<i64>,
     /// Event types whose routes skip superseded versions.
     pub supersede_types: Vec<String>,
     /// Channels whose provider cannot recognise a retry after an `unknown`

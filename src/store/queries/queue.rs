@@ -78,6 +78,28 @@ macro_rules! queue_queries {
                 .await?;
             }
 
+            // A lapsed try is retried only inside its chain's dedupe window:
+            // when each chain started (its first try since the last replay).
+            let lapsed_keys: Vec<String> = if claim.dedupe_window_us.is_some() {
+                lapsed.iter().map(|c| c.intent.key.clone()).collect()
+            } else {
+                Vec::new()
+            };
+            let chain_started: HashMap<String, i64> = if lapsed_keys.is_empty() {
+                HashMap::new()
+            } else {
+                sqlx::query_as::<_, (String, i64)>(concat!(
+                    "SELECT a.intent_key, a.started_at FROM attempts a JOIN intents i ON i.key = a.intent_key
+                     WHERE a.n = i.retry_base + 1 AND a.intent_key ",
+                    $in_keys
+                ))
+                .bind($keys_arg(&lapsed_keys))
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .collect()
+            };
+
             let versioned: Vec<String> = candidates
                 .iter()
                 .filter(|c| rules::may_be_superseded(c, claim))
@@ -87,7 +109,7 @@ macro_rules! queue_queries {
 
             let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
             for c in candidates {
-                let end = match rules::on_claim(&c, &newer, claim) {
+                let end = match rules::on_claim(&c, &newer, chain_started.get(&c.intent.key).copied(), claim) {
                     OnClaim::Start => {
                         started.push(c);
                         continue;
