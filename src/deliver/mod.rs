@@ -4,6 +4,7 @@
 //! after its lease and the unfinished attempt recorded as `unknown`.
 
 pub mod digest;
+mod dispatch;
 pub mod duplicate;
 mod recorder;
 pub mod retry;
@@ -286,117 +287,8 @@ impl Worker {
         // The call must be over while the lease still covers recording its
         // outcome: the quarter of it that `config check` keeps for that.
         let call_by = claimed.lease_end - self.lease / 4;
-        let done = self.attempt_in(job, rng, &span, &trace_id, call_by).instrument(span.clone()).await;
+        let done = self.dispatch(job, rng, &span, &trace_id, call_by).instrument(span.clone()).await;
         (done, trace::context_of(&span))
-    }
-
-    /// One provider call, over by `call_by`, and what it leads to.
-    async fn attempt_in(
-        &self,
-        job: ClaimedJob,
-        rng: &Mutex<SmallRng>,
-        span: &Span,
-        trace_id: &str,
-        call_by: Instant,
-    ) -> FinishedAttempt {
-        let n = job.intent.attempts;
-        let configured: Option<&dyn Provider> = self.providers.get(&job.intent.channel).map(|p| p.as_ref());
-        let delivery = delivery(&job);
-        // A retry may need the earlier attempts: to choose a failover member,
-        // and to know whether it may repeat a call that went through.
-        let earlier = match configured {
-            Some(p) if n > 1 && delivery.is_ok() && (p.needs_history() || !p.dedupes_retries()) => {
-                self.earlier_attempts(&job.intent.key).await
-            }
-            _ => Some(Vec::new()),
-        };
-        let chosen: Option<&dyn Provider> = configured.map(|p| match &delivery {
-            Ok(d) => p.pick(d, earlier.as_deref().unwrap_or_default()).unwrap_or(p),
-            Err(_) => p,
-        });
-        let provider_name = chosen.map_or("none", |p| p.name());
-        crate::ops::metrics::attempt_started(job.intent.channel, provider_name);
-        let started = std::time::Instant::now();
-        // Whether the provider was called: only its own answers move its
-        // circuit breaker.
-        let (outcome, called) = match (chosen, delivery) {
-            (None, _) => (
-                Outcome::Permanent {
-                    reason: Reason::ChannelDisabled,
-                    status: None,
-                    error: format!("no provider is configured for channel {}", job.intent.channel),
-                },
-                false,
-            ),
-            (_, Err(e)) => (Outcome::Permanent { reason: Reason::TemplateError, status: None, error: e }, false),
-            (Some(provider), Ok(d)) => match call(provider, d, call_by).await {
-                Some(outcome) => (outcome, true),
-                None => (
-                    Outcome::Retryable {
-                        class: Reason::LeaseExpired,
-                        status: None,
-                        error: "not called: the claim's lease was nearly spent before the call (the database was slow)"
-                            .into(),
-                        retry_after: None,
-                    },
-                    false,
-                ),
-            },
-        };
-        if called && let (Some(all), Some(_)) = (configured, chosen) {
-            all.observe(provider_name, &outcome);
-        }
-        let now = self.clock.now();
-        let window_ends = self.window_ends(&job.intent, &outcome, earlier.as_deref(), now).await;
-        // The policy counts the tries since the last replay from the dead letters.
-        let (transition, retry_after) = self.transition(&outcome, n - job.intent.retry_base, (now, window_ends), rng);
-        let template = TemplateRef { id: &job.intent.template_id, revision: job.intent.template_revision.as_deref() };
-        crate::ops::metrics::attempt_finished(
-            job.intent.channel,
-            provider_name,
-            outcome.class().as_str(),
-            template,
-            started.elapsed(),
-        );
-        // A failover chain (the one provider that picks from the history) may
-        // have sent an earlier attempt through any of its members.
-        let chained = configured.is_some_and(|p| p.needs_history());
-        let possible_duplicate = match chosen {
-            Some(p) if n > 1 => {
-                let made = duplicate::Made { provider: p.name(), dedupes_retries: p.dedupes_retries(), chained };
-                duplicate::possible_duplicate(made, earlier.as_deref(), n, &outcome)
-            }
-            _ => false,
-        };
-        if possible_duplicate {
-            crate::ops::metrics::possible_duplicate(provider_name);
-        }
-        if let Transition::Dead { reason } = &transition {
-            crate::ops::metrics::dead_letter(reason.as_str());
-        }
-        let outcome_class = outcome.class();
-        record_on(span, provider_name, &outcome, &transition);
-        crate::ops::log::attempt(AttemptLine {
-            key: &job.intent.key,
-            n,
-            channel: job.intent.channel,
-            template,
-            provider: provider_name,
-            outcome: outcome_class.as_str(),
-            error_class: outcome_class_reason(&outcome),
-            next: match &transition {
-                Transition::Sent => "sent",
-                Transition::Retry { .. } => "retry",
-                Transition::Dead { .. } => "dead",
-            },
-            possible_duplicate,
-            trace_id: Some(trace_id),
-        });
-        let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
-        done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
-        done.provider = chosen.map(|p| p.name().to_string());
-        done.possible_duplicate = possible_duplicate;
-        done
     }
 
     /// When the dedupe window of this retry chain runs out: counted from
