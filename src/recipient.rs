@@ -74,13 +74,17 @@ pub fn validate_timezone(s: &str) -> Result<String, String> {
 /// URL parser would quietly drop or escape them, but the text is stored and
 /// shown as given (and Postgres refuses a NUL). A space is taken, as it always
 /// was: the parser escapes it when the URL is called.
+///
+/// The error says what is wrong and never quotes the URL: its path is often
+/// the webhook's secret, and a rejected bus message's error is shown to
+/// `ops` readers later.
 pub fn validate_webhook_url(s: &str) -> Result<String, String> {
     if s.chars().any(char::is_control) {
-        return Err(format!("{s:?} must not contain control characters"));
+        return Err("must not contain control characters (a tab or a line break?)".into());
     }
-    let url = reqwest::Url::parse(s).map_err(|e| format!("{s:?} is not a URL: {e}"))?;
+    let url = reqwest::Url::parse(s).map_err(|e| format!("is not a URL: {e}"))?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("{s:?} must be an http(s) URL"));
+        return Err("must be an http(s) URL with a host".into());
     }
     Ok(s.to_string())
 }

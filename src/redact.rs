@@ -183,27 +183,40 @@ pub fn scrub_json(value: &mut Value) {
     }
 }
 
-fn scrub_string(s: &str) -> String {
+/// [`scrub_text`] with every URL cut to its scheme and host first: for text
+/// that may hold a URL whoever wrote it (a value in a rejected bus message's
+/// body, the API's error that refused it).
+pub fn scrub_string(s: &str) -> String {
     scrub_text(&mask_urls(s))
 }
 
-/// Every `http://` or `https://` URL in `text` cut to its scheme and host
-/// (its path and query can be a webhook's secret).
-fn mask_urls(text: &str) -> String {
-    let lower = text.to_ascii_lowercase();
+/// Every `scheme://…` URL in `text` (`https`, `ftp`, any scheme) cut to its
+/// scheme and host: its path and query can be a webhook's secret. A URL ends
+/// at a space, a quote, `<`, `>` or the end; a tab or a line break does not
+/// end it (a URL parser drops them, so the rest is still the secret).
+pub fn mask_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut last = 0;
-    let mut from = 0;
-    while let Some(found) = ["http://", "https://"].iter().filter_map(|p| lower[from..].find(p)).min() {
-        let start = from + found;
-        let len = text[start..].find(|c: char| c.is_whitespace() || "\"'<>".contains(c)).unwrap_or(text.len() - start);
+    while let Some(found) = text[last..].find("://") {
+        let separator = last + found;
+        let start = scheme_start(&text[last..separator]).map_or(separator, |s| last + s);
+        let end = text[separator..]
+            .find(|c: char| (c.is_whitespace() && !matches!(c, '\t' | '\n' | '\r')) || "\"'<>".contains(c))
+            .map_or(text.len(), |len| separator + len);
         out.push_str(&text[last..start]);
-        out.push_str(&mask(Kind::Url, &text[start..start + len]));
-        last = start + len;
-        from = last;
+        out.push_str(&mask(Kind::Url, &text[start..end]));
+        last = end;
     }
     out.push_str(&text[last..]);
     out
+}
+
+/// Where the URL scheme that ends `before` starts: a letter, then letters,
+/// digits, `+`, `-` or `.` (RFC 3986); `None` when `before` ends in none.
+fn scheme_start(before: &str) -> Option<usize> {
+    let tail =
+        before.len() - before.bytes().rev().take_while(|b| b.is_ascii_alphanumeric() || b"+-.".contains(b)).count();
+    before[tail..].find(|c: char| c.is_ascii_alphabetic()).map(|at| tail + at)
 }
 
 #[cfg(test)]
@@ -254,6 +267,22 @@ mod tests {
             scrub_body("to asha@example.com, phone +9779800000035 https://h.example.com/x?secret=1"),
             "to a***@example.com, phone +97798******35 https://h.example.com/***"
         );
+    }
+
+    #[test]
+    fn a_url_of_any_scheme_loses_its_path_even_with_a_stray_tab() {
+        assert_eq!(
+            scrub_string("recipients[0].webhook_url: \"ftp://u:pw@files.example.com/T0/SECRET\" must be http(s)"),
+            "recipients[0].webhook_url: \"ftp://files.example.com/***\" must be http(s)"
+        );
+        assert_eq!(
+            scrub_string("at https://hooks.slack.com/services/T0\tB0/SECRET now"),
+            "at https://hooks.slack.com/*** now"
+        );
+        assert_eq!(scrub_string("(HTTPS://h.example.com/x?k=1)"), "(https://h.example.com/***");
+        assert_eq!(scrub_string("git+ssh://git.example.com/repo.git"), "git+ssh://git.example.com/***");
+        assert_eq!(scrub_string("a :// b"), "a *** b");
+        assert_eq!(scrub_string("no url here: 2026-12-02"), "no url here: 2026-12-02");
     }
 
     /// An email address as a reader would see one: a local-part character,

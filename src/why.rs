@@ -106,6 +106,7 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 let _ = write!(line, ", status {s}");
             }
             if let Some(m) = &a.provider_message_id {
+                let m = crate::channel::sink::shown_message_id(a.provider.as_deref(), m);
                 let _ = write!(line, ", provider id {m}");
             }
             if let Some(e) = &a.error {

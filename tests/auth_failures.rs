@@ -18,9 +18,14 @@ use support::{User, tokens_toml};
 
 const OPS: &str = "tok-ops-acme-correct";
 const ADMIN: &str = "tok-admin-scrape";
+const WRITER: &str = "tok-writer-events-only";
 
 fn tokens() -> String {
-    tokens_toml(&[("ops-acme", "acme", OPS, &["ops", "intents:read"]), ("admin", "acme", ADMIN, &["admin"])])
+    tokens_toml(&[
+        ("ops-acme", "acme", OPS, &["ops", "intents:read"]),
+        ("admin", "acme", ADMIN, &["admin"]),
+        ("writer", "acme", WRITER, &["events:write"]),
+    ])
 }
 
 /// The first eight hex digits of the SHA-256 of what was presented.
@@ -127,6 +132,41 @@ async fn wrong_console_sign_ins_are_counted_logged_and_throttled_for_a_window_on
         let signed_in = user.sign_in(OPS).await;
         assert_eq!((signed_in.status, signed_in.location()), (303, Some("/console/search")), "{}", signed_in.body);
         assert_eq!(user.get("/console/search").await.status, 200);
+        app.running.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_token_refused_for_scope_does_not_reset_the_sign_in_throttle() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let clock = TestClock::at("2026-12-01T09:00:00Z");
+        let app = TestApp::new(&db).with_clock(clock.clone()).with_toml(&tokens()).spawn().await;
+        let mut user = User::new(&app.base);
+        for i in 0..9 {
+            let refused = user.sign_in(&format!("guess-{i}")).await;
+            assert_eq!(refused.status, 401, "{backend:?} guess {i}: {}", refused.body);
+        }
+        // A valid token without the ops scope is no sign-in: it is refused,
+        // and the wrong guesses before it still count.
+        let writer = user.sign_in(WRITER).await;
+        assert_eq!(writer.status, 403, "{}", writer.body);
+        let tenth = user.sign_in("guess-9").await;
+        assert_eq!(tenth.status, 401, "{}", tenth.body);
+        let throttled = user.sign_in("guess-10").await;
+        assert_eq!(throttled.status, 429, "{backend:?}: the count went on: {}", throttled.body);
+        assert_eq!(throttled.headers["retry-after"], "60");
+
+        // A real sign-in, once the window has passed, does clear it.
+        clock.set("2026-12-01T09:01:01Z");
+        for i in 0..9 {
+            assert_eq!(user.sign_in(&format!("again-{i}")).await.status, 401);
+        }
+        let signed_in = user.sign_in(OPS).await;
+        assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+        let mut other = User::new(&app.base);
+        assert_eq!(other.sign_in("after-0").await.status, 401);
+        assert_eq!(other.sign_in("after-1").await.status, 401, "a sign-in cleared the count");
         app.running.stop().await;
     }
 }

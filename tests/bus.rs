@@ -5,7 +5,7 @@
 mod common;
 
 use common::nats::{TestPublications, TestStream};
-use common::{FakeSms, TestApp, TestDb, backends, count, sms_event};
+use common::{FakeSms, TestApp, TestDb, backends, count, execute, sms_event};
 use std::time::Duration;
 
 async fn wait_count(db: &TestDb, sql: &str, want: i64) {
@@ -321,6 +321,73 @@ async fn a_process_without_publish_nats_writes_no_publications() {
         app.wait_state(sent["intents"][0]["key"].as_str().unwrap(), &["sent"]).await;
         assert_eq!(count(&db, "SELECT COUNT(*) FROM publications").await, 0, "{backend:?}");
         app.running.stop().await;
+    }
+}
+
+/// A refused webhook URL's path is its secret: the error of a rejected
+/// message names the field and the problem, never the URL, and is stored
+/// and shown with every `scheme://` URL cut to its scheme and host.
+#[tokio::test]
+async fn a_refused_webhook_urls_secret_is_not_in_a_rejected_messages_error() {
+    const SECRET: &str = "T0SECRET/B0SECRET/XXSECRETXX";
+    for backend in backends() {
+        let Some(bus) = TestStream::new().await else { return };
+        let db = TestDb::new(backend).await;
+        let app = TestApp::new(&db).without_workers().with_toml(&bus.toml("default", 5)).spawn().await;
+        let with_url = |entity: &str, url: &str| {
+            let mut event = sms_event(entity, "+9779800000008");
+            event["recipients"][0]["webhook_url"] = url.into();
+            event
+        };
+        let tab = with_url("PO-BUS-URL-1", &format!("https://hooks.slack.com/services/{SECRET}\t"));
+        let ftp = with_url("PO-BUS-URL-2", &format!("ftp://files.example.com/{SECRET}"));
+        bus.publish(&serde_json::to_vec(&tab).unwrap(), None).await;
+        let last = bus.publish(&serde_json::to_vec(&ftp).unwrap(), None).await;
+        bus.wait_settled(last).await;
+
+        let stored = "SELECT COUNT(*) FROM rejected_messages WHERE message LIKE '%SECRET%'";
+        assert_eq!(count(&db, stored).await, 0, "{backend:?}: the error is stored without the URL's path");
+        let (status, list) = app.get("/v1/rejected").await;
+        assert_eq!(status, 200, "{list}");
+        let rejected = list["rejected"].as_array().unwrap();
+        assert_eq!(rejected.len(), 2, "{list}");
+        for r in rejected {
+            assert_eq!(r["error"]["code"], "invalid_field", "{list}");
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(message.starts_with("recipients[0].webhook_url"), "the field is named: {message}");
+            assert!(!message.contains("SECRET") && !message.contains("hooks.slack.com"), "{message}");
+            let (_, one) = app.get(&format!("/v1/rejected/{}", r["id"].as_str().unwrap())).await;
+            assert!(!one.to_string().contains("SECRET"), "{one}");
+        }
+
+        // A row stored before (its error quoting the URL) is masked when shown.
+        execute(
+            &db,
+            &format!(
+                "UPDATE rejected_messages SET message = 'recipients[0].webhook_url: \"ftp://files.example.com/{SECRET}\" \
+                 must be an http(s) URL; see https://hooks.slack.com/services/{SECRET}\tnow'"
+            ),
+        )
+        .await;
+        let (_, list) = app.get("/v1/rejected").await;
+        for r in list["rejected"].as_array().unwrap() {
+            let message = r["error"]["message"].as_str().unwrap();
+            assert!(!message.contains("SECRET"), "{backend:?}: {message}");
+            assert!(message.contains("ftp://files.example.com/***"), "{message}");
+            let (_, one) = app.get(&format!("/v1/rejected/{}", r["id"].as_str().unwrap())).await;
+            assert!(!one.to_string().contains("SECRET"), "{one}");
+        }
+
+        // Over HTTP the 400 names the field and the problem; no URL either.
+        for event in [&tab, &ftp] {
+            let (status, refused, _) = app.post_event(event, None).await;
+            assert_eq!(status, 400, "{refused}");
+            let message = refused["error"]["message"].as_str().unwrap_or_else(|| panic!("{refused}"));
+            assert!(message.starts_with("recipients[0].webhook_url: "), "{refused}");
+            assert!(!refused.to_string().contains("SECRET"), "{refused}");
+        }
+        app.running.stop().await;
+        bus.cleanup().await;
     }
 }
 

@@ -501,3 +501,57 @@ async fn a_receipt_for_a_message_no_provider_took_is_refused_and_changes_nothing
         app.running.stop().await;
     }
 }
+
+/// `herald_receipts_total{source="generic",result="stale"}` as `/metrics`
+/// shows it now, summed over statuses (the recorder is the process's:
+/// compare before and after).
+async fn generic_stale(app: &common::Spawned) -> u64 {
+    let text = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+    (text.lines())
+        .filter(|l| l.starts_with("herald_receipts_total{") && l.contains("source=\"generic\""))
+        .filter(|l| l.contains("result=\"stale\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test]
+async fn a_stale_generic_receipt_is_counted_and_a_query_parameter_is_refused() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let toml = format!("[receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n");
+    let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+    let receipt = json!({"key": "0".repeat(32), "status": "delivered"});
+    let before = generic_stale(&app).await;
+    // An old one nobody signed is refused as unsigned, not counted a replay.
+    let other_secret = "whsec_b3RoZXItc2VjcmV0LW9mLXNpeHRlZW4=";
+    assert_eq!(generic(&app, "st-0", &receipt, other_secret, 600).await.0, 403);
+    assert_eq!(generic_stale(&app).await, before);
+    let (s, body) = generic(&app, "st-1", &receipt, RECEIPT_SECRET, 600).await;
+    assert_eq!(s, 403, "{body}");
+    assert_eq!(generic_stale(&app).await, before + 1, "a stale receipt is counted as stale");
+
+    // Signed and fresh, but with a query parameter it does not take (or one
+    // given twice): refused naming it, before anything is read.
+    let key = herald::channel::webhook::decode_secret(RECEIPT_SECRET).unwrap();
+    for (query, named) in [("?key=0000", "key"), ("?status=bounced&status=bounced", "status")] {
+        let text = receipt.to_string();
+        let ts = jiff::Timestamp::now().as_second();
+        let resp = app
+            .client
+            .post(format!("{}/v1/receipts/generic{query}", app.base))
+            .header("content-type", "application/json")
+            .header("webhook-id", "q-1")
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", herald::channel::webhook::sign(&key, "q-1", ts, &text))
+            .body(text)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{query}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "invalid_field", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().starts_with(&format!("{named}: ")), "{body}");
+    }
+    // Without the query the same receipt is read (and names no intent).
+    assert_eq!(generic(&app, "q-2", &receipt, RECEIPT_SECRET, 0).await.0, 404);
+    app.running.stop().await;
+}

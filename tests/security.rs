@@ -8,7 +8,7 @@ mod support;
 
 use common::smtp::FakeSmtp;
 use common::webhook::FakeReceiver;
-use common::{Backend, FakeSms, TestApp, TestDb, backends, sms_event};
+use common::{Backend, FakeSms, TestApp, TestDb, backends, execute, sms_event};
 use herald::channel::destination::{DestinationPolicy, Lookup};
 use herald::channel::webhook::Webhook;
 use herald::channel::{Delivery, Outcome, Provider};
@@ -88,6 +88,46 @@ async fn an_attempt_through_the_directory_sink_shows_no_server_path() {
     assert!(outbox.path().join(&file).exists());
     assert!(!it.to_string().contains(&outbox.path().display().to_string()), "{it}");
     app.running.stop().await;
+}
+
+/// An attempt stored before the sink named only the file still holds the
+/// server's full path: every view (the API, `herald why`, the console) shows
+/// only the file's name.
+#[tokio::test]
+async fn an_attempt_stored_with_the_sinks_old_server_path_shows_only_the_file_name() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let outbox = tempfile::tempdir().unwrap();
+        let toml = format!("[channels.email]\nsink = {:?}\ntimeout = \"1s\"\n", outbox.path().display().to_string());
+        let app = TestApp::new(&db).with_toml(&toml).spawn().await;
+        let mut ev = forged_event("PO-SINK-OLD", json!({"id": "u-sink-old", "email": "asha@example.com"}), "email");
+        ev["data"]["approver"]["name"] = json!("Asha");
+        let (s, b, _) = app.post_event(&ev, None).await;
+        assert_eq!(s, 202, "{b}");
+        let id = id_of(&b);
+        let it = app.wait_state(&id, &["sent"]).await;
+        let key = it["key"].as_str().unwrap().to_string();
+        let file = format!("{key}.email.txt");
+        // As an older Herald stored it.
+        let old = outbox.path().join(&file).display().to_string();
+        execute(&db, &format!("UPDATE attempts SET provider_message_id = '{old}' WHERE intent_key = '{key}'")).await;
+        // The temporary directory's own name: no view may show it, escaped or not.
+        let dir = outbox.path().file_name().unwrap().to_str().unwrap().to_string();
+
+        let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
+        assert_eq!(it["attempts"][0]["provider_message_id"], file.as_str(), "{backend:?}: {it}");
+        assert!(!it.to_string().contains(&dir), "{it}");
+        let detail = db.store().await.intent_get("default", &id).await.unwrap().unwrap();
+        assert_eq!(detail.attempts[0].provider_message_id.as_deref(), Some(old.as_str()), "the row is as doctored");
+        let why = herald::why::timeline(("purchase_order", "PO-SINK-OLD"), "u-sink-old", &[detail]);
+        assert!(why.contains(&format!("provider id {file}")) && !why.contains(&dir), "{why}");
+        let mut user = support::User::new(&app.base);
+        assert_eq!(user.sign_in("").await.status, 303);
+        let page = user.get(&format!("/console/intents/{key}")).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains(&file) && !page.body.contains(&dir), "{}", page.body);
+        app.running.stop().await;
+    }
 }
 
 #[tokio::test]

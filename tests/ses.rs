@@ -312,3 +312,29 @@ async fn a_receipt_for_an_intent_waiting_for_its_retry_ends_it_and_the_retry_nev
         app.running.stop().await;
     }
 }
+
+#[tokio::test]
+async fn a_query_parameter_on_the_ses_endpoint_is_refused() {
+    let db = TestDb::new(common::Backend::Sqlite).await;
+    let smtp = FakeSmtp::start().await;
+    let app = TestApp::new(&db).with_toml(&email_toml(&smtp, &with_cert_file())).spawn().await;
+    // Signed by SNS, about mail Herald did not send: acknowledged as it is…
+    let bounce = sns::ses_message("Bounce", "ses-id-unknown", "<nobody@herald.test>", "a@example.com");
+    let message = sns::notification(&bounce, "n-q1", CERT_URL, By::V2);
+    assert_eq!(post(&app, &message).await.0, 200);
+    // …and refused, naming the parameter, with one it does not take or one given twice.
+    for (query, named) in [("?Type=Notification", "Type"), ("?x=1&x=1", "x")] {
+        let resp = app
+            .client
+            .post(format!("{}/v1/receipts/ses{query}", app.base))
+            .header("content-type", "text/plain; charset=UTF-8")
+            .body(message.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{query}");
+        let body: Value = resp.json().await.unwrap();
+        assert!(body["error"]["message"].as_str().unwrap().starts_with(&format!("{named}: ")), "{body}");
+    }
+    app.running.stop().await;
+}

@@ -174,7 +174,8 @@ pub fn presented_fingerprint(presented: &str) -> String {
 
 /// Counts and logs a failed authentication (`surface`: `api` or `console`):
 /// the token only by fingerprint, the client by its address. Never the path,
-/// which can hold an address (`DELETE /v1/suppressions/{address}`).
+/// which can hold an address (a recipient id may be one, and a caller may
+/// write one into any path).
 pub fn auth_failed(surface: &'static str, presented: Option<&str>, client: Option<IpAddr>) {
     crate::ops::metrics::auth_failure(surface);
     let client = client.map_or_else(|| "unknown".to_string(), |ip| ip.to_string());

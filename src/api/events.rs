@@ -26,7 +26,8 @@ const MAX_IDEMPOTENCY_KEY: usize = 255;
         ("traceparent" = Option<String>, Header, description = "W3C trace context: the request's spans, and its \
             notifications' attempts in the worker, continue this trace. Invalid or absent: a trace of its own."),
         ("dry_run" = Option<bool>, Query, description = "`true`: plan and render, answer with the intents a real post \
-            would record (200, `dry_run: true`), and write nothing. Refused as a real post would be.")),
+            would record (200, `dry_run: true`), and write nothing. Refused as a real post would be. The suppression list \
+            is not consulted (`not_checked`).")),
     request_body(content = crate::api::openapi::doc::EventRequest, content_type = "application/json"),
     responses(
         (status = 202, description = "At least one intent was created.", body = crate::api::openapi::doc::EventAccepted),
@@ -95,6 +96,10 @@ impl QueryParams for EventQuery {
     const NAMES: &'static [&'static str] = &["dry_run"];
 }
 
+/// What a dry run leaves out, in the answer's words (see `Ingestor::dry_run`).
+const DRY_RUN_NOTE: &str = "The suppression list was not checked: each address is planned as if it were not on it. \
+     A real post checks it, and records its decision as an intent.";
+
 /// A dry run as the API shows it: each intent with its masked destination and
 /// rendered content; one that exists already as it stands.
 fn dry_run_view(dry: &DryRun) -> Value {
@@ -130,7 +135,14 @@ fn dry_run_view(dry: &DryRun) -> Value {
             })
         })
         .collect();
-    json!({"dry_run": true, "event_key": dry.event_key, "replay": dry.replay, "intents": intents})
+    json!({
+        "dry_run": true,
+        "event_key": dry.event_key,
+        "replay": dry.replay,
+        "not_checked": ["suppression_list"],
+        "note": DRY_RUN_NOTE,
+        "intents": intents,
+    })
 }
 
 fn replayed(response: IngestResponse) -> Response {

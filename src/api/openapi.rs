@@ -350,7 +350,22 @@ pub mod doc {
         pub event_key: String,
         /// The request was seen before: a real post would replay its stored answer.
         pub replay: bool,
+        /// What a dry run does not consult, so its intents may differ from a real
+        /// post's: always `["suppression_list"]`. Its intents are planned as if no
+        /// address were on the suppression list (a dry run writes nothing and leaves
+        /// no trace, so it must not confirm a guess at a listed address); a real
+        /// post does consult it, and records what it decided.
+        pub not_checked: Vec<NotChecked>,
+        /// The same, in a sentence.
+        pub note: String,
         pub intents: Vec<DryRunIntent>,
+    }
+
+    /// A check a dry run leaves out.
+    #[derive(ToSchema, Serialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum NotChecked {
+        SuppressionList,
     }
 
     /// An intent a real post would create, or report as it stands when it exists already.

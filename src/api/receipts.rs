@@ -126,7 +126,15 @@ pub async fn generic(State(app): State<AppState>, headers: HeaderMap, body: Byte
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let now = app.clock.now().as_second();
     generic::verify(&key, header("webhook-id"), header("webhook-timestamp"), header("webhook-signature"), text, now)
-        .map_err(|e| ApiError::Forbidden(format!("the receipt's signature does not verify: {e}")))?;
+        .map_err(|e| {
+            // Outside the window: a replay of a captured receipt, as a stale
+            // SNS message is (the body is unread yet, so its status unknown).
+            if e == generic::SignatureError::Stale {
+                tracing::warn!("a stale generic receipt; refused");
+                crate::ops::metrics::receipt("generic", "unknown", "stale");
+            }
+            ApiError::Forbidden(format!("the receipt's signature does not verify: {e}"))
+        })?;
     let parsed = generic::parse(text).map_err(|(field, message)| ApiError::invalid_field(&field, &message))?;
     let (target, provider_message_id) = match parsed.names {
         Names::Key(k) => (ReceiptTarget::Key(k), None),

@@ -34,7 +34,8 @@ pub enum Body {
 }
 
 /// A rejected message as the API, the CLI and the console show it. The error
-/// message is scrubbed too: it may quote the field that was refused.
+/// message is scrubbed too, URLs cut to scheme and host: it may quote the
+/// value that was refused (an address, a webhook URL whose path is a secret).
 pub fn view(r: &RejectedMessage, body: Body) -> Value {
     let mut v = json!({
         "id": r.id,
@@ -43,7 +44,7 @@ pub fn view(r: &RejectedMessage, body: Body) -> Value {
         "subject": r.subject,
         "stream_seq": r.stream_seq,
         "deliveries": r.deliveries,
-        "error": {"status": r.status, "code": r.code, "message": crate::redact::scrub_text(&r.message)},
+        "error": {"status": r.status, "code": r.code, "message": crate::redact::scrub_string(&r.message)},
         "rejected_at": rfc3339(r.created_at),
     });
     match (body, r.body.as_deref()) {

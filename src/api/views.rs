@@ -3,6 +3,7 @@
 //! directory entry's, a stored event's inline recipients', and any echo of
 //! one in a provider's error text. No view shows a raw address or number.
 
+use crate::channel::sink::shown_message_id;
 use crate::clock::rfc3339;
 use crate::intent::State;
 use crate::receipt::DeliveryStatus;
@@ -120,7 +121,7 @@ pub fn attempt(a: &AttemptRow, intent: &IntentRow) -> Value {
         "possible_duplicate": a.possible_duplicate,
         "error_class": a.error_class,
         "provider_status": a.provider_status,
-        "provider_message_id": a.provider_message_id,
+        "provider_message_id": a.provider_message_id.as_deref().map(|m| shown_message_id(a.provider.as_deref(), m)),
         "error": a.error.as_deref().map(|e| provider_text(e, intent.channel, intent.destination.as_deref())),
         "retry_after_seconds": a.retry_after.map(|us| us as f64 / 1e6),
         "next_try_at": a.retry_at.and_then(rfc3339),

@@ -255,7 +255,7 @@ impl DestinationPolicy {
         }
         let mut names: BTreeMap<String, String> = BTreeMap::new();
         for (field, text) in urls {
-            let url = Url::parse(text).map_err(|e| (field.clone(), format!("{text:?} is not a URL: {e}")))?;
+            let url = Url::parse(text).map_err(|e| (field.clone(), format!("is not a URL: {e}")))?;
             if let Some(name) = check_literal(&url).map_err(|m| (field.clone(), m))? {
                 names.entry(name).or_insert_with(|| field.clone());
             }

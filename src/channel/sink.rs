@@ -10,6 +10,21 @@ use async_trait::async_trait;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// An attempt's provider message id as every view shows it. The sink once
+/// recorded the file's full path on the server (`/var/lib/herald/outbox/
+/// KEY.email.txt`); a row stored then still holds it, so an absolute path to
+/// a `.txt` file, from the sink (or an attempt that names no provider, as
+/// the oldest rows do), is shown by its file name only. Anything else is
+/// shown as stored.
+pub fn shown_message_id<'a>(provider: Option<&str>, id: &'a str) -> &'a str {
+    let from_sink = matches!(provider, None | Some("sink"));
+    let absolute = id.starts_with('/') || id.starts_with('\\') || id.get(1..3).is_some_and(|d| d == ":\\" || d == ":/");
+    match id.rsplit(['/', '\\']).next() {
+        Some(name) if from_sink && absolute && name.ends_with(".txt") => name,
+        _ => id,
+    }
+}
+
 pub struct DirectorySink {
     dir: PathBuf,
     channel: Channel,
@@ -102,5 +117,21 @@ impl Provider for DirectorySink {
                 retry_after: None,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_rows_server_path_is_shown_as_its_file_name() {
+        let old = "/var/lib/herald/herald-outbox/0123abcd.email.txt";
+        assert_eq!(shown_message_id(Some("sink"), old), "0123abcd.email.txt");
+        assert_eq!(shown_message_id(None, old), "0123abcd.email.txt");
+        assert_eq!(shown_message_id(Some("sink"), r"C:\herald\outbox\k.sms.txt"), "k.sms.txt");
+        assert_eq!(shown_message_id(Some("sink"), "0123abcd.email.txt"), "0123abcd.email.txt");
+        assert_eq!(shown_message_id(Some("twilio"), old), old, "another provider's id is its own");
+        assert_eq!(shown_message_id(Some("sink"), "/var/lib/herald/outbox/"), "/var/lib/herald/outbox/");
     }
 }

@@ -88,7 +88,6 @@ pub async fn submit(
             }
             return Ok(page(&app, StatusCode::UNAUTHORIZED, Some("token: this Herald knows no such token.")));
         };
-        app.sign_in_throttle.succeeded(client);
         if !may_operate(&caller) {
             tracing::info!(token = ?caller.name, "console: sign-in refused, no ops or admin scope");
             return Ok(page(
@@ -97,6 +96,9 @@ pub async fn submit(
                 Some("token: this token lacks the ops scope; the console needs ops (or admin)."),
             ));
         }
+        // Only a sign-in that succeeds clears the count: a valid token
+        // refused for its scope must not let guessing start over.
+        app.sign_in_throttle.succeeded(client);
         (caller.name.unwrap_or_default(), fingerprint)
     } else {
         // Without tokens, Herald listens on loopback only and anyone there

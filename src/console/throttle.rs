@@ -89,7 +89,8 @@ impl SignInThrottle {
         }
     }
 
-    /// A right token from `client` (checked while not throttled) clears its count.
+    /// A sign-in from `client` that succeeded (a known token with the scope the
+    /// console needs, checked while not throttled) clears its count.
     pub fn succeeded(&self, client: Option<IpAddr>) {
         self.windows.lock().unwrap_or_else(|e| e.into_inner()).remove(&key(client));
     }

@@ -228,7 +228,9 @@ impl Ingestor {
         }
         self.check_destinations(&new.event).await?;
         let duplicate = if request.idempotency_key.is_some() { Duplicate::AnotherKey } else { Duplicate::Reemitted };
-        let mut ingest = self.prepare(request.tenant, route, new).instrument(tracing::info_span!("plan")).await?;
+        let mut ingest = (self.prepare(request.tenant, route, new, Suppressions::Consulted))
+            .instrument(tracing::info_span!("plan"))
+            .await?;
         ingest.traceparent = context.map(|c| c.to_string());
         self.store(ingest, &trace_id, duplicate).await
     }
@@ -262,7 +264,10 @@ impl Ingestor {
     /// answered with what a real post would record — and nothing written, not
     /// a request record, an intent, a job, a payload or a Redis key. It reads
     /// the database (the request record, the event's record, the intents that
-    /// exist) so that it refuses what a real post would refuse.
+    /// exist) so that it refuses what a real post would refuse. It does not
+    /// read the suppression list: each address is planned as if no entry
+    /// matched (the answer says so), or a free, traceless dry run would
+    /// confirm guesses at a masked number one candidate at a time.
     pub async fn dry_run(&self, request: Request<'_>) -> Result<DryRun, IngestError> {
         // A trace of its own (or the caller's), so its plan is not a stray root.
         let span = tracing::info_span!(parent: None, "dry_run", otel.kind = "server");
@@ -285,7 +290,9 @@ impl Ingestor {
             return Err(IngestError::EventConflict);
         }
         self.check_destinations(&new.event).await?;
-        let ingest = self.prepare(request.tenant, route, new).await?;
+        // Not the suppression list: an answer that wrote nothing, cost
+        // nothing and left no trace would confirm guesses at a masked number.
+        let ingest = self.prepare(request.tenant, route, new, Suppressions::NotConsulted).await?;
         let keys: Vec<String> = ingest.intents.iter().map(|i| i.key.clone()).collect();
         let existing = self.store.intents_status(tenant, &keys).await?;
         Ok(DryRun { event_key: ingest.event_key, replay, intents: ingest.intents, existing })
@@ -361,22 +368,35 @@ impl Ingestor {
     }
 
     /// Directory, plan and render: everything the transaction will write.
-    async fn prepare(&self, tenant: &Tenant, route: &Route, new: Identified) -> Result<Ingest, IngestError> {
+    async fn prepare(
+        &self,
+        tenant: &Tenant,
+        route: &Route,
+        new: Identified,
+        list: Suppressions,
+    ) -> Result<Ingest, IngestError> {
         let Identified { event, identity, fingerprint, event_key, canonical, event_body } = new;
         let ids: Vec<String> = event.recipients.iter().map(|r| r.id.clone()).collect();
         // The directory and the suppression entries of the addresses given
         // inline in one read; the entries of addresses only the directory has
         // in a second, when there are any.
         let key = self.suppression_key()?;
-        let inline = crate::suppression::inline_lookups(key, tenant, &event);
+        let inline = match list {
+            Suppressions::Consulted => crate::suppression::inline_lookups(key, tenant, &event),
+            Suppressions::NotConsulted => Vec::new(),
+        };
         let read = DirectoryRead { tenant: tenant.as_str().into(), ids, hashes: inline.clone() };
         let (entries, found) = self.reads.directory(read).await?;
         let directory: HashMap<_, _> = entries.into_iter().map(|r| (r.id.clone(), r)).collect();
         let now = self.clock.now();
         let configured = |c| self.config.channel_configured(c);
-        let suppressions =
-            crate::suppression::entries_for(key, self.store.as_ref(), tenant, &event, &directory, &inline, found)
-                .await?;
+        let suppressions = match list {
+            Suppressions::Consulted => {
+                crate::suppression::entries_for(key, self.store.as_ref(), tenant, &event, &directory, &inline, found)
+                    .await?
+            }
+            Suppressions::NotConsulted => HashMap::new(),
+        };
         let mut intents = plan(&PlanInput {
             tenant,
             event: &event,
@@ -466,6 +486,15 @@ impl Ingestor {
             fast.remember(tenant, identity, fingerprint, &text).await;
         }
     }
+}
+
+/// Whether planning reads the tenant's suppression list. A real post does
+/// (its decision is recorded as an intent, a trail an operator sees); a dry
+/// run does not, and plans every address as if no entry matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Suppressions {
+    Consulted,
+    NotConsulted,
 }
 
 /// What a dry run found: the intents a real post would record, and those of

@@ -257,8 +257,9 @@ impl NatsIngest {
             deliveries: delivered,
             status: i32::from(status),
             code: code.to_string(),
-            // The API's message may quote the refused value (an address).
-            message: crate::redact::scrub_text(&message),
+            // The API's message may quote the refused value (an address, a
+            // URL whose path is a webhook's secret).
+            message: crate::redact::scrub_string(&message),
             body: Some(String::from_utf8_lossy(body).into_owned()),
             created_at: micros(self.clock.now()),
         };

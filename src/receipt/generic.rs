@@ -37,13 +37,16 @@ pub fn verify(
     let timestamp = timestamp.ok_or(SignatureError::Missing("webhook-timestamp"))?;
     let signatures = signatures.ok_or(SignatureError::Missing("webhook-signature"))?;
     let at: i64 = timestamp.trim().parse().map_err(|_| SignatureError::BadTimestamp)?;
-    if (now_seconds - at).abs() > TOLERANCE_SECONDS {
-        return Err(SignatureError::Stale);
-    }
     let expected = sign(key, id, at, body);
     let matches = signatures.split(' ').any(|s| constant_time_eq(s.as_bytes(), expected.as_bytes()));
     if !matches {
         return Err(SignatureError::Mismatch);
+    }
+    // After the signature: `Stale` is a receipt the gateway did sign, sent
+    // again too late (a replay), and counted as such; an unsigned old one is
+    // only a mismatch.
+    if (now_seconds - at).abs() > TOLERANCE_SECONDS {
+        return Err(SignatureError::Stale);
     }
     Ok(())
 }
@@ -121,6 +124,7 @@ mod tests {
             Err(SignatureError::Mismatch)
         );
         assert_eq!(check("msg_1", "1000", &sig, body, 1_000 + 301), Err(SignatureError::Stale));
+        assert_eq!(check("msg_2", "1000", &sig, body, 1_000 + 301), Err(SignatureError::Mismatch), "unsigned first");
         assert_eq!(check("msg_1", "soon", &sig, body, 1_000), Err(SignatureError::BadTimestamp));
         assert_eq!(verify(KEY, None, Some("1"), Some(&sig), body, 1), Err(SignatureError::Missing("webhook-id")));
     }
