@@ -305,13 +305,7 @@ fn serve_writes_plain_log_lines_when_stderr_is_not_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("herald.toml"), "listen = \"127.0.0.1:0\"\ndatabase_url = \"sqlite://h.db\"\n")
         .unwrap();
-    let log = dir.path().join("herald.log");
-    let mut child = herald(dir.path(), &["serve", "--config", "herald.toml"], &[])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start herald serve");
+    let (mut child, log) = serve_logging_to_a_file(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     let text = loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -404,13 +398,7 @@ fn serve_refuses_to_start_with_a_template_file_missing() {
     let check = stderr(&run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]));
     let message = check.lines().find(|l| l.contains("po_approved/en/sms.j2")).unwrap_or_else(|| panic!("{check}"));
     let message = message.trim_start_matches("config: ").to_string();
-    let log = dir.path().join("herald.log");
-    let mut child = herald(dir.path(), &["serve", "--config", "herald.toml"], &[])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("start herald serve");
+    let (mut child, log) = serve_logging_to_a_file(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -442,4 +430,17 @@ fn templates_check_names_the_variable_the_fixtures_lack() {
     let said = stdout(&out);
     assert!(said.contains("undefined value po.total in po_approved/en/sms.j2:1"), "{said}");
     assert!(said.contains("undefined value po.total in po_approved/en/email.txt.j2:3"), "{said}");
+}
+
+/// `herald serve --config herald.toml` in `dir`, its stderr going to
+/// `herald.log` there (not a terminal).
+fn serve_logging_to_a_file(dir: &std::path::Path) -> (std::process::Child, std::path::PathBuf) {
+    let log = dir.join("herald.log");
+    let child = herald(dir, &["serve", "--config", "herald.toml"], &[])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start herald serve");
+    (child, log)
 }

@@ -5,13 +5,13 @@
 
 mod common;
 
+use common::receipts::{RECEIPT_SECRET, post_signed};
 use common::smtp::FakeSmtp;
 use common::twilio::{Callback, FakeTwilio};
 use common::{FakeSms, TestApp, TestDb, backends, sms_event};
 use serde_json::{Value, json};
 
 const PUBLIC: &str = "https://herald.example.com";
-const RECEIPT_SECRET: &str = "whsec_cmVjZWlwdHMtc2VjcmV0LWZvci10ZXN0cw==";
 
 fn id_of(body: &Value) -> String {
     body["intents"][0]["id"].as_str().unwrap().to_string()
@@ -23,31 +23,12 @@ async fn twilio_app(db: &TestDb, twilio: &FakeTwilio) -> common::Spawned {
 
 /// A receipt signed per Standard Webhooks, as an in-house gateway sends it.
 async fn generic(app: &common::Spawned, id: &str, body: &Value, secret: &str, age_s: i64) -> (u16, Value) {
-    generic_signed(app, id, body.to_string(), secret, age_s).await
+    post_signed(app, id, body.to_string(), secret, age_s).await
 }
 
 /// The same, its body written by hand.
 async fn generic_text(app: &common::Spawned, id: &str, text: &str) -> (u16, Value) {
-    generic_signed(app, id, text.to_string(), RECEIPT_SECRET, 0).await
-}
-
-async fn generic_signed(app: &common::Spawned, id: &str, text: String, secret: &str, age_s: i64) -> (u16, Value) {
-    let key = herald::channel::webhook::decode_secret(secret).unwrap();
-    let ts = jiff::Timestamp::now().as_second() - age_s;
-    let sig = herald::channel::webhook::sign(&key, id, ts, &text);
-    let resp = app
-        .client
-        .post(format!("{}/v1/receipts/generic", app.base))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(text)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    post_signed(app, id, text.to_string(), RECEIPT_SECRET, 0).await
 }
 
 #[tokio::test]
@@ -212,11 +193,7 @@ async fn a_generic_receipt_bounces_an_email_and_removing_the_entry_lets_mail_thr
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let smtp = FakeSmtp::start().await;
-        let toml = format!(
-            "[channels.email]\nsmtp_url = \"{}\"\nfrom = \"Herald <noreply@herald.test>\"\ntimeout = \"1s\"\n\
-             [receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n",
-            smtp.url
-        );
+        let toml = common::receipts::email_with_receipts(&smtp.url);
         let app = TestApp::new(&db).with_toml(&toml).spawn().await;
         let email_event = |entity: &str, email: &str| {
             let mut ev = sms_event(entity, "+15550000100");
@@ -440,11 +417,7 @@ async fn a_receipt_for_a_message_no_provider_took_is_refused_and_changes_nothing
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let smtp = FakeSmtp::start().await;
-        let toml = format!(
-            "[channels.email]\nsmtp_url = \"{}\"\nfrom = \"Herald <noreply@herald.test>\"\ntimeout = \"1s\"\n\
-             [receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n",
-            smtp.url
-        );
+        let toml = common::receipts::email_with_receipts(&smtp.url);
         let app = TestApp::new(&db).with_toml(&toml).spawn().await;
         let event = |entity: &str, recipient: Value, channel: &str| {
             let mut ev = sms_event(entity, "+15550000100");

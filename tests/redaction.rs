@@ -10,31 +10,12 @@ use common::smtp::FakeSmtp;
 use common::{FakeSms, Reply, TestApp, TestDb, backends, sms_event};
 use serde_json::{Value, json};
 
-const RECEIPT_SECRET: &str = "whsec_cmVjZWlwdHMtc2VjcmV0LWZvci10ZXN0cw==";
-
 fn id_of(body: &Value) -> String {
     body["intents"][0]["id"].as_str().unwrap().to_string()
 }
 
-/// A receipt signed per Standard Webhooks, as an in-house gateway sends it.
 async fn generic(app: &common::Spawned, id: &str, body: &Value) -> (u16, Value) {
-    let key = herald::channel::webhook::decode_secret(RECEIPT_SECRET).unwrap();
-    let text = body.to_string();
-    let ts = jiff::Timestamp::now().as_second();
-    let sig = herald::channel::webhook::sign(&key, id, ts, &text);
-    let resp = app
-        .client
-        .post(format!("{}/v1/receipts/generic", app.base))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(text)
-        .send()
-        .await
-        .unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    common::receipts::post(app, id, body).await
 }
 
 /// Every raw form in `raw` is absent from `shown` (without case).
@@ -50,11 +31,7 @@ async fn a_bounce_diagnostic_is_scrubbed_on_the_suppression_list_and_the_intent(
     for backend in backends() {
         let db = TestDb::new(backend).await;
         let smtp = FakeSmtp::start().await;
-        let toml = format!(
-            "[channels.email]\nsmtp_url = \"{}\"\nfrom = \"Herald <noreply@herald.test>\"\ntimeout = \"1s\"\n\
-             [receipts.generic]\nsecret = \"{RECEIPT_SECRET}\"\n",
-            smtp.url
-        );
+        let toml = common::receipts::email_with_receipts(&smtp.url);
         let app = TestApp::new(&db).with_toml(&toml).spawn().await;
         let mut ev = sms_event("PO-SCRUB-1", "+15550000100");
         ev["recipients"] = json!([{"id": "u-scrub-1", "email": "asha@example.com"}]);

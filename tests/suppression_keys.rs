@@ -7,32 +7,18 @@
 
 mod common;
 
-use common::{Backend, FakeSms, TestApp, TestDb, backends, count, execute, sms_event};
+use common::receipts::RECEIPT_SECRET;
+
+use common::{FakeSms, TestApp, TestDb, backends, count, execute, sms_event};
 use herald::recipient::Kind;
 use herald::suppression::{SuppressionKey, entry_id, legacy_hash};
 use serde_json::{Value, json};
 
-const RECEIPT_SECRET: &str = "whsec_cmVjZWlwdHMtc2VjcmV0LWZvci10ZXN0cw==";
 /// base64 of 32 bytes: the `suppression.key` some tests configure.
 const KEY: &str = "c3VwcHJlc3Npb24ta2V5LWZvci10aGUtdGVzdHMtMzI=";
 
 async fn receipt(app: &common::Spawned, id: &str, body: &Value) -> u16 {
-    let key = herald::channel::webhook::decode_secret(RECEIPT_SECRET).unwrap();
-    let text = body.to_string();
-    let ts = jiff::Timestamp::now().as_second();
-    let sig = herald::channel::webhook::sign(&key, id, ts, &text);
-    let resp = app
-        .client
-        .post(format!("{}/v1/receipts/generic", app.base))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(text)
-        .send()
-        .await
-        .unwrap();
-    resp.status().as_u16()
+    common::receipts::post(app, id, body).await.0
 }
 
 /// Every run of 16 or more hex digits in `text`: no hash of an address may
@@ -69,22 +55,7 @@ async fn nothing_the_api_answers_confirms_a_guess_at_a_masked_number() {
 
         // What the store keeps for the number: neither the old unkeyed hash
         // nor anything computable without the key.
-        let mut hashes: Vec<String> = Vec::new();
-        for sql in ["SELECT address_hash FROM suppressions"] {
-            let stored = match db.backend {
-                Backend::Sqlite => {
-                    use sqlx::Connection;
-                    let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-                    sqlx::query_scalar::<_, String>(sql).fetch_all(&mut c).await.unwrap()
-                }
-                Backend::Postgres => {
-                    use sqlx::Connection;
-                    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-                    sqlx::query_scalar::<_, String>(sql).fetch_all(&mut c).await.unwrap()
-                }
-            };
-            hashes.extend(stored);
-        }
+        let hashes = common::texts(&db, "SELECT address_hash FROM suppressions").await;
         assert_eq!(hashes.len(), 1);
         let unkeyed = legacy_hash("default", Kind::Phone, number);
         assert_ne!(hashes[0], unkeyed, "{backend:?}: the lookup is keyed");
@@ -298,20 +269,7 @@ async fn configuring_the_drawn_key_moves_it_out_of_the_database() {
         let db = TestDb::new(backend).await;
         let app = TestApp::new(&db).spawn().await;
         app.running.stop().await;
-        let stored: String = {
-            use sqlx::Connection;
-            let sql = "SELECT value FROM settings WHERE name = 'suppression.key'";
-            match db.backend {
-                Backend::Sqlite => {
-                    let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-                    sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
-                }
-                Backend::Postgres => {
-                    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-                    sqlx::query_scalar(sql).fetch_one(&mut c).await.unwrap()
-                }
-            }
-        };
+        let stored = common::texts(&db, "SELECT value FROM settings WHERE name = 'suppression.key'").await.remove(0);
         let start = |key: &str| {
             let config = TestApp::new(&db).with_toml(&format!("[suppression]\nkey = \"{key}\"\n")).config();
             herald::app::start_with(config, std::sync::Arc::new(herald::clock::SystemClock), None)

@@ -11,6 +11,7 @@ pub mod capture;
 pub mod digest;
 pub mod nats;
 pub mod peer;
+pub mod receipts;
 pub mod serve;
 pub mod slow_store;
 pub mod smtp;
@@ -505,6 +506,21 @@ pub async fn count(db: &TestDb, sql: &str) -> i64 {
         Backend::Postgres => {
             let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
             sqlx::query_scalar(sql).fetch_one(&mut conn).await.expect(sql)
+        }
+    }
+}
+
+/// The text column a query answers, row by row, on a test database, outside Herald.
+pub async fn texts(db: &TestDb, sql: &str) -> Vec<String> {
+    use sqlx::Connection;
+    match db.backend {
+        Backend::Sqlite => {
+            let mut conn = sqlx::SqliteConnection::connect(&db.url).await.expect("connect");
+            sqlx::query_scalar(sql).fetch_all(&mut conn).await.expect(sql)
+        }
+        Backend::Postgres => {
+            let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+            sqlx::query_scalar(sql).fetch_all(&mut conn).await.expect(sql)
         }
     }
 }
