@@ -135,6 +135,17 @@ pub struct SuppressionConfig {
     pub resolved: Option<crate::suppression::SuppressionKey>,
 }
 
+impl SuppressionConfig {
+    /// The key [`crate::suppression::resolve`] settled on the database. A
+    /// configuration that never went through it (a hand-built one that
+    /// forgot to) is an error here rather than lookups under no key.
+    pub fn settled(&self) -> Result<&crate::suppression::SuppressionKey, crate::store::StoreError> {
+        (self.resolved.as_ref()).ok_or_else(|| {
+            crate::store::StoreError::Schema("the suppression key was never settled on this database".into())
+        })
+    }
+}
+
 /// `[tracing]`: where spans go and what share of notifications is traced.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

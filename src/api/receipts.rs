@@ -95,7 +95,7 @@ pub async fn twilio(
         provider_status: bounded(message_status),
         reason: error_code.map(|c| format!("Twilio error {}", bounded(c))),
         now_us: micros(app.clock.now()),
-        suppression_key: suppression_key(&app)?,
+        suppression_key: app.config.suppression.settled()?.clone(),
     };
     record(&app, receipt).await
 }
@@ -149,7 +149,7 @@ pub async fn generic(State(app): State<AppState>, headers: HeaderMap, body: Byte
         provider_status: parsed.status.as_str().into(),
         reason: parsed.reason,
         now_us: micros(app.clock.now()),
-        suppression_key: suppression_key(&app)?,
+        suppression_key: app.config.suppression.settled()?.clone(),
     };
     record(&app, receipt).await
 }
@@ -229,14 +229,6 @@ pub(super) async fn record_first(
             })))
         }
     }
-}
-
-/// The key a bounce's or complaint's suppression entry is looked up by,
-/// settled at start-up.
-pub(super) fn suppression_key(app: &AppState) -> Result<crate::suppression::SuppressionKey, ApiError> {
-    app.config.suppression.resolved.clone().ok_or_else(|| {
-        ApiError::Internal(crate::store::StoreError::Schema("the suppression key was never settled".into()))
-    })
 }
 
 /// A provider's word as stored: printable and short.

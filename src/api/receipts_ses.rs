@@ -3,7 +3,7 @@
 //! SNS's signature is the proof, the topic must be one configured, and the
 //! intent a notification names decides the tenant it is about.
 
-use super::receipts::{bounded, record_first, suppression_key};
+use super::receipts::{bounded, record_first};
 use super::{ApiError, AppState};
 use crate::clock::micros;
 use crate::receipt::ses::{self, Parsed};
@@ -126,7 +126,7 @@ async fn notification(app: &AppState, envelope: &Envelope) -> Result<Json<Value>
         provider_status: receipt.provider_status,
         reason: receipt.reason,
         now_us: micros(app.clock.now()),
-        suppression_key: suppression_key(app)?,
+        suppression_key: app.config.suppression.settled()?.clone(),
     };
     match record_first(app, new, alternatives).await {
         // A topic can carry mail Herald did not send (another application on

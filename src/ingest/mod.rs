@@ -357,16 +357,6 @@ impl Ingestor {
             .map_err(|(field, message)| IngestError::InvalidField { field, message })
     }
 
-    /// The suppression key `app::start_with` settled on the database. A
-    /// configuration that never went through it (a test's hand-built
-    /// ingestor that forgot `suppression::resolve`) fails loudly here rather
-    /// than look up every address under no key.
-    fn suppression_key(&self) -> Result<&crate::suppression::SuppressionKey, IngestError> {
-        self.config.suppression.resolved.as_ref().ok_or_else(|| {
-            IngestError::Store(StoreError::Schema("the suppression key was never settled on this database".into()))
-        })
-    }
-
     /// Directory, plan and render: everything the transaction will write.
     async fn prepare(
         &self,
@@ -380,7 +370,7 @@ impl Ingestor {
         // The directory and the suppression entries of the addresses given
         // inline in one read; the entries of addresses only the directory has
         // in a second, when there are any.
-        let key = self.suppression_key()?;
+        let key = self.config.suppression.settled()?;
         let inline = match list {
             Suppressions::Consulted => crate::suppression::inline_lookups(key, tenant, &event),
             Suppressions::NotConsulted => Vec::new(),
