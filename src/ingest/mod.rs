@@ -286,8 +286,17 @@ impl Ingestor {
             None => false,
         };
         let content_digest = Event::content_digest_of(new.canonical.clone());
-        if !replay && self.store.event_digest(&new.event_key).await?.is_some_and(|d| d != content_digest) {
-            return Err(IngestError::EventConflict);
+        if !replay {
+            use crate::store::decide::{self, Record, Verdict};
+            let accepted = self.store.event_digest(&new.event_key).await?;
+            let event = match &accepted {
+                Some(content_digest) => decide::Event::Accepted { content_digest },
+                None => decide::Event::New,
+            };
+            let request = decide::Request { fingerprint: &new.fingerprint, content_digest: &content_digest };
+            if decide::decide(request, Record::Absent, event) == Verdict::Conflict {
+                return Err(IngestError::EventConflict);
+            }
         }
         self.check_destinations(&new.event).await?;
         // Not the suppression list: an answer that wrote nothing, cost

@@ -9,6 +9,7 @@
 //! transaction of its own would. Every statement takes its rows in key order,
 //! so two batches lock shared rows in one order.
 
+use super::decide::{Event, Record, Request, Verdict, decide};
 use super::*;
 use serde::Serialize;
 use sqlx::Transaction;
@@ -232,10 +233,16 @@ async fn claim_events<S: Statements>(
     let accepted: HashMap<String, String> = statements.touch_events(tx, &others, now_us).await?.into_iter().collect();
     let (mut conflicts, mut vanished) = (HashSet::new(), HashSet::new());
     for &i in fresh.iter().filter(|&&i| !inserted.contains(&batch[i].event_key)) {
-        match accepted.get(&batch[i].event_key) {
-            Some(digest) if *digest == batch[i].content_digest => {}
-            Some(_) => _ = conflicts.insert(i),
-            None => _ = vanished.insert(i),
+        let event = match accepted.get(&batch[i].event_key) {
+            Some(content_digest) => Event::Accepted { content_digest },
+            None => Event::Vanished,
+        };
+        // Absent as far as this pass knows: a conflict goes to the savepoint
+        // path, which reads the record before answering it.
+        match decide(Request::of(&batch[i]), Record::Absent, event) {
+            Verdict::Conflict => _ = conflicts.insert(i),
+            Verdict::Again => _ = vanished.insert(i),
+            _ => {}
         }
     }
     Ok((conflicts, vanished))

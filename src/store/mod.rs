@@ -5,6 +5,7 @@
 
 mod backfill;
 mod batch;
+pub mod decide;
 mod delegate;
 mod postgres;
 mod postgres_batch;

@@ -211,10 +211,16 @@ impl RequestSeen {
         stored: &str,
         response: Option<&str>,
     ) -> StoreResult<Option<RequestSeen>> {
-        if stored != fingerprint {
-            return Ok(Some(RequestSeen::Mismatch));
-        }
-        let Some(text) = response else { return Ok(None) };
+        use super::decide::{Event, Record, Request, Verdict, decide};
+        // The event is not read here: only a replay or a mismatch is known
+        // from the record alone.
+        let request = Request { fingerprint, content_digest: "" };
+        let record = Record::Taken { fingerprint: stored, answered: response.is_some() };
+        let text = match (decide(request, record, Event::Unread), response) {
+            (Verdict::Mismatch, _) => return Ok(Some(RequestSeen::Mismatch)),
+            (Verdict::Replay, Some(text)) => text,
+            _ => return Ok(None),
+        };
         let mut response: IngestResponse =
             serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored response: {e}")))?;
         response.replayed = true;

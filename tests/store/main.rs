@@ -15,6 +15,7 @@ const T0: i64 = 1_800_000_000_000_000;
 
 mod digests_and_inbox;
 mod ingest;
+mod ingest_paths;
 mod operations;
 mod publications;
 mod queue;

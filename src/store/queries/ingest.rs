@@ -13,6 +13,7 @@ pub enum Step {
 
 macro_rules! ingest_queries {
     ($db:ty, $in_keys:literal, $requests_of:expr, $keys_arg:path, $for_update:literal) => {
+        use crate::store::decide::{Event, Record, Request, Verdict, decide};
         use crate::store::queries::ingest::Step;
         use sqlx::Connection as _;
 
@@ -82,7 +83,12 @@ macro_rules! ingest_queries {
             if read_first && let Some(seen) = seen_before(tx, ingest).await? {
                 return Ok(Step::Done(seen));
             }
-            if !event_claim(tx, ingest).await? {
+            let accepted = event_claim(tx, ingest).await?;
+            let event = match &accepted {
+                None => Event::New,
+                Some(content_digest) => Event::Accepted { content_digest },
+            };
+            if decide(Request::of(ingest), Record::Absent, event) == Verdict::Conflict {
                 // The identity's record decides before the event's: a reused
                 // identity with another body is a mismatch before a conflict.
                 // Read again even when it was read first: the claim may have
@@ -213,11 +219,11 @@ macro_rules! ingest_queries {
             Ok(seen)
         }
 
-        /// Records the content this event key is accepted with, or checks it
-        /// against the content it was accepted with before; false on a
-        /// difference. On Postgres a concurrent insert of the same key waits
-        /// here for the other transaction, then sees its row.
-        async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<bool> {
+        /// Records the content this event key is accepted with, or reads the
+        /// content it was accepted with before: None when this request's
+        /// content became the event's. On Postgres a concurrent insert of the
+        /// same key waits here for the other transaction, then sees its row.
+        async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Option<String>> {
             // Twice at most: retention may remove a forgotten event's record
             // between the insert that found it and the read.
             for _ in 0..2 {
@@ -238,7 +244,7 @@ macro_rules! ingest_queries {
                 .await?
                 .rows_affected();
                 if inserted == 1 {
-                    return Ok(true);
+                    return Ok(None);
                 }
                 // Read by touching: the record counts as used now, so retention
                 // (which goes by age, and re-checks it on a row that changed
@@ -251,8 +257,8 @@ macro_rules! ingest_queries {
                 .bind(ingest.now_us)
                 .fetch_optional(&mut **tx)
                 .await?;
-                if let Some(accepted) = accepted {
-                    return Ok(accepted == ingest.content_digest);
+                if accepted.is_some() {
+                    return Ok(accepted);
                 }
             }
             Err(StoreError::Corrupt(format!("the content record of {} vanished twice", ingest.event_key)))
