@@ -337,7 +337,7 @@ pub struct IntentFilter {
     pub tenant: Option<String>,
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<State>,
     pub cursor: Option<Cursor>,
     pub limit: u32,
 }
