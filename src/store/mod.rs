@@ -1,6 +1,8 @@
-//! Storage: one trait, a backend per database (SQLite, the embedded default;
-//! Postgres, for many processes on one database), and one suite of tests in
-//! `tests/store.rs` that both must pass. The queue lives beside the intents,
+//! Storage: a trait per role (what ingest, the workers, the API's views, …
+//! each use; [`Store`] is all of them), a backend per database (SQLite, the
+//! embedded default; Postgres, for many processes on one database) that
+//! implements each role in a file of its own, and one suite of tests in
+//! `tests/store/` that both must pass. The queue lives beside the intents,
 //! so enqueueing is part of the same transaction (the outbox is the queue).
 
 mod backfill;

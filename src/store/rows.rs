@@ -223,7 +223,7 @@ impl RequestSeen {
 }
 
 /// A request identity to look up before the request is planned
-/// ([`super::Store::requests_find`]).
+/// ([`super::IngestStore::requests_find`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestLookup {
     pub tenant: String,
@@ -233,7 +233,7 @@ pub struct RequestLookup {
 
 /// What a new request reads before it is planned: its recipients' directory
 /// entries and the tenant's suppression entries among these address hashes
-/// ([`super::Store::directories_read`]).
+/// ([`super::DirectoryStore::directories_read`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectoryRead {
     pub tenant: String,

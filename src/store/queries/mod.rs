@@ -1,6 +1,7 @@
-//! The queries both backends run with the same SQL. They are written once, as
-//! a macro instantiated for each database type, because sqlx's generic
-//! executor bounds would otherwise bury every query under trait clauses. What
+//! The queries not yet written out per backend (ingest, queue, digests,
+//! receipts and suppressions, ops): written once, as a macro instantiated for
+//! each database type; the rest are plain functions in `sqlite/` and
+//! `postgres/`, a file per role, and these will follow. What
 //! differs between the databases is passed in: how a list of keys is matched
 //! (`= ANY($1)` with an array on Postgres, `IN (SELECT value FROM json_each($1))`
 //! with a JSON array on SQLite), how that list is bound, and where a key list
@@ -18,7 +19,10 @@
 //! primary key once per identity.
 //!
 //! The backend-specific parts (claiming with `SKIP LOCKED`, batch writes with
-//! `UNNEST`, the SQLite writer connection) stay in `postgres.rs` / `sqlite.rs`.
+//! `UNNEST`, the SQLite writer connection) stay in `postgres/` / `sqlite/`.
+//!
+//! The column lists below stay macros, not constants: the statements that use
+//! them are built with `concat!`, which takes only literals.
 
 pub(crate) mod digests;
 pub(crate) mod ingest;
