@@ -6,10 +6,9 @@ use super::{PostgresStore, q};
 use crate::event::Channel;
 use crate::intent::Reason;
 use crate::store::queries::recipient_columns;
-use crate::store::{Cursor, Page};
 use crate::store::{
-    DirectoryRead, DirectoryRows, DirectoryStore, PreferencesVersion, RecipientPut, RecipientRow, StoreError,
-    StoreResult, SuppressionRow, gathered_or_each_alone,
+    Cursor, DirectoryRead, DirectoryRows, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow,
+    StoreError, StoreResult, SuppressionRow, gathered_or_each_alone,
 };
 use async_trait::async_trait;
 use sqlx::PgPool;

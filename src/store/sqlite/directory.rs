@@ -3,8 +3,9 @@
 
 use super::{SqliteStore, keys_arg, q};
 use crate::store::queries::recipient_columns;
-use crate::store::{Cursor, Page};
-use crate::store::{DirectoryStore, PreferencesVersion, RecipientPut, RecipientRow, StoreResult, SuppressionRow};
+use crate::store::{
+    Cursor, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow, StoreResult, SuppressionRow,
+};
 use async_trait::async_trait;
 use sqlx::SqlitePool;
 
