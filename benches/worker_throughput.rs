@@ -168,7 +168,7 @@ async fn run(
 async fn sent(store: &dyn Store, jobs: usize) -> anyhow::Result<usize> {
     let filter = herald::store::IntentFilter {
         tenant: Some("default".into()),
-        state: Some("sent".into()),
+        state: Some(herald::intent::State::Sent),
         limit: u32::try_from(jobs + 1).unwrap_or(u32::MAX),
         ..Default::default()
     };

@@ -186,8 +186,7 @@ fn decide(
         }
     }
     if let Some(entry) = suppressed(input, channel, intent.destination.as_deref()) {
-        let reason = Reason::parse(&entry.reason).unwrap_or(Reason::AddressBounced);
-        set(&mut intent, Decision::Suppress, State::Suppressed, Some(reason));
+        set(&mut intent, Decision::Suppress, State::Suppressed, Some(entry.reason));
         intent.detail = Some(format!(
             "on the suppression list since {} (entry {}, from intent {})",
             crate::clock::rfc3339(entry.created_at).unwrap_or_default(),

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::event::identity::sha256_hex;
 use crate::event::{Event, Tenant};
 use crate::recipient::{Kind, mask};
-use crate::store::{RecipientRow, Store, StoreError, StoreResult, SuppressionRow};
+use crate::store::{DirectoryStore, RecipientRow, StoreError, StoreResult, SuppressionRow};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use hmac::{Hmac, Mac};
@@ -171,7 +171,7 @@ pub fn inline_lookups(key: &SuppressionKey, tenant: &Tenant, event: &Event) -> V
 /// entries among them); only the addresses the directory adds are read here.
 pub async fn entries_for(
     key: &SuppressionKey,
-    store: &dyn Store,
+    store: &dyn DirectoryStore,
     tenant: &Tenant,
     event: &Event,
     directory: &HashMap<String, RecipientRow>,
@@ -209,7 +209,7 @@ pub async fn entries_for(
 /// process that would be refused stores nothing. A configured key that is
 /// the one Herald once drew takes its place: the drawn copy is removed from
 /// the database, which is what configuring the key is for.
-pub async fn resolve(config: &mut Config, store: &dyn Store) -> Result<SuppressionKey, StoreError> {
+pub async fn resolve(config: &mut Config, store: &dyn DirectoryStore) -> Result<SuppressionKey, StoreError> {
     let refused = |why: String| StoreError::Schema(format!("suppression.key: {why}"));
     let configured = match config.suppression.key.as_deref() {
         // Checked when the configuration was loaded.
@@ -284,7 +284,7 @@ pub async fn resolve(config: &mut Config, store: &dyn Store) -> Result<Suppressi
 /// start-up: during a rolling upgrade a process of the previous release
 /// still writes them. Cheap when there are none (a partial index).
 pub struct Rekeyer {
-    pub store: std::sync::Arc<dyn Store>,
+    pub store: std::sync::Arc<dyn DirectoryStore>,
     pub key: SuppressionKey,
     pub every: std::time::Duration,
 }

@@ -6,13 +6,13 @@ use crate::clock::rfc3339;
 use crate::intent::{Mode, State};
 use crate::recipient::mask_for_channel;
 use crate::redact::provider_text;
-use crate::store::{IntentDetail, IntentFilter, Store, StoreResult};
+use crate::store::{IntentDetail, IntentFilter, StoreResult, ViewStore};
 use std::fmt::Write;
 use std::time::Duration;
 
 /// Every intent for (entity, recipient), oldest first, with its attempts.
 pub async fn history(
-    store: &dyn Store,
+    store: &dyn ViewStore,
     tenant: &str,
     entity: (&str, &str),
     recipient: &str,

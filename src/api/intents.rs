@@ -82,20 +82,18 @@ pub async fn list(
             Some((kind.to_string(), id.to_string()))
         }
     };
-    if let Some(s) = &q.state
-        && IntentState::parse(s).is_none()
-    {
-        let known: Vec<_> = IntentState::ALL.iter().map(|s| s.as_str()).collect();
-        return Err(ApiError::invalid_field(
-            "state",
-            &format!("unknown state {s:?}; expected one of {}", known.join(", ")),
-        ));
-    }
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(s) => Some(IntentState::parse(s).ok_or_else(|| {
+            let known: Vec<_> = IntentState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::invalid_field("state", &format!("unknown state {s:?}; expected one of {}", known.join(", ")))
+        })?),
+    };
     let filter = IntentFilter {
         tenant: Some(caller.tenant.as_str().to_string()),
         entity,
         recipient_id: q.recipient,
-        state: q.state,
+        state,
         cursor: page_cursor(q.cursor.as_deref())?,
         limit: page_limit(q.limit)?,
     };

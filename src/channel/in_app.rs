@@ -4,19 +4,19 @@
 
 use super::{Delivery, Outcome, Provider, short_error};
 use crate::intent::Reason;
-use crate::store::{InboxDelivery, Store};
+use crate::store::{InboxDelivery, InboxStore};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub struct InApp {
-    store: Arc<dyn Store>,
+    store: Arc<dyn InboxStore>,
     timeout: Duration,
 }
 
 impl InApp {
     /// `timeout` bounds the inbox write like any provider call.
-    pub fn new(store: Arc<dyn Store>, timeout: Duration) -> InApp {
+    pub fn new(store: Arc<dyn InboxStore>, timeout: Duration) -> InApp {
         InApp { store, timeout }
     }
 }

@@ -27,7 +27,7 @@ use crate::intent::{Decision, Mode, Reason, State};
 use crate::ops::log::TemplateRef;
 use crate::ops::trace::{self, TraceParent};
 use crate::render::TemplateSet;
-use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, Store, StoreResult};
+use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, NewIntent, QueueStore, StoreResult};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 pub struct DigestCloser {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn QueueStore>,
     pub templates: Arc<TemplateSet>,
     pub routes: Arc<HashMap<String, Route>>,
     pub clock: Arc<dyn Clock>,

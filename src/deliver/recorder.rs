@@ -5,7 +5,7 @@
 //! outcome still on its way belongs to a job whose lease is about to end, or
 //! its own claim would rescue that finished attempt and send it again.
 
-use crate::store::{FinishedAttempt, Store};
+use crate::store::{FinishedAttempt, QueueStore};
 use opentelemetry::KeyValue;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -69,7 +69,7 @@ impl Unrecorded {
 
 /// Drains finished attempts and records whatever has accumulated in one
 /// transaction: immediate when idle, batched under load.
-pub async fn run(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Done>, unrecorded: Arc<Unrecorded>) {
+pub async fn run(store: Arc<dyn QueueStore>, mut rx: mpsc::Receiver<Done>, unrecorded: Arc<Unrecorded>) {
     let (mut batch, mut lease_ends, mut traces) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -129,7 +129,7 @@ fn trace_batch(
 /// the outcomes that arrived after their attempt was rescued. An outcome
 /// that is never recorded leaves its attempt unfinished: once the lease
 /// expires it is retaken and recorded as `unknown`, never lost.
-async fn record(store: &dyn Store, batch: &[FinishedAttempt], tries: u32) -> (bool, Vec<(String, i64)>) {
+async fn record(store: &dyn QueueStore, batch: &[FinishedAttempt], tries: u32) -> (bool, Vec<(String, i64)>) {
     let mut delay = Duration::from_millis(50);
     for try_no in 1..=tries {
         match store.attempts_finish(batch).await {

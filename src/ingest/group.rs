@@ -9,7 +9,7 @@
 //! new request makes before it is planned are gathered the same way
 //! (`super::reads`).
 
-use crate::store::{Ingest, IngestOutcome, Store, StoreError, StoreResult};
+use crate::store::{Ingest, IngestOutcome, IngestStore, StoreError, StoreResult};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -124,7 +124,7 @@ pub struct GroupCommit(Gather<Ingest, StoreResult<IngestOutcome>>);
 
 impl GroupCommit {
     /// Starts `writers` writers (each a transaction at a time) on `store`.
-    pub fn start(store: Arc<dyn Store>, writers: usize) -> GroupCommit {
+    pub fn start(store: Arc<dyn IngestStore>, writers: usize) -> GroupCommit {
         GroupCommit::start_with(
             Arc::new(move |batch| {
                 let store = store.clone();

@@ -21,7 +21,7 @@ use crate::clock::{Clock, micros};
 use crate::config::NatsIngestConfig;
 use crate::event::identity::Tenant;
 use crate::ops::metrics;
-use crate::store::{RejectedMessage, Store};
+use crate::store::{RejectedMessage, RejectedStore};
 use async_nats::jetstream::{self, AckKind, consumer::PullConsumer};
 use futures_util::StreamExt;
 use std::future::Future;
@@ -42,7 +42,7 @@ pub struct NatsIngest {
     tenant: Tenant,
     consumer: PullConsumer,
     ingest: Arc<Ingestor>,
-    store: Arc<dyn Store>,
+    store: Arc<dyn RejectedStore>,
     clock: Arc<dyn Clock>,
     max_body_bytes: usize,
     /// The turns of the messages in hand, per identity.
@@ -52,7 +52,7 @@ pub struct NatsIngest {
 /// What a front door needs besides its own configuration.
 pub struct Wiring {
     pub ingest: Arc<Ingestor>,
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn RejectedStore>,
     pub clock: Arc<dyn Clock>,
     pub max_body_bytes: usize,
 }

@@ -6,7 +6,7 @@
 //! tried again with the next.
 
 use crate::clock::{Clock, micros};
-use crate::store::{Store, TallyKind, TallyRow};
+use crate::store::{IngestStore, TallyKind, TallyRow};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +24,7 @@ pub struct Tally {
 impl Tally {
     /// A tally with its writer running; the writer writes what is left and
     /// stops once the tally is dropped.
-    pub fn start(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Arc<Tally> {
+    pub fn start(store: Arc<dyn IngestStore>, clock: Arc<dyn Clock>) -> Arc<Tally> {
         let tally = Arc::new(Tally { counts: Mutex::new(HashMap::new()), clock });
         let writer = tally.clone();
         tokio::spawn(async move {
@@ -47,7 +47,7 @@ impl Tally {
     }
 
     /// Writes the counts so far; on failure they are kept for the next try.
-    pub async fn flush(&self, store: &dyn Store) {
+    pub async fn flush(&self, store: &dyn IngestStore) {
         let taken = std::mem::take(&mut *self.counts.lock().unwrap_or_else(|p| p.into_inner()));
         if taken.is_empty() {
             return;

@@ -5,15 +5,15 @@
 //! the trace of the request that planned the intent in the first place.
 
 use crate::ops::trace::{self, TraceParent};
-use crate::store::{Replay, ReplayResult, Store, StoreResult};
+use crate::store::{OpsStore, Replay, ReplayResult, StoreResult};
 use tracing::Instrument;
 use tracing::field::Empty;
 
 /// Puts the selected dead letters back on the queue (see
-/// [`Store::dead_letters_replay`]) in a `replay` span that continues
+/// [`OpsStore::dead_letters_replay`]) in a `replay` span that continues
 /// `caller`'s trace when there is one.
 pub async fn replay(
-    store: &dyn Store,
+    store: &dyn OpsStore,
     mut replay: Replay,
     caller: Option<TraceParent>,
 ) -> StoreResult<Vec<ReplayResult>> {

@@ -7,13 +7,13 @@
 
 use crate::clock::Clock;
 use crate::config::RetentionConfig;
-use crate::store::{PruneStep, Store, StoreResult};
+use crate::store::{OpsStore, PruneStep, StoreResult};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
 pub struct Retention {
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn OpsStore>,
     pub clock: Arc<dyn Clock>,
     pub config: RetentionConfig,
     pub dedupe_window: Duration,

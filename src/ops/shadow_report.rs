@@ -9,7 +9,7 @@
 use crate::clock::rfc3339;
 use crate::event::OccurredAt;
 use crate::intent::State;
-use crate::store::{ReportFilter, Store, StoreResult, TallyKind};
+use crate::store::{ReportFilter, StoreResult, TallyKind, ViewStore};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -94,7 +94,12 @@ pub struct ShadowReport {
 }
 
 /// The report of one tenant (or every tenant) over [since, until).
-pub async fn build(store: &dyn Store, tenant: Option<&str>, since_us: i64, until_us: i64) -> StoreResult<ShadowReport> {
+pub async fn build(
+    store: &dyn ViewStore,
+    tenant: Option<&str>,
+    since_us: i64,
+    until_us: i64,
+) -> StoreResult<ShadowReport> {
     let rows = store.report_rows(ReportFilter { tenant: tenant.map(str::to_string), since_us, until_us }).await?;
     let mut r = ShadowReport {
         since: rfc3339(since_us),

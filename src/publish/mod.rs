@@ -12,7 +12,7 @@
 use crate::clock::{Clock, rfc3339};
 use crate::config::NatsPublishConfig;
 use crate::ops::metrics;
-use crate::store::{Publication, PublicationClaim, Store};
+use crate::store::{Publication, PublicationClaim, PublicationStore};
 use async_nats::jetstream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,7 @@ const BACKOFF: Duration = Duration::from_secs(1);
 pub struct NatsPublisher {
     config: NatsPublishConfig,
     js: jetstream::Context,
-    store: Arc<dyn Store>,
+    store: Arc<dyn PublicationStore>,
     clock: Arc<dyn Clock>,
 }
 
@@ -68,7 +68,7 @@ impl NatsPublisher {
     /// Connects, and creates or checks the stream. The error says what is wrong.
     pub async fn connect(
         config: &NatsPublishConfig,
-        store: Arc<dyn Store>,
+        store: Arc<dyn PublicationStore>,
         clock: Arc<dyn Clock>,
     ) -> Result<NatsPublisher, String> {
         let at = |msg: String| format!("publish.nats: {msg}");

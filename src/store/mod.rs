@@ -1,12 +1,13 @@
-//! Storage: one trait, a backend per database (SQLite, the embedded default;
-//! Postgres, for many processes on one database), and one suite of tests in
-//! `tests/store.rs` that both must pass. The queue lives beside the intents,
+//! Storage: a trait per role (what ingest, the workers, the API's views, …
+//! each use; [`Store`] is all of them), a backend per database (SQLite, the
+//! embedded default; Postgres, for many processes on one database) that
+//! implements each role in a file of its own, and one suite of tests in
+//! `tests/store/` that both must pass. The queue lives beside the intents,
 //! so enqueueing is part of the same transaction (the outbox is the queue).
 
 mod backfill;
 mod batch;
 pub mod decide;
-mod delegate;
 mod postgres;
 mod postgres_batch;
 mod publications;
@@ -152,38 +153,17 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// What the ingest path reads and writes: request records looked up before
+/// planning, the group-committed ingest itself, what a replay or a dry run
+/// reads back, and the ingest tally.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Applies this backend's migrations (idempotent), then the data work a
-    /// migration left to do (content records of events accepted before 0006).
-    async fn migrate(&self) -> StoreResult<()>;
-
-    /// How the database's applied migrations compare with this binary's.
-    async fn schema_state(&self) -> StoreResult<SchemaState>;
-
-    /// Whether the database answers (`/readyz`).
-    async fn ping(&self) -> StoreResult<()>;
-
-    /// The directory entries of `ids` that exist.
-    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>>;
-
-    /// Creates or replaces a directory entry; returns it as stored. A change of
-    /// preferences makes a new, kept version.
-    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow>;
-
-    async fn recipient_preferences_get(
-        &self,
-        tenant: &str,
-        id: &str,
-        version: i64,
-    ) -> StoreResult<Option<PreferencesVersion>>;
-
+pub trait IngestStore: Send + Sync + 'static {
     /// The answer stored for a request identity, read before anything is
     /// planned (from the read pool on SQLite). None when the identity is new —
     /// which the ingest transaction, not this read, then decides.
     async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>>;
 
-    /// [`Store::request_find`] for many requests at once (concurrent requests
+    /// [`IngestStore::request_find`] for many requests at once (concurrent requests
     /// gathered by the ingest pipeline), answered in order. One request's
     /// unreadable record fails only that request. Both backends read the
     /// records in one statement per tenant, each identity once, and the
@@ -215,132 +195,35 @@ pub trait Store: Send + Sync + 'static {
     /// replay answered from the Redis fast path reads them here).
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>>;
 
-    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>>;
+    /// Adds posts to the ingest tally (a row per tenant, minute and kind).
+    async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()>;
+}
 
-    /// Whose intent this is (an `admin` opening any tenant's by key).
-    async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>>;
+/// The directory (recipients and their kept preference versions), the
+/// suppression list, and the deployment-wide settings (the suppression key).
+#[async_trait]
+pub trait DirectoryStore: Send + Sync + 'static {
+    /// The directory entries of `ids` that exist.
+    async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>>;
 
-    /// Newest first.
-    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>>;
+    /// Creates or replaces a directory entry; returns it as stored. A change of
+    /// preferences makes a new, kept version.
+    async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow>;
 
-    /// Claims due jobs under a lease and writes their attempt rows in the same
-    /// transaction, so an attempt row exists before any provider is called. An
-    /// unfinished attempt left by a worker whose lease expired becomes `unknown`.
-    /// The jobs to attempt are returned in state `sending`. Returned as well,
-    /// already ended, for the worker to count and log: a job of an intent
-    /// planned in shadow mode (it ends `shadowed` there, with no attempt), and
-    /// one whose rescued attempt was its last (`rescued` names the attempt).
-    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>>;
-
-    /// Records a batch of attempt outcomes and the transitions they cause, in one
-    /// transaction. An outcome for an attempt that is no longer running (it was
-    /// rescued after its lease expired) is skipped and reported.
-    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport>;
-
-    /// Digest windows whose time is up, oldest first.
-    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>>;
-
-    /// The members of a digest window with their events and contents.
-    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
-
-    /// Turns a window into its digest intent, once, however many try: its
-    /// members become `digested` (those the close leaves out too, saying so),
-    /// or, if it could not be rendered, are queued on their own (those it
-    /// leaves out end `shadowed`); the digest's job carries the close's trace
-    /// and links.
-    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
-
-    /// Puts an in-app message in the recipient's inbox; idempotent per intent.
-    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()>;
-
-    async fn inbox_list(
+    async fn recipient_preferences_get(
         &self,
         tenant: &str,
-        recipient_id: &str,
-        cursor: Option<&Cursor>,
-        limit: u32,
-    ) -> StoreResult<Page<InboxCard>>;
-
-    /// Returns false when no such card exists for that recipient.
-    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool>;
-
-    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>>;
-
-    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>>;
-
-    /// (reason, count) of dead letters updated in [since, until); every tenant when `tenant` is None.
-    async fn dead_letters_summary(
-        &self,
-        tenant: Option<&str>,
-        since_us: i64,
-        until_us: i64,
-    ) -> StoreResult<Vec<(String, i64)>>;
-
-    /// Dead letters by tenant and reason — how many, and since when: one
-    /// tenant's, or every tenant's when `tenant` is None.
-    async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>>;
-
-    /// The newest `per_group` dead letters of every (tenant, reason) group,
-    /// by tenant, reason, newest first: one tenant's, or every tenant's.
-    async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>>;
-
-    /// The newest dead letters of one reason: one tenant's, or every tenant's.
-    async fn dead_letters_examples(
-        &self,
-        tenant: Option<&str>,
-        reason: &str,
-        since_us: i64,
-        until_us: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<IntentRow>>;
-
-    /// Puts dead letters back on the queue with the same key and frozen
-    /// content, their jobs in the replay's trace, linked to the trace that
-    /// planned each intent.
-    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>>;
-
-    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>>;
-
-    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()>;
-
-    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>>;
-
-    /// The last daily digest posted (not a manual one), if any.
-    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>>;
-
-    /// The queue: every tenant's jobs when `tenant` is None (`/metrics`).
-    async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats>;
-
-    /// Attempts finished in [since, until) by outcome, most first; every
-    /// tenant's when `tenant` is None.
-    async fn attempts_by_outcome(
-        &self,
-        tenant: Option<&str>,
-        since_us: i64,
-        until_us: i64,
-    ) -> StoreResult<Vec<(String, i64)>>;
-
-    /// One small batch of one retention step, in its own short transaction.
-    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64>;
-
-    /// A future that resolves when new work may be due (or after `timeout`).
-    async fn wait_for_work(&self, timeout: Duration);
-
-    /// Records a delivery receipt against the intent it names, once: moves its
-    /// delivery status only forward, and applies what a bounce or complaint
-    /// leads to (a dead letter, a suppression entry), in one transaction.
-    async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome>;
-
-    /// Every receipt of these intents, oldest first.
-    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>>;
+        id: &str,
+        version: i64,
+    ) -> StoreResult<Option<PreferencesVersion>>;
 
     /// The tenant's suppression entries among these address hashes.
     async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>>;
 
     /// What a new request reads before it is planned: the directory entries
     /// of these recipients and the tenant's suppression entries among these
-    /// address hashes — [`Store::recipients_get`] and
-    /// [`Store::suppressions_match`], in one round trip where the backend has
+    /// address hashes — [`DirectoryStore::recipients_get`] and
+    /// [`DirectoryStore::suppressions_match`], in one round trip where the backend has
     /// round trips to save (Postgres).
     async fn recipients_and_suppressions(
         &self,
@@ -353,7 +236,7 @@ pub trait Store: Send + Sync + 'static {
         Ok((recipients, suppressions))
     }
 
-    /// [`Store::recipients_and_suppressions`] for many requests at once,
+    /// [`DirectoryStore::recipients_and_suppressions`] for many requests at once,
     /// answered in order: Postgres reads them all in one statement; the
     /// default asks one by one.
     async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
@@ -388,7 +271,177 @@ pub trait Store: Send + Sync + 'static {
 
     /// Removes the value stored under `name`; false when there was none.
     async fn setting_remove(&self, name: &str) -> StoreResult<bool>;
+}
 
+/// What the delivery workers do: claim due jobs, record outcomes, wait for
+/// work, and close digest windows.
+#[async_trait]
+pub trait QueueStore: Send + Sync + 'static {
+    /// Claims due jobs under a lease and writes their attempt rows in the same
+    /// transaction, so an attempt row exists before any provider is called. An
+    /// unfinished attempt left by a worker whose lease expired becomes `unknown`.
+    /// The jobs to attempt are returned in state `sending`. Returned as well,
+    /// already ended, for the worker to count and log: a job of an intent
+    /// planned in shadow mode (it ends `shadowed` there, with no attempt), and
+    /// one whose rescued attempt was its last (`rescued` names the attempt).
+    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>>;
+
+    /// Records a batch of attempt outcomes and the transitions they cause, in one
+    /// transaction. An outcome for an attempt that is no longer running (it was
+    /// rescued after its lease expired) is skipped and reported.
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport>;
+
+    /// A future that resolves when new work may be due (or after `timeout`).
+    async fn wait_for_work(&self, timeout: Duration);
+
+    /// Digest windows whose time is up, oldest first.
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>>;
+
+    /// The members of a digest window with their events and contents.
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>>;
+
+    /// Turns a window into its digest intent, once, however many try: its
+    /// members become `digested` (those the close leaves out too, saying so),
+    /// or, if it could not be rendered, are queued on their own (those it
+    /// leaves out end `shadowed`); the digest's job carries the close's trace
+    /// and links.
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome>;
+}
+
+/// The in-app inbox: delivered by the in-app channel, read and marked by the API.
+#[async_trait]
+pub trait InboxStore: Send + Sync + 'static {
+    /// Puts an in-app message in the recipient's inbox; idempotent per intent.
+    async fn inbox_deliver(&self, delivery: InboxDelivery) -> StoreResult<()>;
+
+    async fn inbox_list(
+        &self,
+        tenant: &str,
+        recipient_id: &str,
+        cursor: Option<&Cursor>,
+        limit: u32,
+    ) -> StoreResult<Page<InboxCard>>;
+
+    /// Returns false when no such card exists for that recipient.
+    async fn inbox_mark_read(&self, tenant: &str, recipient_id: &str, card_id: &str, now_us: i64) -> StoreResult<bool>;
+}
+
+/// Delivery receipts as providers report them.
+#[async_trait]
+pub trait ReceiptStore: Send + Sync + 'static {
+    /// Records a delivery receipt against the intent it names, once: moves its
+    /// delivery status only forward, and applies what a bounce or complaint
+    /// leads to (a dead letter, a suppression entry), in one transaction.
+    async fn receipt_record(&self, receipt: NewReceipt) -> StoreResult<ReceiptOutcome>;
+}
+
+/// Reads for the API, the console and the CLI: intents, their attempts and
+/// receipts, dead letters, the queue and the shadow report's figures.
+#[async_trait]
+pub trait ViewStore: Send + Sync + 'static {
+    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>>;
+
+    /// Whose intent this is (an `admin` opening any tenant's by key).
+    async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>>;
+
+    /// Newest first.
+    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>>;
+
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>>;
+
+    /// Every receipt of these intents, oldest first.
+    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>>;
+
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>>;
+
+    /// (reason, count) of dead letters updated in [since, until); every tenant when `tenant` is None.
+    async fn dead_letters_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Dead letters by tenant and reason — how many, and since when: one
+    /// tenant's, or every tenant's when `tenant` is None.
+    async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>>;
+
+    /// The newest `per_group` dead letters of every (tenant, reason) group,
+    /// by tenant, reason, newest first: one tenant's, or every tenant's.
+    async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>>;
+
+    /// The newest dead letters of one reason: one tenant's, or every tenant's.
+    async fn dead_letters_examples(
+        &self,
+        tenant: Option<&str>,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>>;
+
+    /// The queue: every tenant's jobs when `tenant` is None (`/metrics`).
+    async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats>;
+
+    /// Attempts finished in [since, until) by outcome, most first; every
+    /// tenant's when `tenant` is None.
+    async fn attempts_by_outcome(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
+    /// New hard bounces in [since, until) by recipient domain, most first;
+    /// every tenant when `tenant` is None.
+    async fn bounces_by_domain(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>>;
+
+    /// The shadow report's figures for a range: the ingest tally, intents
+    /// planned in it by channel, decision, reason and state, shadowed or sent
+    /// SMS by encoding, template errors, rejected bus messages.
+    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows>;
+}
+
+/// Running the database: its schema, readiness, retention, dead-letter
+/// replays and the ops digest's schedule.
+#[async_trait]
+pub trait OpsStore: Send + Sync + 'static {
+    /// Applies this backend's migrations (idempotent), then the data work a
+    /// migration left to do (content records of events accepted before 0006).
+    async fn migrate(&self) -> StoreResult<()>;
+
+    /// How the database's applied migrations compare with this binary's.
+    async fn schema_state(&self) -> StoreResult<SchemaState>;
+
+    /// Whether the database answers (`/readyz`).
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// One small batch of one retention step, in its own short transaction.
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64>;
+
+    /// Puts dead letters back on the queue with the same key and frozen
+    /// content, their jobs in the replay's trace, linked to the trace that
+    /// planned each intent.
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>>;
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>>;
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()>;
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>>;
+
+    /// The last daily digest posted (not a manual one), if any.
+    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>>;
+}
+
+/// Bus messages that could not become an event.
+#[async_trait]
+pub trait RejectedStore: Send + Sync + 'static {
     /// Records a bus message that could not become an event, once per
     /// stream and sequence; true when this call recorded it.
     async fn rejected_record(&self, rejected: RejectedMessage) -> StoreResult<bool>;
@@ -403,14 +456,6 @@ pub trait Store: Send + Sync + 'static {
 
     async fn rejected_get(&self, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>>;
 
-    /// Adds posts to the ingest tally (a row per tenant, minute and kind).
-    async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()>;
-
-    /// The shadow report's figures for a range: the ingest tally, intents
-    /// planned in it by channel, decision, reason and state, shadowed or sent
-    /// SMS by encoding, template errors, rejected bus messages.
-    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows>;
-
     /// (error code, count) of bus messages rejected in [since, until), most
     /// first; every tenant when `tenant` is None.
     async fn rejected_summary(
@@ -419,7 +464,11 @@ pub trait Store: Send + Sync + 'static {
         since_us: i64,
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>>;
+}
 
+/// The status outbox the publisher drains onto the bus.
+#[async_trait]
+pub trait PublicationStore: Send + Sync + 'static {
     /// Leases up to `limit` unpublished status publications, oldest first,
     /// that no other publisher holds (SKIP LOCKED on Postgres): several
     /// processes publish side by side without taking the same rows.
@@ -430,15 +479,68 @@ pub trait Store: Send + Sync + 'static {
 
     /// How many publications wait, and since when.
     async fn publications_backlog(&self) -> StoreResult<PublicationBacklog>;
+}
 
-    /// New hard bounces in [since, until) by recipient domain, most first;
-    /// every tenant when `tenant` is None.
-    async fn bounces_by_domain(
-        &self,
-        tenant: Option<&str>,
-        since_us: i64,
-        until_us: i64,
-    ) -> StoreResult<Vec<(String, i64)>>;
+/// Every role at once: what the app wires up and hands out, each component
+/// keeping only the role it uses.
+pub trait Store:
+    IngestStore
+    + DirectoryStore
+    + QueueStore
+    + InboxStore
+    + ReceiptStore
+    + ViewStore
+    + OpsStore
+    + RejectedStore
+    + PublicationStore
+{
+}
+
+impl<
+    T: IngestStore
+        + DirectoryStore
+        + QueueStore
+        + InboxStore
+        + ReceiptStore
+        + ViewStore
+        + OpsStore
+        + RejectedStore
+        + PublicationStore
+        + ?Sized,
+> Store for T
+{
+}
+
+/// A batch of requests in one transaction (`run`), and each request that
+/// failed in it, or all of them when the batch failed as a whole, run again
+/// on its own: one request's failure is never another's. Both backends'
+/// [`IngestStore::events_ingest_batch`], around their own transaction.
+async fn ingest_batch_or_alone<'a, F, Fut>(batch: &'a [Ingest], run: F) -> Vec<StoreResult<IngestOutcome>>
+where
+    F: Fn(&'a [Ingest]) -> Fut,
+    Fut: std::future::Future<Output = StoreResult<Vec<StoreResult<IngestOutcome>>>>,
+{
+    let mut out = match run(batch).await {
+        Ok(out) => out.into_iter().map(Some).collect(),
+        // A database that cannot be reached fails the whole batch at once:
+        // running each request alone would make the last caller wait out one
+        // connection timeout per request.
+        Err(e) if e.is_unreachable() => {
+            tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed: the database could not be reached");
+            let reason = e.to_string();
+            return batch.iter().map(|_| Err(StoreError::Unreachable(reason.clone()))).collect();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, requests = batch.len(), "ingest batch failed; running its requests one by one");
+            batch.iter().map(|_| None).collect::<Vec<_>>()
+        }
+    };
+    for (slot, ingest) in out.iter_mut().zip(batch) {
+        if !matches!(slot, Some(Ok(_))) {
+            *slot = Some(ingest_alone(ingest, &run).await);
+        }
+    }
+    out.into_iter().flatten().collect()
 }
 
 /// One request in its own transaction, run again (up to three more times) when

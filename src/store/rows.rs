@@ -229,7 +229,7 @@ impl RequestSeen {
 }
 
 /// A request identity to look up before the request is planned
-/// ([`super::Store::requests_find`]).
+/// ([`super::IngestStore::requests_find`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestLookup {
     pub tenant: String,
@@ -239,7 +239,7 @@ pub struct RequestLookup {
 
 /// What a new request reads before it is planned: its recipients' directory
 /// entries and the tenant's suppression entries among these address hashes
-/// ([`super::Store::directories_read`]).
+/// ([`super::DirectoryStore::directories_read`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirectoryRead {
     pub tenant: String,
@@ -343,7 +343,7 @@ pub struct IntentFilter {
     pub tenant: Option<String>,
     pub entity: Option<(String, String)>,
     pub recipient_id: Option<String>,
-    pub state: Option<String>,
+    pub state: Option<State>,
     pub cursor: Option<Cursor>,
     pub limit: u32,
 }

@@ -82,13 +82,14 @@ pub struct SuppressionRow {
     /// The keyed lookup of the address (HMAC, see [`crate::suppression`]),
     /// or the old unkeyed hash of an entry not yet rekeyed. Never shown.
     pub address_hash: String,
-    pub channel: String,
+    /// The channel of the intent whose receipt put it there (email or sms).
+    pub channel: crate::event::Channel,
     /// The address masked as views show it.
     pub masked: String,
     /// An email's domain.
     pub domain: Option<String>,
-    /// `address_bounced` or `address_complained`.
-    pub reason: String,
+    /// [`Reason::AddressBounced`] or [`Reason::AddressComplained`].
+    pub reason: Reason,
     /// The intent whose receipt put it there.
     pub source_intent: String,
     /// The provider's reason, as the receipt gave it.

@@ -1,6 +1,7 @@
-//! The queries both backends run with the same SQL. They are written once, as
-//! a macro instantiated for each database type, because sqlx's generic
-//! executor bounds would otherwise bury every query under trait clauses. What
+//! The queries not yet written out per backend (ingest, queue, digests,
+//! receipts and suppressions, ops): written once, as a macro instantiated for
+//! each database type; the rest are plain functions in `sqlite/` and
+//! `postgres/`, a file per role, and these will follow. What
 //! differs between the databases is passed in: how a list of keys is matched
 //! (`= ANY($1)` with an array on Postgres, `IN (SELECT value FROM json_each($1))`
 //! with a JSON array on SQLite), how that list is bound, and where a key list
@@ -18,19 +19,16 @@
 //! primary key once per identity.
 //!
 //! The backend-specific parts (claiming with `SKIP LOCKED`, batch writes with
-//! `UNNEST`, the SQLite writer connection) stay in `postgres.rs` / `sqlite.rs`.
+//! `UNNEST`, the SQLite writer connection) stay in `postgres/` / `sqlite/`.
+//!
+//! The column lists below stay macros, not constants: the statements that use
+//! them are built with `concat!`, which takes only literals.
 
 pub(crate) mod digests;
-pub(crate) mod directory;
-pub(crate) mod inbox;
 pub(crate) mod ingest;
-pub(crate) mod intents;
 pub(crate) mod ops;
-pub(crate) mod publications;
 pub(crate) mod queue;
 pub(crate) mod receipts;
-pub(crate) mod rejected;
-pub(crate) mod report;
 
 use super::rows::*;
 use crate::intent::{Decision, Reason, State};
@@ -89,43 +87,35 @@ macro_rules! shared_queries {
         $requests_of:expr,
         $keys_arg:path,
         $for_update:literal,
-        $json_rows:literal,
-        $json_of:literal
+        $json_rows:literal $(,)?
     ) => {
         use crate::intent::{Decision, OutcomeClass, Reason, State};
-        use crate::store::queries::Ended;
-        use crate::store::queries::{attempt_columns, intent_columns, newer_than_card, recipient_columns};
+        use crate::store::queries::intent_columns;
+        use crate::store::queries::{Ended, page};
         use crate::store::rows::*;
         use crate::store::rows_receipts::*;
-        use crate::store::rows_report::*;
         use crate::store::{StoreError, StoreResult};
         use sqlx::{Pool, QueryBuilder, Transaction};
         use std::collections::HashMap;
 
         type Tx<'a> = Transaction<'a, $db>;
 
-        crate::store::queries::directory::directory_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ingest::ingest_queries!($db, $in_keys, $requests_of, $keys_arg, $for_update);
-        crate::store::queries::intents::intents_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::queue::queue_queries!($db, $in_keys, $keys_arg, $for_update, $json_rows);
         crate::store::queries::digests::digests_queries!($db, $in_keys, $keys_arg, $for_update);
-        crate::store::queries::inbox::inbox_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::ops::ops_queries!($db, $in_keys, $keys_arg, $for_update);
         crate::store::queries::receipts::receipts_queries!($db, $in_keys, $keys_arg, $for_update);
-        crate::store::queries::rejected::rejected_queries!($db, $in_keys, $keys_arg, $for_update);
-        crate::store::queries::report::report_queries!($db, $json_of);
-        crate::store::queries::publications::publications_queries!($db, $in_keys, $keys_arg);
-
-        /// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
-        fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
-            let more = items.len() > limit as usize;
-            items.truncate(limit as usize);
-            let next = if more { items.last().map(cursor) } else { None };
-            Page { items: std::mem::take(items), next }
-        }
     };
 }
 pub(crate) use shared_queries;
+
+/// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
+pub(crate) fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next = if more { items.last().map(cursor) } else { None };
+    Page { items: std::mem::take(items), next }
+}
 
 /// The state, reason and job action an outcome leads to.
 pub fn transition_columns(t: &Transition) -> (State, Option<&'static str>, Option<i64>) {

@@ -7,9 +7,16 @@ use super::postgres_batch::PgStatements;
 use super::queries::{report, transition_columns};
 use super::*;
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
-use std::collections::HashMap;
 use std::sync::Arc;
 use tokio::sync::{Notify, mpsc};
+
+mod directory;
+mod inbox;
+mod ingest;
+mod publications;
+mod receipts;
+mod rejected;
+mod views;
 
 const CHANNEL: &str = "herald_jobs";
 
@@ -40,7 +47,6 @@ mod q {
         super::keys_arg,
         " FOR UPDATE",
         "jsonb_array_elements($1::jsonb)",
-        "(p.body::jsonb)"
     );
 }
 
@@ -241,103 +247,13 @@ impl PostgresStore {
         Ok(PostgresStore { pool, wake, announce: announce_to })
     }
 
-    /// The directory and suppression entries of many requests in one
-    /// statement, each request answered with the rows it asked for.
-    async fn directories(&self, reads: &[DirectoryRead]) -> StoreResult<Vec<DirectoryRows>> {
-        // The two kinds of row in columns of the same types.
-        type Row = (
-            bool,
-            String,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            i64,
-            Option<i64>,
-            Option<String>,
-        );
-        let pairs = |of: fn(&DirectoryRead) -> &[String]| -> (Vec<&str>, Vec<&str>) {
-            let unique: std::collections::BTreeSet<(&str, &str)> =
-                reads.iter().flat_map(|r| of(r).iter().map(move |v| (r.tenant.as_str(), v.as_str()))).collect();
-            unique.into_iter().unzip()
-        };
-        let (id_tenants, ids) = pairs(|r| &r.ids);
-        let (hash_tenants, hashes) = pairs(|r| &r.hashes);
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT TRUE, r.tenant, r.id, r.email, r.phone, r.locale, r.timezone, r.webhook_url, r.preferences,
-                    r.updated_at, r.preferences_version, NULL
-             FROM UNNEST($1::text[], $2::text[]) AS u(tenant, id)
-             JOIN recipients r ON r.tenant = u.tenant AND r.id = u.id
-             UNION ALL
-             SELECT FALSE, s.tenant, s.address_hash, s.channel, s.masked, s.domain, s.reason, s.source_intent,
-                    s.detail, s.created_at, NULL, s.id
-             FROM UNNEST($3::text[], $4::text[]) AS u(tenant, address_hash)
-             JOIN suppressions s ON s.tenant = u.tenant AND s.address_hash = u.address_hash",
-        )
-        .bind(id_tenants)
-        .bind(ids)
-        .bind(hash_tenants)
-        .bind(hashes)
-        .fetch_all(&self.pool)
-        .await?;
-        // By tenant, then by id or address hash.
-        let mut recipients: HashMap<String, HashMap<String, RecipientRow>> = HashMap::new();
-        let mut suppressions: HashMap<String, HashMap<String, SuppressionRow>> = HashMap::new();
-        let missing = |what: &str| StoreError::Corrupt(format!("a {what} row without a value that cannot be null"));
-        for (recipient, tenant, id, c3, c4, c5, c6, c7, c8, at, version, entry_id) in rows {
-            if recipient {
-                let row = RecipientRow {
-                    tenant,
-                    id,
-                    email: c3,
-                    phone: c4,
-                    locale: c5,
-                    timezone: c6,
-                    webhook_url: c7,
-                    preferences: c8.ok_or_else(|| missing("recipients"))?,
-                    preferences_version: version.ok_or_else(|| missing("recipients"))?,
-                    updated_at: at,
-                };
-                recipients.entry(row.tenant.clone()).or_default().insert(row.id.clone(), row);
-            } else {
-                let required = |v: Option<String>| v.ok_or_else(|| missing("suppressions"));
-                let row = SuppressionRow {
-                    tenant,
-                    id: entry_id,
-                    address_hash: id,
-                    channel: required(c3)?,
-                    masked: required(c4)?,
-                    domain: c5,
-                    reason: required(c6)?,
-                    source_intent: required(c7)?,
-                    detail: c8,
-                    created_at: at,
-                };
-                suppressions.entry(row.tenant.clone()).or_default().insert(row.address_hash.clone(), row);
-            }
-        }
-        // Each request gets its own tenant's rows, once each however often it
-        // named them.
-        fn own<R: Clone>(rows: &HashMap<String, HashMap<String, R>>, tenant: &str, values: &[String]) -> Vec<R> {
-            let Some(rows) = rows.get(tenant) else { return Vec::new() };
-            let unique: std::collections::BTreeSet<&String> = values.iter().collect();
-            unique.into_iter().filter_map(|v| rows.get(v).cloned()).collect()
-        }
-        Ok(reads
-            .iter()
-            .map(|r| (own(&recipients, &r.tenant, &r.ids), own(&suppressions, &r.tenant, &r.hashes)))
-            .collect())
-    }
-
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
 }
 
-super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
+#[async_trait::async_trait]
+impl OpsStore for PostgresStore {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.pool).await?;
         super::backfill::postgres(&self.pool).await?;
@@ -357,30 +273,47 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         Ok(SchemaState::compare(&MIGRATOR, &applied))
     }
 
-    async fn recipients_and_suppressions(
-        &self,
-        tenant: &str,
-        ids: &[String],
-        hashes: &[String],
-    ) -> StoreResult<DirectoryRows> {
-        let read = DirectoryRead { tenant: tenant.to_string(), ids: ids.to_vec(), hashes: hashes.to_vec() };
-        let mut out = self.directories(std::slice::from_ref(&read)).await?;
-        out.pop().ok_or_else(|| StoreError::Corrupt("a directory read of one answered nothing".into()))
-    }
-
-    async fn directories_read(&self, reads: &[DirectoryRead]) -> Vec<StoreResult<DirectoryRows>> {
-        let gathered = self.directories(reads).await.map(|rows| rows.into_iter().map(Ok).collect());
-        super::gathered_or_each_alone("directory read", reads, gathered, |r| {
-            self.recipients_and_suppressions(&r.tenant, &r.ids, &r.hashes)
-        })
-        .await
-    }
-
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
 
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+        q::retention_batch(&self.pool, step, cutoff_us, batch).await
+    }
+
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+        let mut tx = self.pool.begin().await?;
+        let out = q::dead_letters_replay(&mut tx, &replay).await?;
+        tx.commit().await?;
+        self.jobs_queued();
+        Ok(out)
+    }
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        // Leased by the database's clock, as jobs are: a process whose clock
+        // runs ahead must not see another's digest lease as expired and post
+        // the same digest twice.
+        let db_now: i64 =
+            sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM now()) * 1000000)::bigint").fetch_one(&self.pool).await?;
+        q::ops_digest_claim(&self.pool, &claim, db_now).await
+    }
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+        q::ops_digest_posted(&self.pool, slot, now_us, total).await
+    }
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+        q::ops_digest_last_until(&self.pool).await
+    }
+
+    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
+        q::ops_digest_last(&self.pool).await
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for PostgresStore {
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.pool.begin().await?;
         // Due by the claimer's clock (what the tests and the schedules drive),
@@ -424,36 +357,6 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
-    }
-
-    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
-        // Leased by the database's clock, as jobs are.
-        let rows = sqlx::query_as(concat!(
-            "WITH due AS (
-                     SELECT msg_id AS due_id FROM publications
-                     WHERE published_at IS NULL
-                       AND (leased_until IS NULL OR leased_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
-                     ORDER BY at LIMIT $1
-                     FOR UPDATE SKIP LOCKED)
-                 UPDATE publications SET leased_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $2
-                 FROM due WHERE publications.msg_id = due.due_id
-                 RETURNING ",
-            super::publications::publication_columns!()
-        ))
-        .bind(i64::from(claim.limit))
-        .bind(claim.lease_us)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows)
-    }
-
-    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
-        // Leased by the database's clock, as jobs are: a process whose clock
-        // runs ahead must not see another's digest lease as expired and post
-        // the same digest twice.
-        let db_now: i64 =
-            sqlx::query_scalar("SELECT (EXTRACT(EPOCH FROM now()) * 1000000)::bigint").fetch_one(&self.pool).await?;
-        q::ops_digest_claim(&self.pool, &claim, db_now).await
     }
 
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
@@ -509,4 +412,28 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
         .await?;
         Ok(report(finished, &applied))
     }
-});
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        q::digests_due(&self.pool, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        q::digest_members(&self.pool, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = q::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.jobs_queued();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+}

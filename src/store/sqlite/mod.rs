@@ -14,6 +14,14 @@ use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+mod directory;
+mod inbox;
+mod ingest;
+mod publications;
+mod receipts;
+mod rejected;
+mod views;
+
 fn keys_arg(keys: &[String]) -> String {
     serde_json::to_string(keys).unwrap_or_else(|_| "[]".into())
 }
@@ -32,7 +40,6 @@ mod q {
         super::keys_arg,
         "",
         "json_each($1)",
-        "p.body"
     );
 }
 
@@ -160,7 +167,8 @@ impl SqliteStore {
 
 static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
 
-super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
+#[async_trait::async_trait]
+impl OpsStore for SqliteStore {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         super::backfill::sqlite(&self.writer).await?;
@@ -171,24 +179,6 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
             super::publications::sqlite_triggers(&mut conn).await?;
         }
         Ok(())
-    }
-
-    async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
-        // One writer: nothing to skip.
-        let rows = sqlx::query_as(concat!(
-            "UPDATE publications SET leased_until = $1 + $3
-             WHERE msg_id IN (SELECT msg_id FROM publications
-                              WHERE published_at IS NULL AND (leased_until IS NULL OR leased_until <= $1)
-                              ORDER BY at LIMIT $2)
-             RETURNING ",
-            super::publications::publication_columns!()
-        ))
-        .bind(claim.now_us)
-        .bind(i64::from(claim.limit))
-        .bind(claim.lease_us)
-        .fetch_all(&self.writer)
-        .await?;
-        Ok(rows)
     }
 
     async fn schema_state(&self) -> StoreResult<SchemaState> {
@@ -211,6 +201,38 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         Ok(())
     }
 
+    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
+        q::retention_batch(&self.writer, step, cutoff_us, batch).await
+    }
+
+    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
+        let mut tx = self.writer.begin().await?;
+        let out = q::dead_letters_replay(&mut tx, &replay).await?;
+        tx.commit().await?;
+        self.jobs_queued();
+        Ok(out)
+    }
+
+    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
+        // One process: its clock judges the lease (Postgres uses the database's).
+        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
+    }
+
+    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
+        q::ops_digest_posted(&self.writer, slot, now_us, total).await
+    }
+
+    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
+        q::ops_digest_last_until(&self.reader).await
+    }
+
+    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
+        q::ops_digest_last(&self.reader).await
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for SqliteStore {
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.writer.begin().await?;
         // One process: its clock judges the leases (Postgres uses the database's).
@@ -245,11 +267,6 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
-    }
-
-    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
-        // One process: its clock judges the lease (Postgres uses the database's).
-        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
     }
 
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
@@ -335,4 +352,28 @@ super::delegate::store_impl!(SqliteStore, reader = reader, writer = writer, {
         tx.commit().await?;
         Ok(report(finished, &applied))
     }
-});
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        q::digests_due(&self.reader, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        q::digest_members(&self.reader, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let outcome = q::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.jobs_queued();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+}

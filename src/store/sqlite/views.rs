@@ -1,0 +1,255 @@
+//! Reads for the API, the console and the CLI on SQLite: intents with their
+//! attempts and receipts, and the shadow report's figures.
+
+use super::{SqliteStore, keys_arg, q};
+use crate::store::queries::{attempt_columns, intent_columns, page};
+use crate::store::{
+    AttemptRow, Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, IntentCount, IntentDetail, IntentFilter,
+    IntentRow, Page, QueueStats, ReceiptRow, ReportFilter, ReportRows, SmsCount, StoreError, StoreResult, TallyKind,
+    TemplateErrorCount, ViewStore,
+};
+use async_trait::async_trait;
+use sqlx::{QueryBuilder, Sqlite, SqlitePool};
+
+pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
+    let intent: Option<IntentRow> =
+        sqlx::query_as(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = $1 AND i.key = $2"))
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(pool)
+            .await?;
+    let Some(intent) = intent else { return Ok(None) };
+    let content: Option<String> = match &intent.payload_digest {
+        Some(d) => {
+            sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1").bind(d).fetch_optional(pool).await?
+        }
+        None => None,
+    };
+    let event_body: Option<String> = sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1")
+        .bind(&intent.event_digest)
+        .fetch_optional(pool)
+        .await?;
+    let attempts =
+        sqlx::query_as(concat!("SELECT ", attempt_columns!(), " FROM attempts WHERE intent_key = $1 ORDER BY n"))
+            .bind(key)
+            .fetch_all(pool)
+            .await?;
+    let receipts = q::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
+    Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts }))
+}
+
+pub(super) async fn intents_list(pool: &SqlitePool, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
+    // Every condition is pushed only when given, so each search is one
+    // plain statement its index serves (no `$1 IS NULL OR …`).
+    let mut q: QueryBuilder<'_, Sqlite> =
+        QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE 1 = 1"));
+    if let Some(t) = &f.tenant {
+        q.push(" AND i.tenant = ").push_bind(t);
+    }
+    if let Some((kind, id)) = &f.entity {
+        q.push(" AND i.entity_type = ").push_bind(kind).push(" AND i.entity_id = ").push_bind(id);
+    }
+    if let Some(r) = &f.recipient_id {
+        q.push(" AND i.recipient_id = ").push_bind(r);
+    }
+    if let Some(s) = f.state {
+        q.push(" AND i.state = ").push_bind(s);
+    }
+    if let Some(c) = &f.cursor {
+        q.push(" AND (i.created_at < ").push_bind(c.at);
+        q.push(" OR (i.created_at = ").push_bind(c.at).push(" AND i.key < ").push_bind(&c.id).push("))");
+    }
+    q.push(" ORDER BY i.created_at DESC, i.key DESC LIMIT ").push_bind(i64::from(f.limit) + 1);
+    let mut items: Vec<IntentRow> = q.build_query_as().fetch_all(pool).await?;
+    Ok(page(&mut items, f.limit, |r| Cursor::new(r.created_at, &r.key)))
+}
+
+/// The tenant an intent belongs to (an `admin` opening it by key).
+pub(super) async fn intent_tenant(pool: &SqlitePool, key: &str) -> StoreResult<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT tenant FROM intents WHERE key = $1").bind(key).fetch_optional(pool).await?)
+}
+
+/// Finished attempts in [since, until) by outcome, most first: one tenant's
+/// (through their intents) or every tenant's.
+pub(super) async fn attempts_by_outcome(
+    pool: &SqlitePool,
+    tenant: Option<&str>,
+    since_us: i64,
+    until_us: i64,
+) -> StoreResult<Vec<(String, i64)>> {
+    let mut q: QueryBuilder<'_, Sqlite> =
+        QueryBuilder::new("SELECT COALESCE(a.outcome, 'unknown') AS outcome, COUNT(*) AS n FROM attempts a");
+    if let Some(t) = tenant {
+        q.push(" JOIN intents i ON i.key = a.intent_key AND i.tenant = ").push_bind(t);
+    }
+    q.push(" WHERE a.finished_at IS NOT NULL AND a.finished_at >= ").push_bind(since_us);
+    q.push(" AND a.finished_at < ").push_bind(until_us);
+    q.push(" GROUP BY 1 ORDER BY 2 DESC, 1");
+    Ok(q.build_query_as().fetch_all(pool).await?)
+}
+
+/// Every attempt of these intents, in order.
+pub(super) async fn attempts_of(pool: &SqlitePool, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+    let rows = sqlx::query_as(concat!(
+        "SELECT ",
+        attempt_columns!(),
+        " FROM attempts WHERE intent_key IN (SELECT value FROM json_each($1)) ORDER BY intent_key, n"
+    ))
+    .bind(keys_arg(keys))
+    .fetch_all(pool)
+    .await?;
+    Ok(rows)
+}
+
+/// The shadow report's figures. SQLite's `->>` reads a payload's text as
+/// JSON as it is (Postgres needs a cast).
+pub(super) async fn report_rows(pool: &SqlitePool, f: &ReportFilter) -> StoreResult<ReportRows> {
+    let tenant = f.tenant.as_deref();
+    let tally: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT kind, CAST(SUM(n) AS BIGINT) FROM ingest_tally
+         WHERE ($1 IS NULL OR tenant = $1) AND minute >= $2 AND minute < $3 GROUP BY kind ORDER BY kind",
+    )
+    .bind(tenant)
+    .bind(f.since_us)
+    .bind(f.until_us)
+    .fetch_all(pool)
+    .await?;
+    let intents: Vec<IntentCount> = sqlx::query_as(
+        "SELECT channel, decision, reason, state, COUNT(*) AS n FROM intents
+         WHERE ($1 IS NULL OR tenant = $1) AND created_at >= $2 AND created_at < $3
+         GROUP BY channel, decision, reason, state ORDER BY channel, decision, reason, state",
+    )
+    .bind(tenant)
+    .bind(f.since_us)
+    .bind(f.until_us)
+    .fetch_all(pool)
+    .await?;
+    let sms: Vec<SmsCount> = sqlx::query_as(
+        "SELECT p.body->>'encoding' AS encoding, COUNT(*) AS messages,
+                CAST(COALESCE(SUM(CAST(p.body->>'segments' AS BIGINT)), 0) AS BIGINT) AS segments
+         FROM intents i JOIN payloads p ON p.digest = i.payload_digest
+         WHERE ($1 IS NULL OR i.tenant = $1) AND i.created_at >= $2 AND i.created_at < $3
+           AND i.channel = 'sms' AND i.state IN ('shadowed', 'sent')
+         GROUP BY 1 ORDER BY 1",
+    )
+    .bind(tenant)
+    .bind(f.since_us)
+    .bind(f.until_us)
+    .fetch_all(pool)
+    .await?;
+    // Caught when planned: the intent died before any attempt.
+    let template_errors: Vec<TemplateErrorCount> = sqlx::query_as(
+        "SELECT template_id, reason, COUNT(*) AS n FROM intents
+         WHERE ($1 IS NULL OR tenant = $1) AND created_at >= $2 AND created_at < $3
+           AND reason IN ('template_error', 'sms_too_long') AND attempts = 0
+         GROUP BY template_id, reason ORDER BY template_id, reason",
+    )
+    .bind(tenant)
+    .bind(f.since_us)
+    .bind(f.until_us)
+    .fetch_all(pool)
+    .await?;
+    let bus_rejected: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM rejected_messages
+         WHERE ($1 IS NULL OR tenant = $1) AND created_at >= $2 AND created_at < $3",
+    )
+    .bind(tenant)
+    .bind(f.since_us)
+    .bind(f.until_us)
+    .fetch_one(pool)
+    .await?;
+    Ok(ReportRows { tally: tally_kinds(tally)?, intents, sms, template_errors, bus_rejected })
+}
+
+/// The tally's kinds, read back from their text.
+fn tally_kinds(tally: Vec<(String, i64)>) -> StoreResult<Vec<(TallyKind, i64)>> {
+    tally
+        .into_iter()
+        .map(|(kind, n)| {
+            TallyKind::parse(&kind)
+                .map(|k| (k, n))
+                .ok_or_else(|| StoreError::Corrupt(format!("ingest tally kind {kind:?}")))
+        })
+        .collect()
+}
+
+#[async_trait]
+impl ViewStore for SqliteStore {
+    async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
+        intent_get(&self.reader, tenant, key).await
+    }
+
+    async fn intent_tenant(&self, key: &str) -> StoreResult<Option<String>> {
+        intent_tenant(&self.reader, key).await
+    }
+
+    async fn intents_list(&self, filter: IntentFilter) -> StoreResult<Page<IntentRow>> {
+        intents_list(&self.reader, &filter).await
+    }
+
+    async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        attempts_of(&self.reader, keys).await
+    }
+
+    async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
+        q::receipts_of(&self.reader, keys).await
+    }
+
+    async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
+        q::dead_letters_list(&self.reader, &filter).await
+    }
+
+    async fn dead_letters_summary(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        q::dead_letters_summary(&self.reader, tenant, since_us, until_us).await
+    }
+
+    async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
+        q::dead_letters_groups(&self.reader, tenant).await
+    }
+
+    async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>> {
+        q::dead_letters_newest(&self.reader, tenant, per_group).await
+    }
+
+    async fn dead_letters_examples(
+        &self,
+        tenant: Option<&str>,
+        reason: &str,
+        since_us: i64,
+        until_us: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<IntentRow>> {
+        q::dead_letters_examples(&self.reader, tenant, reason, since_us, until_us, limit).await
+    }
+
+    async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
+        q::queue_stats(&self.reader, tenant, now_us).await
+    }
+
+    async fn attempts_by_outcome(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        attempts_by_outcome(&self.reader, tenant, since_us, until_us).await
+    }
+
+    async fn bounces_by_domain(
+        &self,
+        tenant: Option<&str>,
+        since_us: i64,
+        until_us: i64,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        q::bounces_by_domain(&self.reader, tenant, since_us, until_us).await
+    }
+
+    async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {
+        report_rows(&self.reader, &filter).await
+    }
+}
