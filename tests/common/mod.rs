@@ -221,6 +221,7 @@ async fn sms_handler(
         }
     };
     if !reply.delay.is_zero() {
+        // A slow provider on purpose (`Reply::slow`): the delay is what the test is about.
         tokio::time::sleep(reply.delay).await;
     }
     let mut resp = (StatusCode::from_u16(reply.status).unwrap(), Json(reply.body)).into_response();

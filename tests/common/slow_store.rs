@@ -66,6 +66,7 @@ impl SlowRecording {
 #[async_trait]
 impl Store for SlowRecording {
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        // Slow on purpose: a database under load is what the test is about.
         tokio::time::sleep(self.delay).await;
         let mut open = self.open.subscribe();
         if !*open.borrow() {
@@ -166,6 +167,7 @@ impl Store for SlowRecording {
         self.inner.dead_letters_list(filter).await
     }
     async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        // Slow on purpose, as above.
         tokio::time::sleep(self.history_delay).await;
         self.inner.attempts_of(keys).await
     }
