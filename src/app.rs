@@ -213,22 +213,17 @@ fn twilio(config: &Config, sms: &SmsConfig) -> Result<Twilio, AppError> {
 const OPS_DIGEST_TICK: std::time::Duration = std::time::Duration::from_secs(20);
 
 fn build_ops_digest(config: &Config, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<OpsDigest, AppError> {
-    let ops = config.ops.clone().unwrap_or(crate::config::OpsConfig {
-        digest_webhook: None,
-        digest_at: "08:30".into(),
-        digest_timezone: "UTC".into(),
-    });
-    let bad = |e: String| AppError::Provider(e);
+    let ops = config.ops.clone().unwrap_or_default();
     Ok(OpsDigest {
         store,
         clock,
-        webhook: ops.digest_webhook.clone(),
-        at: ops.digest_at.parse().map_err(|_| bad(format!("ops.digest_at: {:?}", ops.digest_at)))?,
-        tz: jiff::tz::TimeZone::get(&ops.digest_timezone).map_err(|e| bad(format!("ops.digest_timezone: {e}")))?,
+        webhook: ops.digest_webhook,
+        at: ops.digest_at,
+        tz: ops.digest_timezone,
         client: reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
-            .map_err(|e| bad(format!("ops webhook client: {e}")))?,
+            .map_err(|e| AppError::Provider(format!("ops webhook client: {e}")))?,
     })
 }
 
@@ -281,7 +276,7 @@ pub async fn start_with(
     crate::ops::metrics::build_info(&config.deployment);
     if config.any_shadow() {
         tracing::warn!(
-            deployment_mode = config.mode.as_deref().unwrap_or("live"),
+            deployment_mode = config.mode.unwrap_or(crate::intent::Mode::Live).as_str(),
             "shadow mode is configured: intents planned in shadow end `shadowed` and no provider is called for them"
         );
     }

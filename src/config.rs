@@ -4,6 +4,7 @@
 
 use crate::deliver::retry::RetryPolicy;
 use crate::event::Channel;
+use crate::intent::Mode;
 use serde::{Deserialize, Deserializer};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -102,7 +103,8 @@ pub struct Config {
     pub deployment: String,
     /// `live` (the default) or `shadow`: observe only, never call a provider.
     /// A route's or a channel's own `mode` overrides it (see [`Config::mode_for`]).
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
     #[serde(default)]
     pub receipts: ReceiptsConfig,
     /// Front doors besides HTTP: `[[ingest.nats]]`.
@@ -382,7 +384,8 @@ impl Default for WorkerConfig {
 pub struct Route {
     pub event: String,
     pub template: String,
-    pub channels: Vec<String>,
+    #[serde(deserialize_with = "channels")]
+    pub channels: Vec<Channel>,
     /// Bypasses quiet hours and digests (never an explicit opt-out).
     #[serde(default)]
     pub critical: bool,
@@ -396,7 +399,8 @@ pub struct Route {
     pub failover_on_unknown: bool,
     pub digest: Option<DigestRoute>,
     /// `live` or `shadow` for this route; unset: the deployment's.
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
 }
 
 /// `digest = { window = "1h", key = "{{ entity.id }}", template = "…", channels = ["email"] }`
@@ -411,7 +415,8 @@ pub struct DigestRoute {
     /// The template the digest is rendered from; its context has `members`.
     pub template: String,
     /// The channels batched; default: the route's channels except in-app.
-    pub channels: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "optional_channels")]
+    pub channels: Option<Vec<Channel>>,
 }
 
 fn default_digest_key() -> String {
@@ -421,16 +426,31 @@ fn default_digest_key() -> String {
 impl DigestRoute {
     pub fn batches(&self, route: &Route, channel: Channel) -> bool {
         match &self.channels {
-            Some(list) => list.iter().any(|c| c == channel.as_str()),
-            None => channel != Channel::InApp && route.channels().contains(&channel),
+            Some(list) => list.contains(&channel),
+            None => channel != Channel::InApp && route.channels.contains(&channel),
         }
     }
 }
 
-impl Route {
-    pub fn channels(&self) -> Vec<Channel> {
-        self.channels.iter().filter_map(|c| Channel::parse(c)).collect()
+/// A channel named in a route, read as it is loaded; loading prefixes the
+/// error with the key (`routes[0].channels[1]`) and where it was set.
+struct ConfigChannel(Channel);
+
+impl<'de> Deserialize<'de> for ConfigChannel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        Channel::parse(&text).map(ConfigChannel).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown channel {text:?}; expected email, sms, in_app or webhook"))
+        })
     }
+}
+
+fn channels<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Channel>, D::Error> {
+    Ok(Vec::<ConfigChannel>::deserialize(d)?.into_iter().map(|c| c.0).collect())
+}
+
+fn optional_channels<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Channel>>, D::Error> {
+    Ok(Option::<Vec<ConfigChannel>>::deserialize(d)?.map(|list| list.into_iter().map(|c| c.0).collect()))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -446,7 +466,8 @@ pub struct ChannelsConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InAppConfig {
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -461,7 +482,8 @@ pub struct EmailConfig {
     pub message_id_domain: String,
     #[serde(default = "default_provider_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
     /// Failover: the names of `named` provider blocks, in order of preference
     /// (the same rules as SMS's). Set, the channel's own smtp_url and sink are unused.
     #[serde(default)]
@@ -523,7 +545,8 @@ pub struct SmsConfig {
     #[serde(default = "default_breaker_cool_down", deserialize_with = "duration")]
     pub breaker_cool_down: Duration,
     /// `live` or `shadow` for the channel (not for one of its `named` providers).
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
 }
 
 fn default_breaker_failures() -> u32 {
@@ -558,23 +581,47 @@ pub struct WebhookConfig {
     /// on-premise receivers). Off: a tenant's `webhook_url` cannot reach inside.
     #[serde(default)]
     pub allow_private_destinations: bool,
-    pub mode: Option<String>,
+    #[serde(default, deserialize_with = "mode::optional")]
+    pub mode: Option<Mode>,
 }
 
+/// `[ops]`: the daily dead-letter digest to the operators.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OpsConfig {
     pub digest_webhook: Option<String>,
-    #[serde(default = "default_digest_at")]
-    pub digest_at: String,
-    #[serde(default = "default_digest_tz")]
-    pub digest_timezone: String,
+    /// The local time of day it goes, written `HH:MM`.
+    #[serde(default = "default_digest_at", deserialize_with = "time_of_day")]
+    pub digest_at: jiff::civil::Time,
+    /// The IANA time zone `digest_at` is read in.
+    #[serde(default = "default_digest_tz", deserialize_with = "time_zone")]
+    pub digest_timezone: jiff::tz::TimeZone,
 }
-fn default_digest_at() -> String {
-    "08:30".into()
+fn default_digest_at() -> jiff::civil::Time {
+    jiff::civil::time(8, 30, 0, 0)
 }
-fn default_digest_tz() -> String {
-    "UTC".into()
+fn default_digest_tz() -> jiff::tz::TimeZone {
+    jiff::tz::TimeZone::UTC
+}
+impl Default for OpsConfig {
+    fn default() -> Self {
+        OpsConfig { digest_webhook: None, digest_at: default_digest_at(), digest_timezone: default_digest_tz() }
+    }
+}
+
+/// `08:30`: hours and minutes, nothing more (jiff would also take seconds).
+fn time_of_day<'de, D: Deserializer<'de>>(d: D) -> Result<jiff::civil::Time, D::Error> {
+    let text = String::deserialize(d)?;
+    let bad = || serde::de::Error::custom(format!("{text:?} is not a time like 08:30"));
+    if text.len() != 5 {
+        return Err(bad());
+    }
+    text.parse().map_err(|_| bad())
+}
+
+fn time_zone<'de, D: Deserializer<'de>>(d: D) -> Result<jiff::tz::TimeZone, D::Error> {
+    let text = String::deserialize(d)?;
+    jiff::tz::TimeZone::get(&text).map_err(|_| serde::de::Error::custom(format!("{text:?} is not an IANA time zone")))
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -864,12 +911,6 @@ impl Config {
 
     fn validate_ops(&self) -> Result<(), ConfigError> {
         let Some(ops) = &self.ops else { return Ok(()) };
-        if ops.digest_at.len() != 5 || ops.digest_at.parse::<jiff::civil::Time>().is_err() {
-            return Err(invalid(format!("ops.digest_at: {:?} is not a time like 08:30", ops.digest_at)));
-        }
-        if jiff::tz::TimeZone::get(&ops.digest_timezone).is_err() {
-            return Err(invalid(format!("ops.digest_timezone: {:?} is not an IANA time zone", ops.digest_timezone)));
-        }
         if let Some(url) = &ops.digest_webhook
             && reqwest::Url::parse(url).is_err()
         {
@@ -955,22 +996,10 @@ impl Config {
             if route.channels.is_empty() {
                 return Err(invalid(format!("routes[{i}].channels: must name at least one channel")));
             }
-            for (j, ch) in route.channels.iter().enumerate() {
-                if Channel::parse(ch).is_none() {
-                    return Err(invalid(format!(
-                        "routes[{i}].channels[{j}]: unknown channel {ch:?}; expected email, sms, in_app or webhook"
-                    )));
-                }
-            }
-            if let Some(d) = &route.digest {
-                if d.window < Duration::from_secs(1) {
-                    return Err(invalid(format!("routes[{i}].digest.window: must be at least 1s")));
-                }
-                for (j, ch) in d.channels.iter().flatten().enumerate() {
-                    if Channel::parse(ch).is_none() {
-                        return Err(invalid(format!("routes[{i}].digest.channels[{j}]: unknown channel {ch:?}")));
-                    }
-                }
+            if let Some(d) = &route.digest
+                && d.window < Duration::from_secs(1)
+            {
+                return Err(invalid(format!("routes[{i}].digest.window: must be at least 1s")));
             }
         }
         Ok(())
@@ -1088,8 +1117,38 @@ mod tests {
     fn retention_never_prunes_inside_the_dedupe_window() {
         let e = load("dedupe_window = \"48h\"\n[retention]\nintents = \"1d\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("retention.intents") && e.contains("dedupe_window"), "{e}");
-        let e = load("[ops]\ndigest_at = \"8.30\"\n", &[]).unwrap_err().to_string();
-        assert!(e.contains("ops.digest_at"), "{e}");
+    }
+
+    #[test]
+    fn the_ops_digest_time_and_zone_are_read_at_load_naming_the_key() {
+        let c = load("[ops]\ndigest_at = \"17:05\"\ndigest_timezone = \"Asia/Kathmandu\"\n", &[]).unwrap();
+        let ops = c.ops.unwrap();
+        assert_eq!(ops.digest_at, jiff::civil::time(17, 5, 0, 0));
+        assert_eq!(ops.digest_timezone.iana_name(), Some("Asia/Kathmandu"));
+        let ops = load("[ops]\n", &[]).unwrap().ops.unwrap();
+        assert_eq!((ops.digest_at, ops.digest_timezone.iana_name()), (jiff::civil::time(8, 30, 0, 0), Some("UTC")));
+        for bad in ["8.30", "8:30", "08:30:00", "25:00"] {
+            let e = load(&format!("[ops]\ndigest_at = {bad:?}\n"), &[]).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("ops.digest_at: {bad:?} is not a time like 08:30")), "{e}");
+            assert!(e.contains("herald.toml"), "{e}");
+        }
+        let e = load("", &[("HERALD_OPS__DIGEST_TIMEZONE", "Mars/Olympus")]).unwrap_err().to_string();
+        assert!(e.starts_with("ops.digest_timezone: \"Mars/Olympus\" is not an IANA time zone"), "{e}");
+        assert!(e.contains("environment variable HERALD_OPS__DIGEST_TIMEZONE"), "{e}");
+    }
+
+    #[test]
+    fn a_routes_channels_are_read_at_load_naming_the_key() {
+        let route = "[[routes]]\nevent = \"a\"\ntemplate = \"t\"\n";
+        let c = load(&format!("{route}channels = [\"sms\", \"in_app\"]\ndigest = {{ window = \"1h\", template = \"d\", channels = [\"sms\"] }}\n"), &[])
+            .unwrap();
+        assert_eq!(c.routes[0].channels, vec![Channel::Sms, Channel::InApp]);
+        assert_eq!(c.routes[0].digest.as_ref().unwrap().channels, Some(vec![Channel::Sms]));
+        let e = load(&format!("{route}channels = [\"sms\", \"SMS\"]\n"), &[]).unwrap_err().to_string();
+        assert!(e.starts_with("routes[0].channels[1]: unknown channel \"SMS\"; expected email, sms"), "{e}");
+        let digest = "digest = { window = \"1h\", template = \"d\", channels = [\"fax\"] }";
+        let e = load(&format!("{route}channels = [\"sms\"]\n{digest}\n"), &[]).unwrap_err().to_string();
+        assert!(e.starts_with("routes[0].digest.channels[0]: unknown channel \"fax\""), "{e}");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct PlanInput<'a> {
 
 /// The channels an event goes out on: its own list when given, else the route's.
 pub fn channels(event: &Event, route: &Route) -> Vec<Channel> {
-    event.channels.clone().unwrap_or_else(|| route.channels())
+    event.channels.clone().unwrap_or_else(|| route.channels.clone())
 }
 
 /// Inline fields override the directory, for this event only. The result is

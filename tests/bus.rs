@@ -6,16 +6,10 @@ mod common;
 
 use common::nats::{TestPublications, TestStream};
 use common::{FakeSms, TestApp, TestDb, backends, count, execute, sms_event};
-use std::time::Duration;
 
 async fn wait_count(db: &TestDb, sql: &str, want: i64) {
-    for _ in 0..400 {
-        if count(db, sql).await == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(count(db, sql).await, want, "{sql}");
+    common::eventually(&format!("{sql} to answer {want}"), || async { (count(db, sql).await == want).then_some(()) })
+        .await;
 }
 
 #[tokio::test]
@@ -494,10 +488,16 @@ async fn a_publication_the_bus_does_not_ack_stays_in_the_outbox_until_it_does() 
         let app = TestApp::new(&db).with_sms(&sms).with_toml(&out.toml("20ms")).spawn().await;
         // The stream goes away: every publish fails (no stream answers).
         out.js.delete_stream(&out.stream).await.unwrap();
+        let failed_before = app.metric("herald_publications_total", &[r#"result="failed""#]).await;
         let (_, sent, _) = app.post_event(&sms_event("PO-PUB-4", "+9779800000015"), None).await;
         let key = sent["intents"][0]["key"].as_str().unwrap().to_string();
         app.wait_state(&key, &["sent"]).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A round that claimed the row and failed to publish it has ended.
+        let failed = r#"result="failed""#;
+        common::eventually("a failed publication round", || async {
+            (app.metric("herald_publications_total", &[failed]).await > failed_before).then_some(())
+        })
+        .await;
         assert_eq!(
             count(&db, "SELECT COUNT(*) FROM publications WHERE published_at IS NULL").await,
             1,

@@ -212,12 +212,7 @@ async fn a_retry_goes_to_the_destination_frozen_at_ingest() {
         ev["recipients"] = json!([{"id": "u-dir"}]);
         let (_, b, _) = app.post_event(&ev, None).await;
         // change the directory while the intent waits for its retry
-        for _ in 0..100 {
-            if !sms.sent_to(old).is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::eventually("the first try to reach the provider", || async { sms.has(old) }).await;
         assert_eq!(put("+15550000999").await.unwrap().status(), 200);
         app.wait_state(&id_of(&b), &["sent"]).await;
         assert_eq!(sms.sent_to(old).len(), 2, "{backend:?}");

@@ -265,12 +265,10 @@ async fn the_shadow_report_prints_what_shadow_would_have_sent() {
     assert_eq!(app.post_event(&event, Some("cli-1")).await.0, 202);
     assert_eq!(app.post_event(&event, Some("cli-1")).await.0, 200);
     // Once the tally is written, the CLI reads what the API reads.
-    for _ in 0..100 {
-        if app.get("/v1/shadow/report").await.1["events_received"] == 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    common::eventually("the tally of both posts", || async {
+        (app.get("/v1/shadow/report").await.1["events_received"] == 2).then_some(())
+    })
+    .await;
     let key =
         app.get("/v1/intents?entity=purchase_order:PO-CLI").await.1["intents"][0]["key"].as_str().unwrap().to_string();
     app.wait_state(&key, &["shadowed"]).await;

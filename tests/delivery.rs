@@ -159,16 +159,20 @@ async fn a_stalled_recorder_stops_the_claims_after_a_bounded_backlog() {
         w.concurrency = 2;
         let (stop, rx) = tokio::sync::watch::channel(false);
         let running = tokio::spawn(w.run(rx, Duration::from_secs(5)));
-        // 2 slots, a queue of 2, and the batch the recorder is stuck on: 6 at most.
+        // Every call made is in the batch the recorder is stuck on, in its
+        // queue (2), or holding one of the 2 slots while it waits for room in
+        // the queue. Once the calls are exactly those, every slot waits on the
+        // full queue and the queue on the stuck recorder: nothing can free a
+        // slot, so nothing more is claimed or called until the store opens.
         let called = || calls.0.load(Ordering::SeqCst);
-        for _ in 0..100 {
-            if called() >= 6 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        assert!((4..=6).contains(&called()), "{backend:?}: {} calls while nothing could be recorded", called());
+        let settled = common::eventually("the slots and the recorder's queue to fill", || async {
+            let called = called();
+            assert!(called <= 6, "{backend:?}: {called} calls while nothing could be recorded");
+            let held = stalled.held();
+            (held > 0 && called == held + 2 + 2).then_some(called)
+        })
+        .await;
+        assert!((4..=6).contains(&settled), "{backend:?}: {settled} calls while nothing could be recorded");
         stalled.open();
         for id in &ids {
             api.wait_state(id, &["sent"]).await;
@@ -228,16 +232,8 @@ async fn retry_after_slow_history(backend: common::Backend, history: Duration) -
     w.policy = RetryPolicy::new(2, Duration::from_millis(10), Duration::from_millis(10));
     let (stop, rx) = tokio::sync::watch::channel(false);
     let running = tokio::spawn(w.run(rx, Duration::from_secs(1)));
-    // Longer than `wait_state` waits: the lease alone is 4 s.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let it = loop {
-        let (_, it) = api.get(&format!("/v1/intents/{id}")).await;
-        if it["state"] == "dead" || tokio::time::Instant::now() > deadline {
-            break it;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert_eq!(it["state"], "dead", "{backend:?}: {it}");
+    // The lease alone is 4 s, well inside what `wait_state` waits.
+    let it = api.wait_state(&id, &["dead"]).await;
     let _ = stop.send(true);
     running.await.unwrap();
     api.running.stop().await;

@@ -105,14 +105,11 @@ async fn the_circuit_opens_after_failures_in_a_row_and_closes_once_the_primary_a
         let (_, b, _) = app.post_event(&sms_event(&format!("PO-CB{n}"), number), None).await;
         // The retry is due by the test's clock: move it on once the first try failed.
         let id = id_of(&b);
-        let mut it = Value::Null;
-        for _ in 0..300 {
-            it = app.get(&format!("/v1/intents/{id}")).await.1;
-            if it["state"] == "queued" && !it["attempts"][0]["finished_at"].is_null() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let it = common::eventually("the first try to be recorded", || async {
+            let it = app.get(&format!("/v1/intents/{id}")).await.1;
+            (it["state"] == "queued" && !it["attempts"][0]["finished_at"].is_null()).then_some(it)
+        })
+        .await;
         assert_eq!(it["attempts"][0]["provider_status"], 503, "{it}");
         clock.set(&format!("2026-11-30T10:00:0{}Z", n + 1));
         let it = app.wait_state(&id_of(&b), &["sent"]).await;

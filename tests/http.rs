@@ -220,12 +220,7 @@ async fn shutdown_lets_an_attempt_in_flight_finish_and_records_it() {
         let (_, b, _) = app.post_event(&sms_event("PO-SHUTDOWN", phone), None).await;
         let id = b["intents"][0]["id"].as_str().unwrap().to_string();
         // wait until the provider has the request, then stop
-        for _ in 0..100 {
-            if !sms.sent_to(phone).is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::eventually("the provider to have the request", || async { sms.has(phone) }).await;
         app.running.stop().await;
         let store = db.store().await;
         let detail = store.intent_get("default", &id).await.unwrap().unwrap();
@@ -570,12 +565,7 @@ async fn a_process_whose_clock_runs_an_hour_ahead_never_takes_a_leased_job() {
         let on_time = TestApp::new(&db).with_sms(&sms).with_lease("5s", "3s").spawn().await;
         let (_, b, _) = on_time.post_event(&sms_event("PO-SKEW", phone), None).await;
         let id = b["intents"][0]["id"].as_str().unwrap().to_string();
-        for _ in 0..100 {
-            if !sms.sent_to(phone).is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::eventually("the provider to have the request", || async { sms.has(phone) }).await;
         let later = jiff::Timestamp::now().checked_add(jiff::SignedDuration::from_hours(1)).unwrap();
         let ahead = TestApp::new(&db)
             .with_sms(&sms)

@@ -299,14 +299,14 @@ async fn suppressions_belong_to_the_tenant_of_the_intent_and_need_the_ops_scope(
     let number = "+9779800000016";
     let resp = call(reqwest::Method::POST, "/v1/events".into(), "tok-a", Some(sms_event("PO-RC9", number))).await;
     let id = id_of(&resp.unwrap().json().await.unwrap());
-    for _ in 0..200 {
-        let it: Value =
-            call(reqwest::Method::GET, format!("/v1/intents/{id}"), "tok-a", None).await.unwrap().json().await.unwrap();
-        if it["state"] == "sent" {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    // A receipt for an intent no provider has taken yet is refused: wait for
+    // the send, however long a loaded machine takes, rather than give up
+    // after a fixed number of polls and post the receipt anyway.
+    common::eventually("the intent to be sent", || async {
+        let it = call(reqwest::Method::GET, format!("/v1/intents/{id}"), "tok-a", None).await.unwrap();
+        (it.json::<Value>().await.unwrap()["state"] == "sent").then_some(())
+    })
+    .await;
     let (s, _) = generic(&app, "c1", &json!({"key": id, "status": "complained"}), RECEIPT_SECRET, 0).await;
     assert_eq!(s, 200);
     let list = |token: &'static str| call(reqwest::Method::GET, "/v1/suppressions".into(), token, None);
@@ -377,31 +377,32 @@ async fn herald_suppressions_lists_and_removes_entries() {
     let (_, b, _) = app.post_event(&sms_event("PO-CLI", number), None).await;
     let id = id_of(&b);
     app.wait_state(&id, &["sent"]).await;
-    generic(&app, "x1", &json!({"key": id, "status": "bounced"}), RECEIPT_SECRET, 0).await;
+    assert_eq!(generic(&app, "x1", &json!({"key": id, "status": "bounced"}), RECEIPT_SECRET, 0).await.0, 200);
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("herald.toml");
     std::fs::write(&config, format!("database_url = \"{}\"\n", db.url)).unwrap();
-    let herald = |args: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_herald"))
-            .args(args)
-            .arg("--config")
-            .arg(&config)
-            .output()
-            .unwrap();
+    // The CLI runs off the runtime's thread: this Herald's tasks run on that
+    // thread too, and a blocking wait there froze whichever of them was
+    // inside a transaction on the SQLite writer, so the CLI waited for a
+    // lock nothing could release and failed after the 10 s busy timeout.
+    let herald = async |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_herald"));
+        command.args(args).arg("--config").arg(&config);
+        let out = tokio::task::spawn_blocking(move || command.output()).await.unwrap().unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stdout).to_string(),
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    let (code, out, err) = herald(&["suppressions", "list"]);
+    let (code, out, err) = herald(&["suppressions", "list"]).await;
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("+97798******17") && out.contains("address_bounced") && out.contains(&id), "{out}");
     assert!(!out.contains(number), "{out}");
-    let (code, out, _) = herald(&["suppressions", "remove", number]);
+    let (code, out, _) = herald(&["suppressions", "remove", number]).await;
     assert_eq!(code, Some(0));
     assert!(out.starts_with("removed "), "{out}");
-    let (code, _, err) = herald(&["suppressions", "remove", number]);
+    let (code, _, err) = herald(&["suppressions", "remove", number]).await;
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no such address") && !err.contains(number), "{err}");
     app.running.stop().await;

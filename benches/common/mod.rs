@@ -20,7 +20,7 @@ pub fn sms_route(event: &str, digest_key: Option<&str>) -> Route {
     Route {
         event: event.into(),
         template: "po_approved".into(),
-        channels: vec!["sms".into()],
+        channels: vec![herald::event::Channel::Sms],
         critical: false,
         skip_superseded: false,
         failover_on_unknown: false,

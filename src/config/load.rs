@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(c.channels.sms.unwrap().auth_token.as_deref(), Some("123456"));
         assert_eq!(c.retry.attempts, 8);
         assert!(c.worker.disabled);
-        assert_eq!(c.routes[0].channels, vec!["sms".to_string()]);
+        assert_eq!(c.routes[0].channels, vec![crate::event::Channel::Sms]);
         // a string field keeps what looks like a boolean or a list, as written
         let c = load(
             "[channels.sms]\nurl = \"http://127.0.0.1:9/sms\"\n",

@@ -5,55 +5,37 @@
 use super::{Config, ConfigError, Route, invalid};
 use crate::event::Channel;
 use crate::intent::Mode;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
 impl Config {
     /// The mode an intent on `channel` of `route` is planned in now.
     pub fn mode_for(&self, route: &Route, channel: Channel) -> Mode {
-        [self.channel_mode(channel), route.mode.as_deref(), self.mode.as_deref()]
-            .into_iter()
-            .flatten()
-            .find_map(Mode::parse)
-            .unwrap_or(Mode::Live)
+        self.channel_mode(channel).or(route.mode).or(self.mode).unwrap_or(Mode::Live)
     }
 
     /// Whether anything is configured to run in shadow.
     pub fn any_shadow(&self) -> bool {
         let channels = [Channel::Email, Channel::Sms, Channel::Webhook, Channel::InApp];
-        let all = [self.mode.as_deref()]
+        let all = [self.mode]
             .into_iter()
-            .chain(self.routes.iter().map(|r| r.mode.as_deref()))
+            .chain(self.routes.iter().map(|r| r.mode))
             .chain(channels.map(|c| self.channel_mode(c)));
-        all.flatten().any(|m| m == Mode::Shadow.as_str())
+        all.flatten().any(|m| m == Mode::Shadow)
     }
 
-    fn channel_mode(&self, channel: Channel) -> Option<&str> {
+    fn channel_mode(&self, channel: Channel) -> Option<Mode> {
         let c = &self.channels;
         match channel {
-            Channel::Email => c.email.as_ref()?.mode.as_deref(),
-            Channel::Sms => c.sms.as_ref()?.mode.as_deref(),
-            Channel::Webhook => c.webhook.as_ref()?.mode.as_deref(),
-            Channel::InApp => c.in_app.as_ref()?.mode.as_deref(),
+            Channel::Email => c.email.as_ref()?.mode,
+            Channel::Sms => c.sms.as_ref()?.mode,
+            Channel::Webhook => c.webhook.as_ref()?.mode,
+            Channel::InApp => c.in_app.as_ref()?.mode,
         }
     }
 
     pub(super) fn validate_modes(&self) -> Result<(), ConfigError> {
-        let c = &self.channels;
-        let named = self.routes.iter().enumerate().map(|(i, r)| (format!("routes[{i}].mode"), r.mode.as_deref()));
-        let keys = [
-            ("mode".to_string(), self.mode.as_deref()),
-            ("channels.email.mode".to_string(), c.email.as_ref().and_then(|e| e.mode.as_deref())),
-            ("channels.sms.mode".to_string(), c.sms.as_ref().and_then(|e| e.mode.as_deref())),
-            ("channels.webhook.mode".to_string(), c.webhook.as_ref().and_then(|e| e.mode.as_deref())),
-            ("channels.in_app.mode".to_string(), c.in_app.as_ref().and_then(|e| e.mode.as_deref())),
-        ];
-        for (key, value) in keys.into_iter().chain(named) {
-            if let Some(v) = value
-                && Mode::parse(v).is_none()
-            {
-                return Err(invalid(format!("{key}: {v:?} must be \"live\" or \"shadow\"")));
-            }
-        }
-        if let Some(sms) = &c.sms
+        if let Some(sms) = &self.channels.sms
             && let Some((name, _)) = sms.named.iter().find(|(_, n)| n.mode.is_some())
         {
             return Err(invalid(format!(
@@ -62,6 +44,13 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// A `mode` key, read into a [`Mode`] as it is loaded; the error is prefixed
+/// with the key (and where it was set) by loading.
+pub(super) fn optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Mode>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)? else { return Ok(None) };
+    Mode::parse(&text).map(Some).ok_or_else(|| D::Error::custom(format!("{text:?} must be \"live\" or \"shadow\"")))
 }
 
 #[cfg(test)]
@@ -95,16 +84,39 @@ mod tests {
         assert!(live.any_shadow() && shadow.any_shadow());
     }
 
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, text).unwrap();
+        Config::load_with_env(Some(&path), &[])
+    }
+
     #[test]
     fn a_mode_that_is_neither_live_nor_shadow_is_refused_naming_its_key() {
-        assert_eq!(default_with("HERALD_MODE", "shadow").unwrap().mode.as_deref(), Some("shadow"));
+        assert_eq!(default_with("HERALD_MODE", "shadow").unwrap().mode, Some(Mode::Shadow));
         let e = default_with("HERALD_MODE", "dry").unwrap_err().to_string();
         assert!(e.contains("mode: \"dry\" must be") && e.contains("HERALD_MODE"), "{e}");
         let e = default_with("HERALD_CHANNELS__SMS__MODE", "Shadow").unwrap_err().to_string();
         assert!(e.contains("channels.sms.mode") && e.contains("HERALD_CHANNELS__SMS__MODE"), "{e}");
-        let mut c = config("");
-        c.routes[1].mode = Some("off".into());
-        assert!(c.validate_modes().unwrap_err().to_string().starts_with("routes[1].mode: \"off\""));
+        let route = "[[routes]]\nevent = \"a\"\ntemplate = \"t\"\nchannels = [\"email\"]\n";
+        let e = load(&format!("{route}{route}mode = \"off\"\n")).unwrap_err().to_string();
+        assert!(e.starts_with("routes[1].mode: \"off\" must be \"live\" or \"shadow\""), "{e}");
+        assert!(e.contains("herald.toml"), "{e}");
+        for channel in ["email", "sms", "webhook", "in_app"] {
+            let e = load(&format!("[channels.{channel}]\nmode = \"dark\"\n")).unwrap_err().to_string();
+            assert!(e.contains(&format!("channels.{channel}.mode: \"dark\" must be")), "{e}");
+        }
         assert!(!default_with("HERALD_DEPLOYMENT", "x").unwrap().any_shadow());
+    }
+
+    #[test]
+    fn an_empty_mode_variable_leaves_the_mode_unset() {
+        let c = load("mode = \"shadow\"\n").unwrap();
+        assert_eq!(c.mode, Some(Mode::Shadow));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("herald.toml");
+        std::fs::write(&path, "mode = \"shadow\"\n").unwrap();
+        let c = Config::load_with_env(Some(&path), &[("HERALD_MODE".into(), String::new())]).unwrap();
+        assert_eq!(c.mode, None);
     }
 }

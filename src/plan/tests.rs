@@ -8,7 +8,7 @@ fn route(channels: &[&str]) -> Route {
     Route {
         event: "purchase_order.approved".into(),
         template: "po_approved".into(),
-        channels: channels.iter().map(|s| s.to_string()).collect(),
+        channels: channels.iter().map(|s| Channel::parse(s).expect("a channel")).collect(),
         critical: false,
         skip_superseded: false,
         failover_on_unknown: false,

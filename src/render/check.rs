@@ -70,7 +70,7 @@ pub struct Need {
 pub fn route_needs(routes: &[Route]) -> Vec<Need> {
     let mut needs = Vec::new();
     for (i, route) in routes.iter().enumerate() {
-        for channel in route.channels() {
+        for &channel in &route.channels {
             needs.push(Need { by: format!("routes[{i}]"), template: route.template.clone(), channel });
         }
         if let Some(d) = &route.digest {

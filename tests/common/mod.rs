@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -188,6 +188,11 @@ impl FakeSms {
         self.state.lock().unwrap().requests.len()
     }
 
+    /// `Some` once a request to `to` has arrived (for [`eventually`]).
+    pub fn has(&self, to: &str) -> Option<()> {
+        (!self.sent_to(to).is_empty()).then_some(())
+    }
+
     pub fn sent_to(&self, to: &str) -> Vec<SmsRequest> {
         let s = self.state.lock().unwrap();
         s.requests.iter().filter(|r| r.body["to"] == to).cloned().collect()
@@ -216,6 +221,7 @@ async fn sms_handler(
         }
     };
     if !reply.delay.is_zero() {
+        // A slow provider on purpose (`Reply::slow`): the delay is what the test is about.
         tokio::time::sleep(reply.delay).await;
     }
     let mut resp = (StatusCode::from_u16(reply.status).unwrap(), Json(reply.body)).into_response();
@@ -436,18 +442,56 @@ impl Spawned {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
-    /// Polls an intent until its state is one of `states`.
+    /// Polls an intent until its state is one of `states`, for up to [`PATIENCE`].
     pub async fn wait_state(&self, id: &str, states: &[&str]) -> Value {
-        let mut last = Value::Null;
-        for _ in 0..300 {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
             let (status, body) = self.get(&format!("/v1/intents/{id}")).await;
             if status == 200 && states.contains(&body["state"].as_str().unwrap_or_default()) {
                 return body;
             }
-            last = body;
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            if Instant::now() > deadline {
+                panic!("intent {id} never reached {states:?} in {PATIENCE:?}; last: {body}");
+            }
+            tokio::time::sleep(POLL).await;
         }
-        panic!("intent {id} never reached {states:?}; last: {last}");
+    }
+
+    /// The sum of a metric's series on `/metrics` whose labels include all of
+    /// `labels` (`result="failed"`). The recorder is the process's, shared by
+    /// every app a test starts: compare before and after.
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        let resp = self.client.get(format!("{}/metrics", self.base)).send().await.expect("GET /metrics");
+        let text = resp.text().await.expect("the metrics");
+        (text.lines())
+            .filter(|l| l.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' '])))
+            .filter(|l| labels.iter().all(|label| l.contains(label)))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// How long a test waits for a state before it fails: wall-clock time, not a
+/// number of polls, and generous, since a loaded machine is slow and a test
+/// that passes never waits it out.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+
+/// Polls `check` until it gives a value, failing with `what` after [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() > deadline {
+            panic!("waited {PATIENCE:?} for {what}");
+        }
+        tokio::time::sleep(POLL).await;
     }
 }
 

@@ -6,6 +6,7 @@
 use async_trait::async_trait;
 use herald::store::*;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -14,17 +15,31 @@ pub struct SlowRecording {
     delay: Duration,
     history_delay: Duration,
     open: watch::Sender<bool>,
+    /// Finished attempts waiting at the closed gate.
+    held: AtomicUsize,
 }
 
 impl SlowRecording {
     /// Every recording takes `delay` longer.
     pub fn new(inner: Arc<dyn Store>, delay: Duration) -> Arc<SlowRecording> {
-        Arc::new(SlowRecording { inner, delay, history_delay: Duration::ZERO, open: watch::channel(true).0 })
+        Arc::new(SlowRecording {
+            inner,
+            delay,
+            history_delay: Duration::ZERO,
+            open: watch::channel(true).0,
+            held: AtomicUsize::new(0),
+        })
     }
 
     /// Recording at full speed, but every read of attempts takes `delay`.
     pub fn slow_history(inner: Arc<dyn Store>, delay: Duration) -> Arc<SlowRecording> {
-        Arc::new(SlowRecording { inner, delay: Duration::ZERO, history_delay: delay, open: watch::channel(true).0 })
+        Arc::new(SlowRecording {
+            inner,
+            delay: Duration::ZERO,
+            history_delay: delay,
+            open: watch::channel(true).0,
+            held: AtomicUsize::new(0),
+        })
     }
 
     /// No recording finishes until [`SlowRecording::open`].
@@ -34,11 +49,17 @@ impl SlowRecording {
             delay: Duration::ZERO,
             history_delay: Duration::ZERO,
             open: watch::channel(false).0,
+            held: AtomicUsize::new(0),
         })
     }
 
     pub fn open(&self) {
         self.open.send_replace(true);
+    }
+
+    /// How many finished attempts are waiting for the gate to open.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
     }
 }
 
@@ -128,8 +149,14 @@ impl QueueStore for SlowRecording {
     }
 
     async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        // Slow on purpose: a database under load is what the test is about.
         tokio::time::sleep(self.delay).await;
-        let _ = self.open.subscribe().wait_for(|open| *open).await;
+        let mut open = self.open.subscribe();
+        if !*open.borrow() {
+            self.held.fetch_add(finished.len(), Ordering::SeqCst);
+            let _ = open.wait_for(|open| *open).await;
+            self.held.fetch_sub(finished.len(), Ordering::SeqCst);
+        }
         self.inner.attempts_finish(finished).await
     }
 
@@ -193,6 +220,7 @@ impl ViewStore for SlowRecording {
     }
 
     async fn attempts_of(&self, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
+        // Slow on purpose, as above.
         tokio::time::sleep(self.history_delay).await;
         self.inner.attempts_of(keys).await
     }

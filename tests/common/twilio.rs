@@ -177,6 +177,7 @@ async fn create_message(
         reply
     };
     if !reply.delay.is_zero() {
+        // A slow Twilio on purpose: the delay is what the test is about.
         tokio::time::sleep(reply.delay).await;
     }
     let mut resp = (StatusCode::from_u16(reply.status).unwrap(), axum::Json(reply.body)).into_response();
