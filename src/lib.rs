@@ -16,6 +16,7 @@ pub mod deliver;
 pub mod event;
 pub mod ingest;
 pub mod intent;
+pub mod lifecycle;
 pub mod ops;
 pub mod plan;
 pub mod preferences;

@@ -530,13 +530,7 @@ pub struct ClaimedJob {
     pub rescued_duplicate: bool,
 }
 
-/// What an attempt's outcome does to its intent and job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transition {
-    Sent,
-    Retry { run_at_us: i64, state: State },
-    Dead { reason: Reason },
-}
+pub use crate::lifecycle::Transition;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishedAttempt {

@@ -17,7 +17,7 @@ async fn each_notable_transition_leaves_one_publication_for_a_publishing_store()
         assert_eq!(quiet.publications_backlog().await.unwrap().unpublished, 0, "{backend:?}");
         drop(quiet);
 
-        let store = db.store_with(StoreOptions { publications: true }).await;
+        let store = db.publishing_store().await;
         let held = NewIntent {
             decision: Decision::Hold,
             state: State::Held,
@@ -122,7 +122,7 @@ async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again
     use herald::receipt::DeliveryStatus;
     for backend in backends() {
         let db = TestDb::new(backend).await;
-        let store = db.store_with(StoreOptions { publications: true }).await;
+        let store = db.publishing_store().await;
         store.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(T0))])).await.unwrap();
         store.jobs_claim(claim(T0, 10)).await.unwrap();
         store.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
@@ -167,39 +167,49 @@ async fn a_replayed_dead_letter_that_ends_again_without_a_try_is_published_again
 /// Rows an older Herald published were numbered by the intent's attempt
 /// count (`key:dead:1`). After the upgrade (migration 0043) the intent's next
 /// transition takes a number above those, so it is not dropped as a repeat of
-/// an old one.
+/// an old one; and a deployment that published before the triggers went
+/// (0061) publishes after, before any process has started with the bus.
 #[tokio::test]
 async fn after_the_upgrade_a_transition_is_not_taken_for_one_published_before_it() {
     use herald::receipt::DeliveryStatus;
     for backend in backends() {
         let db = TestDb::new(backend).await;
         migrate_up_to(&db, 42).await;
-        // The old Herald: sent at the first try, then dead by a receipt, both published.
-        let old = herald::store::connect_with(&db.url, StoreOptions::default()).await.unwrap();
-        old.events_ingest(ingest("r1", "fp1", vec![new_intent(&key(1), "sms", None)])).await.unwrap();
-        // Its job as that Herald wrote it (this one's carries a tenant, which
-        // the older schema has no column for).
-        common::execute(&db, &format!("INSERT INTO jobs (intent_key, run_at) VALUES ('{}', {T0})", key(1))).await;
-        old.jobs_claim(claim(T0, 10)).await.unwrap();
-        old.attempts_finish(&[finished(&key(1), 1, OutcomeClass::Accepted, Transition::Sent)]).await.unwrap();
-        old.receipt_record(sms_receipt(DeliveryStatus::Undelivered, T0 + 20)).await.unwrap();
-        drop(old);
-        for (state, at) in [("sent", T0 + 10), ("dead", T0 + 20)] {
-            common::execute(
-                &db,
-                &format!(
-                    "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, channel,
-                                               recipient_id, state, attempts, at, published_at)
-                     VALUES ('{k}:{state}:1', 'default', '{k}', 'purchase_order', 'PO-1', 'sms', 'u-1', '{state}', 1,
-                             {at}, {at})",
-                    k = key(1)
-                ),
+        // The old Herald (its rows as it wrote them, this release's statements
+        // being for the schema after it): sent at the first try, then dead by
+        // a receipt, both published.
+        let k = key(1);
+        for sql in [
+            format!("INSERT INTO payloads (digest, body, created_at) VALUES ('p-1', '{{}}', {T0})"),
+            format!(
+                "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, occurred_at, channel,
+                                      recipient_id, destination, template_id, event_digest, payload_digest, decision,
+                                      reason, state, attempts, created_at, updated_at)
+                 VALUES ('{k}', 'default', 'po.created', 'purchase_order', 'PO-1', '2026-11-29T10:00:00Z', 'sms',
+                         'u-1', '+15550000001', 't', 'e-1', 'p-1', 'send', 'undelivered', 'dead', 1, {T0}, {})",
+                T0 + 20
+            ),
+            format!(
+                "INSERT INTO attempts (intent_key, n, started_at, finished_at, outcome, provider_message_id)
+                 VALUES ('{k}', 1, {T0}, {}, 'accepted', 'm-1')",
+                T0 + 10
+            ),
+        ]
+        .into_iter()
+        .chain([("sent", T0 + 10), ("dead", T0 + 20)].map(|(state, at)| {
+            format!(
+                "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, channel,
+                                           recipient_id, state, attempts, at, published_at)
+                 VALUES ('{k}:{state}:1', 'default', '{k}', 'purchase_order', 'PO-1', 'sms', 'u-1', '{state}', 1,
+                         {at}, {at})"
             )
-            .await;
+        })) {
+            common::execute(&db, &sql).await;
         }
-
-        // The new Herald: the dead letter replayed, and a late bounce ends it again.
-        let store = db.store_with(StoreOptions { publications: true }).await;
+        // The new Herald: the dead letter replayed, and a late bounce ends it
+        // again. No process of it has started with the bus: the deployment
+        // published, so the upgrade (0061) keeps it publishing.
+        let store = db.store().await;
         store.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(1)]), "default", T0 + 30)).await.unwrap();
         store.receipt_record(sms_receipt(DeliveryStatus::Bounced, T0 + 40)).await.unwrap();
         let rows =

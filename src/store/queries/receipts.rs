@@ -75,32 +75,20 @@ macro_rules! receipts_queries {
             .rows_affected();
             let duplicate = inserted == 0;
             let (mut dead, mut suppressed) = (None, false);
-            if let Some((end, reason)) = ends.filter(|_| !duplicate) {
-                // The provider had the message: the retry it waits for would
-                // send it again. The intent ends here, its job with it.
-                sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
-                    .bind(&key)
-                    .bind(end.as_str())
-                    .bind(reason.map(|r| r.as_str()))
-                    .bind(r.now_us)
-                    .execute(&mut **tx)
-                    .await?;
-                sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
-                dead = reason;
-            }
             if applied && !duplicate {
-                let then = consequence(r.status);
-                // Only a sent intent becomes a dead letter: one in flight
-                // keeps its own course, and the receipt stays on record.
-                if let Some(reason) = then.dead.filter(|_| state == State::Sent) {
-                    sqlx::query("UPDATE intents SET state = 'dead', reason = $2, updated_at = $3 WHERE key = $1")
-                        .bind(&key)
-                        .bind(reason.as_str())
-                        .bind(r.now_us)
-                        .execute(&mut **tx)
-                        .await?;
-                    dead = Some(reason);
+                if crate::lifecycle::receipt::publishes_delivered(r.status, applied) {
+                    super::publications_write(tx, std::slice::from_ref(&key), Some(r.now_us)).await?;
                 }
+                // What the receipt does to the intent is `lifecycle::receipt`'s.
+                let changes = crate::lifecycle::receipt::changes(&key, state, attempts, r.status, r.now_us);
+                super::intents_apply(tx, &changes).await?;
+                if ends.is_some() {
+                    // The provider had the message: the retry it waits for
+                    // would send it again. Its job ends with it.
+                    sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
+                }
+                dead = changes.iter().filter(|c| c.to == State::Dead).find_map(|c| c.reason.flatten());
+                let then = consequence(r.status);
                 let kind = crate::suppression::kind_of(&channel);
                 if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
                     let facts = crate::suppression::facts(&r.suppression_key, &tenant, kind, address, &key);

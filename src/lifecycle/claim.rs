@@ -21,7 +21,8 @@
 //!   `shadowed`, and no provider is called. The rules above come first, so a
 //!   shadowed intent is one that live would have sent.
 
-use crate::intent::{Mode, Reason, State};
+use super::Change;
+use crate::intent::{Decision, Mode, Reason, State};
 use crate::store::{Claim, ClaimCandidate, NewerVersion};
 
 /// What a claim does with one leased job.
@@ -35,6 +36,23 @@ pub enum OnClaim {
     Superseded { by: String },
     /// It ends `shadowed`: planned in shadow mode, it would be sent now.
     Shadowed,
+}
+
+impl OnClaim {
+    /// How the intent ends at `at`; None when its attempt starts (the
+    /// claim's own statement makes it `sending`, which nobody is told of).
+    pub fn change(&self, key: &str, at: i64) -> Option<Change> {
+        Some(match self {
+            OnClaim::Start => return None,
+            OnClaim::Dead(reason) => Change::to(key, State::Dead, at).reason(Some(*reason)),
+            OnClaim::Superseded { by } => Change::to(key, State::Suppressed, at)
+                .decision(Decision::Suppress)
+                .reason(Some(Reason::Superseded))
+                .link_key(Some(by.clone())),
+            // As live would have sent it: no reason to give.
+            OnClaim::Shadowed => Change::to(key, State::Shadowed, at).reason(None),
+        })
+    }
 }
 
 /// Whether the claim has to look for newer versions of this job's entity.
@@ -73,6 +91,15 @@ pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], chain_started: Optio
 /// end is still inside it, as for a scheduled retry.
 pub fn past_window(chain_started: i64, window_us: Option<i64>, now_us: i64) -> bool {
     window_us.is_some_and(|w| now_us > chain_started.saturating_add(w))
+}
+
+/// Whether attempt `n`, taken back as `unknown` after its worker lost its
+/// lease (so it may have reached the person, and no provider is on record),
+/// may have repeated an earlier one: an earlier attempt (the first `unknown`
+/// is `first_unknown`) was `unknown` too, and on this channel a repeat can go
+/// unrecognised (see [`crate::deliver::duplicate::repeats_unrecognised`]).
+pub fn rescued_possible_duplicate(repeats_unrecognised: bool, first_unknown: Option<i64>, n: i64) -> bool {
+    repeats_unrecognised && first_unknown.is_some_and(|first| first < n)
 }
 
 /// The newest version of the same entity for the same recipient and channel
@@ -268,5 +295,14 @@ mod tests {
         let versions = [newer("v1", "v2", 2, "sent")];
         let c = candidate("v1", Some(1), 3, true);
         assert_eq!(on_claim(&c, &versions, None, &claim(&["po.updated"])), OnClaim::Dead(Reason::RetriesExhausted));
+    }
+
+    #[test]
+    fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
+        assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(false, false), Some(1), 2));
+        assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, true), Some(1), 3), "in a chain");
+        assert!(!rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, false), Some(1), 2), "the provider dedupes");
+        assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
+        assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
     }
 }
