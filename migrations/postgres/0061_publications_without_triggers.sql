@@ -21,3 +21,10 @@ INSERT INTO settings (name, value, created_at)
 SELECT 'publications', 'on', (EXTRACT(EPOCH FROM now()) * 1000000)::bigint
 WHERE EXISTS (SELECT 1 FROM publications)
 ON CONFLICT (name) DO NOTHING;
+
+-- The last trigger, 0052's: a dead letter's `dead_at` is written by the same
+-- statements that write its state (the intents' inserts and the store's
+-- writer of changes), no longer kept by a trigger beside them.
+DROP TRIGGER IF EXISTS intents_dead_at_on_insert ON intents;
+DROP TRIGGER IF EXISTS intents_dead_at_on_update ON intents;
+DROP FUNCTION IF EXISTS herald_dead_at();

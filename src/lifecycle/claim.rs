@@ -300,8 +300,14 @@ mod tests {
     #[test]
     fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
         assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(false, false), Some(1), 2));
-        assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, true), Some(1), 3), "in a chain");
-        assert!(!rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, false), Some(1), 2), "the provider dedupes");
+        assert!(
+            rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, true), Some(1), 3),
+            "in a chain"
+        );
+        assert!(
+            !rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, false), Some(1), 2),
+            "the provider dedupes"
+        );
         assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
         assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
     }

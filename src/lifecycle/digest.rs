@@ -31,7 +31,9 @@ pub fn closed(members: &[String], in_shadow: &[String], rendered: bool, at: i64)
                 (true, false) => Change::to(key, State::Digested, at),
                 (true, true) => Change::to(key, State::Digested, at).detail(LEFT_OUT_IN_SHADOW),
                 // No job: nothing counts it again.
-                (false, true) => Change::to(key, State::Shadowed, at).decision(Decision::Send).detail(UNRENDERED_IN_SHADOW),
+                (false, true) => {
+                    Change::to(key, State::Shadowed, at).decision(Decision::Send).detail(UNRENDERED_IN_SHADOW)
+                }
                 (false, false) => Change::to(key, State::Queued, at).decision(Decision::Send).detail(UNRENDERED),
             }
         })

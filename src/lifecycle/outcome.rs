@@ -90,7 +90,8 @@ mod tests {
         let lost = Outcome::Unknown { class: Reason::Timeout, error: "t".into() };
         assert_eq!(before_policy(&lost), Ok((None, State::Unknown)), "a retry after an unknown says so");
         let later = Some(Duration::from_secs(3));
-        let busy = Outcome::Retryable { class: Reason::Throttled, status: Some(429), error: "x".into(), retry_after: later };
+        let busy =
+            Outcome::Retryable { class: Reason::Throttled, status: Some(429), error: "x".into(), retry_after: later };
         assert_eq!(before_policy(&busy), Ok((later, State::Queued)));
     }
 

@@ -10,7 +10,6 @@ pub mod ses;
 pub mod sns;
 pub mod twilio;
 
-
 pub use crate::lifecycle::receipt::{Consequence, DeliveryStatus, advances, consequence, current, ends_retry};
 
 /// Why a receipt is refused: it can only describe a message a provider may

@@ -18,7 +18,9 @@ mod sqlite;
 mod sqlite_batch;
 
 pub use postgres::{PostgresStore, RANDOM_PAGE_COST, REQUESTS_OF_TENANT};
-pub use publications::{PUBLICATIONS_SETTING, Publication, PublicationBacklog, PublicationClaim, enable as publications_enable};
+pub use publications::{
+    PUBLICATIONS_SETTING, Publication, PublicationBacklog, PublicationClaim, enable as publications_enable,
+};
 pub use rows::*;
 pub use rows_receipts::*;
 pub use rows_report::*;

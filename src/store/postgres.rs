@@ -55,7 +55,7 @@ async fn start_attempts(
 ) -> StoreResult<()> {
     sqlx::query(
         "WITH started AS (
-             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key = ANY($1)
+             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2, dead_at = NULL WHERE key = ANY($1)
              RETURNING key, attempts)
          INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM started",
     )
@@ -71,7 +71,8 @@ async fn start_attempts(
 /// moves its intent to a published state ([`lifecycle::publishes`]), in one
 /// statement: each intent's state before the change is read under its row
 /// lock, so a change that leaves the state as it was publishes nothing, as
-/// the rule says.
+/// the rule says. A dead letter's `dead_at` (migration 0052) is its
+/// `updated_at`, and NULL for any other state.
 async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: &[Change]) -> StoreResult<()> {
     if changes.is_empty() {
         return Ok(());
@@ -95,7 +96,7 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: 
                     detail = CASE WHEN d.set_detail THEN d.detail ELSE i.detail END,
                     link_key = CASE WHEN d.set_link THEN d.link_key ELSE i.link_key END,
                     retry_base = CASE WHEN d.restarts THEN i.attempts ELSE i.retry_base END,
-                    updated_at = d.at,
+                    updated_at = d.at, dead_at = CASE WHEN d.state = 'dead' THEN d.at END,
                     publication_seq = i.publication_seq + CASE WHEN d.bump THEN 1 ELSE 0 END
              FROM d WHERE i.key = d.key
              RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,
@@ -144,6 +145,13 @@ async fn publications_write(
     .bind(delivered_at)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// A dead letter's `dead_at`, for intents inserted dead (at planning): the
+/// time it became one, its `updated_at`.
+async fn dead_at_write(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, key: &str) -> StoreResult<()> {
+    sqlx::query("UPDATE intents SET dead_at = updated_at WHERE key = $1").bind(key).execute(&mut **tx).await?;
     Ok(())
 }
 
@@ -562,6 +570,7 @@ super::delegate::store_impl!(PostgresStore, reader = pool, writer = pool, {
                    FROM a JOIN old ON old.key = a.k),
              i AS (
                  UPDATE intents i SET state = d.state, reason = d.reason, updated_at = d.finished_at,
+                        dead_at = CASE WHEN d.state = 'dead' THEN d.finished_at END,
                         publication_seq = i.publication_seq + CASE WHEN d.bump THEN 1 ELSE 0 END
                  FROM d WHERE i.key = d.k
                  RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,

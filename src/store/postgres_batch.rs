@@ -96,9 +96,9 @@ const INTENTS: Insert = Insert {
             "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-                 preferences_version, link_key, mode, traceparent, publication_seq)
+                 preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
              SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
-                    CASE WHEN pb AND {publishing} THEN 1 ELSE 0 END
+                    CASE WHEN pb AND {publishing} THEN 1 ELSE 0 END, CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
                   AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)",
             publishing = publishing!()

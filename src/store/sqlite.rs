@@ -3,8 +3,8 @@
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
 use super::batch::Pass;
-use super::queries::ingest::Step;
 use super::publications::{publication_insert, publishing};
+use super::queries::ingest::Step;
 use super::queries::{applied_set, report};
 use super::sqlite_batch::SqliteStatements;
 use super::*;
@@ -70,8 +70,7 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[
         return Ok(());
     }
     // Only the changes to a published state need the state they leave.
-    let keys: Vec<String> =
-        changes.iter().filter(|c| lifecycle::publishes(c.to)).map(|c| c.key.clone()).collect();
+    let keys: Vec<String> = changes.iter().filter(|c| lifecycle::publishes(c.to)).map(|c| c.key.clone()).collect();
     let before: std::collections::HashMap<String, State> = if keys.is_empty() {
         Default::default()
     } else {
@@ -140,20 +139,23 @@ pub(super) async fn publications_write(
     .bind(keys_arg(keys))
     .execute(&mut **tx)
     .await?;
-    sqlx::query(concat!(
-        publication_insert!(
-            "(SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+    sqlx::query(concat!(publication_insert!(
+        "(SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
                      CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
                      CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
                      publication_seq
               FROM intents WHERE key IN (SELECT value FROM json_each($1))) p",
-            publishing!()
-        )
-    ))
+        publishing!()
+    )))
     .bind(keys_arg(keys))
     .bind(delivered_at)
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// Nothing: SQLite's `dead_at` is a generated column (migration 0052).
+async fn dead_at_write(_: &mut sqlx::Transaction<'_, sqlx::Sqlite>, _: &str) -> StoreResult<()> {
     Ok(())
 }
 

@@ -347,6 +347,9 @@ macro_rules! ingest_queries {
             .rows_affected()
                 == 1;
             if created {
+                if it.state == State::Dead {
+                    super::dead_at_write(tx, &it.key).await?;
+                }
                 if crate::lifecycle::publishes(it.state) {
                     super::publications_write(tx, std::slice::from_ref(&it.key), None).await?;
                 }
