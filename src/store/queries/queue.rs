@@ -100,16 +100,17 @@ macro_rules! queue_queries {
                 .collect()
             };
 
+            let terms = claim.terms();
             let versioned: Vec<String> = candidates
                 .iter()
-                .filter(|c| rules::may_be_superseded(c, claim))
+                .filter(|c| rules::may_be_superseded(&c.job(), &terms))
                 .map(|c| c.intent.key.clone())
                 .collect();
             let newer = newer_versions(tx, &versioned).await?;
 
             let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
             for c in candidates {
-                let on_claim = rules::on_claim(&c, &newer, chain_started.get(&c.intent.key).copied(), claim);
+                let on_claim = rules::on_claim(&c.job(), &newer, chain_started.get(&c.intent.key).copied(), &terms);
                 let Some(end) = on_claim.change(&c.intent.key, now_us) else {
                     started.push(c);
                     continue;
@@ -162,11 +163,14 @@ macro_rules! queue_queries {
 
         /// Every newer version of these intents' entities for the same
         /// recipient and channel, whatever its state: the rules choose.
-        async fn newer_versions(tx: &mut Tx<'_>, keys: &[String]) -> StoreResult<Vec<NewerVersion>> {
+        async fn newer_versions(
+            tx: &mut Tx<'_>,
+            keys: &[String],
+        ) -> StoreResult<Vec<crate::lifecycle::claim::NewerVersion>> {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
-            let rows = sqlx::query_as(concat!(
+            let rows: Vec<(String, String, i64, State)> = sqlx::query_as(concat!(
                 "SELECT i.key AS of, n.key, n.entity_version, n.state FROM intents i JOIN intents n
                      ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
                     AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
@@ -176,7 +180,15 @@ macro_rules! queue_queries {
             .bind($keys_arg(keys))
             .fetch_all(&mut **tx)
             .await?;
-            Ok(rows)
+            Ok(rows
+                .into_iter()
+                .map(|(of, key, entity_version, state)| crate::lifecycle::claim::NewerVersion {
+                    of,
+                    key,
+                    entity_version,
+                    state,
+                })
+                .collect())
         }
 
         /// Writes how these intents ended (with their publications) and

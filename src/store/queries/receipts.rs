@@ -1,6 +1,7 @@
 //! Delivery receipts and the suppression list. The rules (which way a status
-//! may move, what a bounce leads to) are `crate::receipt`'s; these queries
-//! fetch what they need and write what they decide, in one transaction.
+//! may move, what a bounce leads to) are `crate::lifecycle::receipt`'s; these
+//! queries fetch what they need and write what they decide, in one
+//! transaction.
 //! Instantiated per backend by [`super::shared_queries`].
 
 macro_rules! receipts_queries {
@@ -9,7 +10,8 @@ macro_rules! receipts_queries {
         /// changes nothing), moving the delivery status only forward, and
         /// applying what a bounce or complaint leads to.
         pub async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResult<ReceiptOutcome> {
-            use crate::receipt::{DeliveryStatus, advances, consequence, current, receipt_id};
+            use crate::lifecycle::receipt::{DeliveryStatus, advances, consequence, current, ends_retry};
+            use crate::receipt::receipt_id;
             let key: Option<String> = match &r.target {
                 ReceiptTarget::Key(k) => Some(k.clone()),
                 ReceiptTarget::ProviderMessageId(id) => {
@@ -53,7 +55,7 @@ macro_rules! receipts_queries {
                     .await?;
             let before = current(applied_before.iter().filter_map(|s| DeliveryStatus::parse(s)));
             let applied = advances(before, r.status);
-            let ends = if applied { crate::receipt::ends_retry(state, attempts, r.status) } else { None };
+            let ends = if applied { ends_retry(state, attempts, r.status) } else { None };
             let id = receipt_id(&key, &r.source, r.provider_message_id.as_deref(), &r.provider_status);
             let inserted = sqlx::query(
                 "INSERT INTO receipts (id, intent_key, source, provider_message_id, status, provider_status, reason,
