@@ -281,9 +281,13 @@ pub async fn start_with(
         );
     }
     let templates = Arc::new(load_templates(&config)?);
-    let options = store::StoreOptions { publications: config.publish.nats.is_some() };
-    let store = store::connect_with(&config.database_url, options).await?;
+    let store = store::connect(&config.database_url).await?;
     store.migrate().await?;
+    if config.publish.nats.is_some() {
+        // From now on every process on this database writes publications,
+        // this one's bus or not (see `store::publications`).
+        store::publications_enable(store.as_ref()).await?;
+    }
     let suppression_key = crate::suppression::resolve(&mut config, store.as_ref()).await?;
     let breakers = Arc::new(Breakers::default());
     let providers = Arc::new(build_providers(&config, store.clone(), clock.clone(), &breakers)?);

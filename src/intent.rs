@@ -149,13 +149,6 @@ string_enum!(
     OutcomeClass { Accepted = "accepted", Retryable = "retryable", Unknown = "unknown", Permanent = "permanent" }
 );
 
-impl State {
-    /// States from which nothing more will happen on its own.
-    pub fn is_final(self) -> bool {
-        matches!(self, State::Sent | State::Dead | State::Suppressed | State::Digested | State::Shadowed)
-    }
-}
-
 #[cfg(test)]
 mod text_tests {
     use super::*;

@@ -4,7 +4,8 @@
 //! keys) → [`ingest`] (the pipeline every front door calls) → [`plan`] (routes, recipients, decisions) → [`render`] (templates,
 //! SMS encoding) → [`store`] (one transaction: request, intents, payloads,
 //! jobs) → [`deliver`] (worker, retry policy) → [`channel`] (providers), with
-//! [`api`] as the HTTP edge and [`app`] wiring it together.
+//! [`api`] as the HTTP edge and [`app`] wiring it together. What moves an
+//! intent from one state to another, wherever it happens, is [`lifecycle`]'s.
 
 pub mod api;
 pub mod app;
@@ -16,6 +17,7 @@ pub mod deliver;
 pub mod event;
 pub mod ingest;
 pub mod intent;
+pub mod lifecycle;
 pub mod ops;
 pub mod plan;
 pub mod preferences;

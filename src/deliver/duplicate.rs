@@ -51,15 +51,6 @@ pub fn repeats_unrecognised(dedupes_retries: bool, chained: bool) -> bool {
     !dedupes_retries || chained
 }
 
-/// Whether attempt `n`, taken back as `unknown` after its worker lost its
-/// lease (so it may have reached the person, and no provider is on record),
-/// may have repeated an earlier one: an earlier attempt (the first `unknown`
-/// is `first_unknown`) was `unknown` too, and on this channel a repeat can go
-/// unrecognised (see [`repeats_unrecognised`]).
-pub fn rescued_possible_duplicate(repeats_unrecognised: bool, first_unknown: Option<i64>, n: i64) -> bool {
-    repeats_unrecognised && first_unknown.is_some_and(|first| first < n)
-}
-
 /// How many messages may have reached the person, from an intent's attempts:
 /// the first `unknown` or accepted one, and every possible duplicate after it.
 /// Zero when no attempt may have reached the person.
@@ -148,15 +139,6 @@ mod tests {
     /// A retry that died in flight after an `unknown`: on a provider that
     /// cannot recognise a retry (or in a chain) it may have been a second
     /// message, whatever came of it; the first `unknown` itself is not.
-    #[test]
-    fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
-        assert!(rescued_possible_duplicate(repeats_unrecognised(false, false), Some(1), 2));
-        assert!(rescued_possible_duplicate(repeats_unrecognised(true, true), Some(1), 3), "in a chain");
-        assert!(!rescued_possible_duplicate(repeats_unrecognised(true, false), Some(1), 2), "the provider dedupes");
-        assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
-        assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
-    }
-
     #[test]
     fn the_messages_that_may_have_reached_the_person_are_the_first_unknown_and_the_duplicates() {
         let flagged = |a: AttemptRow| AttemptRow { possible_duplicate: true, ..a };

@@ -8,12 +8,12 @@ mod dispatch;
 pub mod duplicate;
 mod recorder;
 pub mod retry;
-pub mod rules;
 
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
 use crate::event::Channel;
 use crate::intent::{OutcomeClass, Reason, State};
+use crate::lifecycle;
 use crate::ops::log::{AttemptLine, TemplateRef};
 use crate::ops::trace::{self, TraceParent};
 use crate::render::Content;
@@ -351,26 +351,24 @@ impl Worker {
         (now, window_ends): (jiff::Timestamp, Option<jiff::Timestamp>),
         rng: &Mutex<SmallRng>,
     ) -> (Transition, Option<Duration>) {
-        let (retry_after, state) = match outcome {
-            Outcome::Accepted { .. } => return (Transition::Sent, None),
-            Outcome::Permanent { reason, .. } => return (Transition::Dead { reason: *reason }, None),
-            Outcome::Retryable { retry_after, .. } => (*retry_after, State::Queued),
-            Outcome::Unknown { .. } => (None, State::Unknown),
+        let (retry_after, state) = match lifecycle::outcome::before_policy(outcome) {
+            Ok(waits) => waits,
+            Err(ended) => return (ended, None),
         };
         let made = u32::try_from(n).unwrap_or(u32::MAX);
         let next = {
             let mut rng = rng.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             self.policy.next(made, retry_after, now, window_ends, &mut *rng)
         };
-        let (delay, honoured) = match next {
-            Next::Retry { delay, retry_after: honoured } => (delay, honoured),
-            Next::Exhausted => return (Transition::Dead { reason: Reason::RetriesExhausted }, None),
+        let honoured = match next {
+            Next::Retry { retry_after: honoured, .. } => honoured,
+            Next::Exhausted => None,
             Next::PastWindow { delay } => {
                 tracing::warn!(
                     next_in = ?delay,
                     "the next try would run after the intent's dedupe window; the chain ends here"
                 );
-                return (Transition::Dead { reason: Reason::RetriesExhausted }, None);
+                None
             }
         };
         if let (Some(asked), Some(honoured)) = (retry_after, honoured)
@@ -378,9 +376,7 @@ impl Worker {
         {
             tracing::warn!(asked = ?asked, honoured = ?honoured, "the provider's Retry-After is beyond retry.max_retry_after; capped");
         }
-        // Past the end of time is the end of time, never "now".
-        let run_at = now.checked_add(delay).unwrap_or(jiff::Timestamp::MAX);
-        (Transition::Retry { run_at_us: micros(run_at), state }, honoured)
+        (lifecycle::outcome::after_policy(&next, state, now), honoured)
     }
 }
 

@@ -12,7 +12,7 @@
 //!
 //! A try whose worker dies is taken up again by a later claim, not through
 //! this policy; that claim ends the chain the same way once the window has
-//! run out ([`crate::deliver::rules`]). The policy leaves no lease's room for
+//! run out ([`crate::lifecycle::claim`]). The policy leaves no lease's room for
 //! such a rescue: it cannot know when the claim will come (a backlog, a
 //! restart, a second rescue each push it later than any margin), and a
 //! margin would end every stretched chain a lease early for a worker that

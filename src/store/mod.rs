@@ -20,7 +20,9 @@ mod sqlite;
 mod sqlite_batch;
 
 pub use postgres::{PostgresStore, RANDOM_PAGE_COST, REQUESTS_OF_TENANT};
-pub use publications::{PUBLISHED_STATES, Publication, PublicationBacklog, PublicationClaim, StoreOptions};
+pub use publications::{
+    PUBLICATIONS_SETTING, Publication, PublicationBacklog, PublicationClaim, enable as publications_enable,
+};
 pub use rows::*;
 pub use rows_receipts::*;
 pub use rows_report::*;
@@ -580,16 +582,10 @@ pub fn is_postgres(database_url: &str) -> bool {
 /// Opens the backend named by the URL's scheme, creating a SQLite file that
 /// is not there yet (`herald serve`, `herald migrate`).
 pub async fn connect(database_url: &str) -> StoreResult<Arc<dyn Store>> {
-    connect_with(database_url, StoreOptions::default()).await
-}
-
-/// [`connect`], for a process that also does what `options` ask (write
-/// status publications).
-pub async fn connect_with(database_url: &str, options: StoreOptions) -> StoreResult<Arc<dyn Store>> {
     if is_postgres(database_url) {
-        Ok(Arc::new(PostgresStore::connect_with(database_url, options).await?))
+        Ok(Arc::new(PostgresStore::connect(database_url).await?))
     } else {
-        Ok(Arc::new(SqliteStore::connect_with(database_url, options).await?))
+        Ok(Arc::new(SqliteStore::connect(database_url).await?))
     }
 }
 

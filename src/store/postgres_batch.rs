@@ -9,7 +9,9 @@
 //! end and a reply for the backend (docs/performance.md).
 
 use super::batch::{AllNew, Answer, Job, Payload, Statements};
+use super::publications::{publication_insert, publishing};
 use super::*;
+use crate::lifecycle;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
 use sqlx::postgres::PgPool;
@@ -87,17 +89,19 @@ fn bind_payloads(args: &mut PgArguments, payloads: &[Payload<'_>]) -> Result<(),
 const INTENTS: Insert = Insert {
     types: &[
         "text", "text", "text", "text", "text", "bigint", "text", "text", "text", "text", "text", "text", "text",
-        "text", "text", "text", "text", "text", "text", "bigint", "bigint", "text", "text",
+        "text", "text", "text", "text", "text", "text", "bigint", "bigint", "text", "text", "boolean",
     ],
     text: |rows| {
         format!(
             "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-                 preferences_version, link_key, mode, traceparent)
-             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp
+                 preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
+             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
+                    CASE WHEN pb AND {publishing} THEN 1 ELSE 0 END, CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp)"
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)",
+            publishing = publishing!()
         )
     },
     on_conflict: "ON CONFLICT (key) DO NOTHING",
@@ -131,8 +135,18 @@ fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Resul
     args.add(rows.iter().map(|(r, _)| r.now_us).collect::<Vec<_>>())?;
     args.add(rows.iter().map(|(_, i)| i.preferences_version).collect::<Vec<_>>())?;
     args.add(text(|_, i| i.mode.as_str()))?;
-    args.add(opt(|r, _| r.traceparent.as_deref()))
+    args.add(opt(|r, _| r.traceparent.as_deref()))?;
+    args.add(rows.iter().map(|(_, i)| lifecycle::publishes(i.state)).collect::<Vec<_>>())
 }
+
+/// What the intents' insert returns for [`PUBLISH_INSERTED`]: the columns of
+/// [`publication_insert`]'s source.
+const INSERTED: &str = "RETURNING key, tenant, entity_type, entity_id, entity_version, channel, recipient_id, state,
+                                  reason, attempts, updated_at AS at, publication_seq";
+
+/// The publications of the intents just inserted (`i`) in a published state:
+/// those the insert numbered, because the deployment publishes.
+const PUBLISH_INSERTED: &str = publication_insert!("i p", "p.publication_seq > 0");
 
 /// A job is queued only for an intent just created, which has none: the
 /// set-wise pass's `ON CONFLICT` only guards that, and the statement of a
@@ -184,7 +198,9 @@ fn arguments(bind: impl FnOnce(&mut PgArguments) -> Result<(), BoxDynError>) -> 
 
 static INSERT_EVENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING event_key", EVENTS.at(1)));
 static PUT_PAYLOADS: LazyLock<String> = LazyLock::new(|| PAYLOADS.at(1));
-static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| format!("{} RETURNING key", INTENTS.at(1)));
+static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| {
+    format!("WITH i AS ({} {INSERTED}), published AS ({PUBLISH_INSERTED}) SELECT key FROM i", INTENTS.at(1))
+});
 static QUEUE_JOBS: LazyLock<String> = LazyLock::new(|| JOBS.at(1));
 static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 
@@ -196,8 +212,9 @@ static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 /// before it, and a WAL record confirming it after; docs/performance.md.) The
 /// payloads keep theirs: one may well be there, shared by other events. With
 /// `jobs`, the jobs too; a batch that queues nothing leaves the jobs table
-/// alone. The inserts see one snapshot and none reads another's rows, so the
-/// order Postgres runs them in changes nothing.
+/// alone. The inserts see one snapshot and none reads another's rows (the
+/// publications read what the intents' insert returned), so the order
+/// Postgres runs them in changes nothing.
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
@@ -209,7 +226,7 @@ fn all_new(jobs: bool) -> String {
         false => (String::new(), intents + INTENTS.types.len()),
     };
     format!(
-        "WITH e AS ({}), p AS ({}), i AS ({}){queue} {}",
+        "WITH e AS ({}), p AS ({}), i AS ({} {INSERTED}), published AS ({PUBLISH_INSERTED}){queue} {}",
         EVENTS.new_at(1),
         PAYLOADS.at(payloads),
         INTENTS.new_at(intents),

@@ -1,29 +1,61 @@
-//! The status outbox (`publications`, migration 0041): a row per notable
-//! transition of an intent, written in the transaction that makes it, read by
-//! the bus publisher ([`crate::publish`]).
+//! The status outbox (`publications`, migration 0041): a row per published
+//! transition of an intent ([`crate::lifecycle::publishes`], and a
+//! `delivered` receipt), read by the bus publisher ([`crate::publish`]).
 //!
-//! The rows are written by database triggers rather than by each write path:
-//! ingest, claims, outcome recording, digest closing and receipts all change
-//! states, and a trigger is the one place that cannot be forgotten by the
-//! next path someone adds. Which states count is [`PUBLISHED_STATES`] (and
-//! `delivered`, from an applied receipt). The triggers write only for a
-//! process that publishes: on Postgres they are permanent and test the
-//! session setting `herald.publish`, which a publishing process sets on each
-//! connection; on SQLite they are TEMP triggers a publishing process creates
-//! on its writer connection. A process without `[publish.nats]` writes no
-//! rows and pays no more than the Postgres triggers' WHEN test.
+//! The rows are written by the store's one writer of state changes
+//! (`intents_apply` in each backend, and the intents' inserts), in the
+//! statement or transaction that makes the change, never by a trigger. They
+//! are written once the deployment publishes: when the `settings` table holds
+//! the row [`PUBLICATIONS_SETTING`], which a process with `[publish.nats]`
+//! writes at start-up ([`enable`]). Every process reads it in the statement
+//! that writes a publication, so one without the bus configured (an API-only
+//! process) publishes what it changes as well, and a connection pooler has
+//! no session setting to lose.
 
-use sqlx::SqliteConnection;
+use super::{Store, StoreResult};
 
-/// The intent states whose arrival is published (`delivered` comes from receipts).
-pub const PUBLISHED_STATES: [&str; 7] = ["sent", "dead", "suppressed", "held", "digested", "unknown", "shadowed"];
+/// The `settings` row that makes every write of a published transition
+/// write its publication too. Removing it stops new rows (docs/bus.md).
+pub const PUBLICATIONS_SETTING: &str = "publications";
 
-/// What a Herald process's store does besides the schema's own work.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct StoreOptions {
-    /// Write a `publications` row for each notable transition.
-    pub publications: bool,
+/// Marks the deployment as publishing, from now on and for every process
+/// (see the module's notes); a second call changes nothing.
+pub async fn enable(store: &dyn Store) -> StoreResult<()> {
+    store.setting_get_or_insert(PUBLICATIONS_SETTING, "on").await?;
+    Ok(())
 }
+
+/// Whether a publication is written: the condition each publication's
+/// statement carries.
+macro_rules! publishing {
+    () => {
+        "EXISTS (SELECT 1 FROM settings WHERE name = 'publications')"
+    };
+}
+pub(crate) use publishing;
+
+/// The publication rows of the intents a row source `p` returns (its columns
+/// `key, tenant, entity_type, entity_id, entity_version, channel,
+/// recipient_id, state, reason, attempts, at, publication_seq`), each under
+/// its number: `msg_id` is `key:state:n`, for the rows `condition` keeps. A
+/// row written already (the same transition offered twice) is kept as it
+/// was, with its id.
+macro_rules! publication_insert {
+    ($source:expr, $condition:expr) => {
+        concat!(
+            "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
+                                       recipient_id, state, reason, attempts, at)
+             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+             FROM ",
+            $source,
+            " WHERE ",
+            $condition,
+            " ON CONFLICT (msg_id) DO NOTHING"
+        )
+    };
+}
+pub(crate) use publication_insert;
 
 /// One transition waiting to be (or already) published.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -68,75 +100,3 @@ macro_rules! publication_columns {
     };
 }
 pub(crate) use publication_columns;
-
-/// The SQLite triggers, created TEMP on the writer connection of a
-/// publishing process (TEMP triggers may watch the main schema's tables).
-/// Each numbers its publication first (`intents.publication_seq`, migration
-/// 0043), then writes the row under that number, in the statement's
-/// transaction. The numbering UPDATE sets no `state`, so it fires none of them.
-const SQLITE_TRIGGERS: [&str; 3] = [
-    "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_insert AFTER INSERT ON intents
-     WHEN NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
-     BEGIN
-         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.key;
-         INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
-                                             channel, recipient_id, state, reason, attempts, at)
-         SELECT i.key || ':' || i.state || ':' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
-                i.entity_version, i.channel, i.recipient_id, i.state, i.reason, i.attempts, i.updated_at
-         FROM intents i WHERE i.key = NEW.key;
-     END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS intents_publication_on_update AFTER UPDATE OF state ON intents
-     WHEN NEW.state IS NOT OLD.state AND NEW.state IN ('sent', 'dead', 'suppressed', 'held', 'digested', 'unknown', 'shadowed')
-     BEGIN
-         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.key;
-         INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
-                                             channel, recipient_id, state, reason, attempts, at)
-         SELECT i.key || ':' || i.state || ':' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
-                i.entity_version, i.channel, i.recipient_id, i.state, i.reason, i.attempts, i.updated_at
-         FROM intents i WHERE i.key = NEW.key;
-     END",
-    "CREATE TEMP TRIGGER IF NOT EXISTS receipts_publication_on_delivered AFTER INSERT ON receipts
-     WHEN NEW.applied AND NEW.status = 'delivered'
-     BEGIN
-         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = NEW.intent_key;
-         INSERT OR IGNORE INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
-                                             channel, recipient_id, state, reason, attempts, at)
-         SELECT i.key || ':delivered:' || i.publication_seq, i.tenant, i.key, i.entity_type, i.entity_id,
-                i.entity_version, i.channel, i.recipient_id, 'delivered', NULL, i.attempts, NEW.received_at
-         FROM intents i WHERE i.key = NEW.intent_key;
-     END",
-];
-
-/// Creates the TEMP triggers on this connection once the schema has the
-/// tables they watch (a fresh file has none until it is migrated; the
-/// migration then calls this again).
-pub(crate) async fn sqlite_triggers(conn: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-    // The numbering column (0043) is the last thing the triggers need.
-    let ready: i64 = sqlx::query_scalar(
-        "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('receipts', 'publications'))
-              + (SELECT COUNT(*) FROM pragma_table_info('intents') WHERE name = 'publication_seq')",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    if ready < 3 {
-        return Ok(());
-    }
-    for sql in SQLITE_TRIGGERS {
-        sqlx::query(sql).execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_sqlite_triggers_and_the_postgres_migration_watch_the_same_states() {
-        // 0043 decides on Postgres which transitions are numbered, and so published.
-        let postgres = include_str!("../../migrations/postgres/0043_publication_seq.sql");
-        let list = super::PUBLISHED_STATES.map(|s| format!("'{s}'")).join(", ");
-        assert_eq!(postgres.matches(&list).count(), 2, "{list}");
-        for sql in &super::SQLITE_TRIGGERS[..2] {
-            assert!(sql.contains(&list), "{sql}");
-        }
-    }
-}

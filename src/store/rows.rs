@@ -405,7 +405,7 @@ pub struct Claim {
     pub max_attempts: i64,
     /// The retry policy's dedupe window (None: chains unbounded by it): a job
     /// rescued after its chain's window has run out is dead (see
-    /// [`crate::deliver::rules`]).
+    /// [`crate::lifecycle::claim`]).
     pub dedupe_window_us: Option<i64>,
     /// Event types whose routes skip superseded versions.
     pub supersede_types: Vec<String>,
@@ -486,7 +486,7 @@ pub enum DigestCloseOutcome {
 }
 
 /// A leased job as the claim finds it, before the rules in
-/// [`crate::deliver::rules`] say what becomes of it.
+/// [`crate::lifecycle::claim`] say what becomes of it.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ClaimCandidate {
     #[sqlx(flatten)]
@@ -501,15 +501,33 @@ pub struct ClaimCandidate {
     pub links: Option<String>,
 }
 
-/// A newer version of a claimed intent's entity, for the same recipient on
-/// the same channel.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
-pub struct NewerVersion {
-    /// The claimed intent's key.
-    pub of: String,
-    pub key: String,
-    pub entity_version: i64,
-    pub state: State,
+impl ClaimCandidate {
+    /// What the claim's rules read of it.
+    pub fn job(&self) -> crate::lifecycle::claim::Job<'_> {
+        let i = &self.intent;
+        crate::lifecycle::claim::Job {
+            key: &i.key,
+            event_type: &i.event_type,
+            entity_version: i.entity_version,
+            mode: i.mode,
+            attempts: i.attempts,
+            retry_base: i.retry_base,
+            created_at: i.created_at,
+            lease_lapsed: self.lease_lapsed,
+        }
+    }
+}
+
+impl Claim {
+    /// What the claim's rules read of it.
+    pub fn terms(&self) -> crate::lifecycle::claim::Terms {
+        crate::lifecycle::claim::Terms {
+            now_us: self.now_us,
+            max_attempts: self.max_attempts,
+            dedupe_window_us: self.dedupe_window_us,
+            supersede_types: self.supersede_types.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -531,18 +549,12 @@ pub struct ClaimedJob {
     #[sqlx(skip)]
     pub rescued: Option<i64>,
     /// The rescued attempt was recorded as a possible duplicate (see
-    /// [`crate::deliver::duplicate::rescued_possible_duplicate`]).
+    /// [`crate::lifecycle::claim::rescued_possible_duplicate`]).
     #[sqlx(skip)]
     pub rescued_duplicate: bool,
 }
 
-/// What an attempt's outcome does to its intent and job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Transition {
-    Sent,
-    Retry { run_at_us: i64, state: State },
-    Dead { reason: Reason },
-}
+pub use crate::lifecycle::Transition;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FinishedAttempt {

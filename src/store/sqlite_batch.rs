@@ -138,7 +138,7 @@ impl Statements for SqliteStatements {
             mode: &'a str,
             traceparent: Option<&'a str>,
         }
-        let intents = rows(intents.iter().map(|(r, i)| Row {
+        let rows_json = rows(intents.iter().map(|(r, i)| Row {
             key: &i.key,
             event: Event::of(r),
             entity_version: r.entity_version,
@@ -159,7 +159,7 @@ impl Statements for SqliteStatements {
             mode: i.mode.as_str(),
             traceparent: r.traceparent.as_deref(),
         }))?;
-        Ok(sqlx::query_scalar(
+        let created: Vec<String> = sqlx::query_scalar(
             "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
@@ -174,9 +174,18 @@ impl Statements for SqliteStatements {
              ON CONFLICT (key) DO NOTHING
              RETURNING key",
         )
-        .bind(intents)
+        .bind(rows_json)
         .fetch_all(&mut **tx)
-        .await?)
+        .await?;
+        // Those created in a published state are published (SQLite has no
+        // data-modifying `WITH` to do it in the insert).
+        let published: Vec<String> = intents
+            .iter()
+            .filter(|(_, i)| crate::lifecycle::publishes(i.state) && created.contains(&i.key))
+            .map(|(_, i)| i.key.clone())
+            .collect();
+        super::sqlite::publications_write(tx, &published, None).await?;
+        Ok(created)
     }
 
     async fn intents_status(&self, tx: &mut Transaction<'_, Sqlite>, keys: &[&str]) -> StoreResult<Vec<IntentStatus>> {

@@ -112,12 +112,16 @@ impl TestDb {
     }
 
     pub async fn store(&self) -> Arc<dyn herald::store::Store> {
-        self.store_with(herald::store::StoreOptions::default()).await
+        let store = herald::store::connect(&self.url).await.expect("connect");
+        store.migrate().await.expect("migrate");
+        store
     }
 
-    pub async fn store_with(&self, options: herald::store::StoreOptions) -> Arc<dyn herald::store::Store> {
-        let store = herald::store::connect_with(&self.url, options).await.expect("connect");
-        store.migrate().await.expect("migrate");
+    /// A store on a database that publishes (as a process with
+    /// `[publish.nats]` makes it at start-up).
+    pub async fn publishing_store(&self) -> Arc<dyn herald::store::Store> {
+        let store = self.store().await;
+        herald::store::publications_enable(store.as_ref()).await.expect("publications on");
         store
     }
 }

@@ -4,8 +4,10 @@
 
 use super::batch::{self, AllNew, Pass};
 use super::postgres_batch::PgStatements;
-use super::queries::{report, transition_columns};
+use super::publications::{publication_insert, publishing};
+use super::queries::report;
 use super::*;
+use crate::lifecycle::{self, Change};
 use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
 use tokio::sync::{Notify, mpsc};
@@ -59,7 +61,7 @@ async fn start_attempts(
 ) -> StoreResult<()> {
     sqlx::query(
         "WITH started AS (
-             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key = ANY($1)
+             UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2, dead_at = NULL WHERE key = ANY($1)
              RETURNING key, attempts)
          INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM started",
     )
@@ -68,6 +70,94 @@ async fn start_attempts(
     .bind(crate::intent::State::Sending.as_str())
     .execute(&mut **tx)
     .await?;
+    Ok(())
+}
+
+/// Writes these changes (one per intent) and the publication of each that
+/// moves its intent to a published state ([`lifecycle::publishes`]), in one
+/// statement: each intent's state before the change is read under its row
+/// lock, so a change that leaves the state as it was publishes nothing, as
+/// the rule says. A dead letter's `dead_at` (migration 0052) is its
+/// `updated_at`, and NULL for any other state.
+async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: &[Change]) -> StoreResult<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&Change) -> Option<&str>| changes.iter().map(f).collect::<Vec<_>>();
+    let set = |f: fn(&Change) -> bool| changes.iter().map(f).collect::<Vec<_>>();
+    sqlx::query(concat!(
+        "WITH u AS (
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::boolean[], $5::text[], $6::boolean[],
+                                  $7::text[], $8::boolean[], $9::text[], $10::boolean[], $11::bigint[], $12::boolean[])
+                  AS u(key, state, decision, set_reason, reason, set_detail, detail, set_link, link_key, restarts,
+                       at, publishes)),
+         old AS (SELECT i.key, i.state FROM intents i JOIN u ON i.key = u.key FOR UPDATE OF i),
+         d AS (SELECT u.*, (u.publishes AND u.state IS DISTINCT FROM old.state AND ",
+        publishing!(),
+        ") AS bump
+               FROM u JOIN old ON old.key = u.key),
+         c AS (
+             UPDATE intents i SET state = d.state, decision = COALESCE(d.decision, i.decision),
+                    reason = CASE WHEN d.set_reason THEN d.reason ELSE i.reason END,
+                    detail = CASE WHEN d.set_detail THEN d.detail ELSE i.detail END,
+                    link_key = CASE WHEN d.set_link THEN d.link_key ELSE i.link_key END,
+                    retry_base = CASE WHEN d.restarts THEN i.attempts ELSE i.retry_base END,
+                    updated_at = d.at, dead_at = CASE WHEN d.state = 'dead' THEN d.at END,
+                    publication_seq = i.publication_seq + CASE WHEN d.bump THEN 1 ELSE 0 END
+             FROM d WHERE i.key = d.key
+             RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,
+                       i.state, i.reason, i.attempts, i.updated_at AS at, i.publication_seq, d.bump) ",
+        publication_insert!("c p", "p.bump")
+    ))
+    .bind(col(|c| Some(c.key.as_str())))
+    .bind(col(|c| Some(c.to.as_str())))
+    .bind(col(|c| c.decision.map(|d| d.as_str())))
+    .bind(set(|c| c.reason.is_some()))
+    .bind(col(|c| c.reason.flatten().map(|r| r.as_str())))
+    .bind(set(|c| c.detail.is_some()))
+    .bind(col(|c| c.detail.as_ref().and_then(|d| d.as_deref())))
+    .bind(set(|c| c.link_key.is_some()))
+    .bind(col(|c| c.link_key.as_ref().and_then(|l| l.as_deref())))
+    .bind(set(|c| c.restarts_chain))
+    .bind(changes.iter().map(|c| c.at).collect::<Vec<_>>())
+    .bind(set(|c| lifecycle::publishes(c.to)))
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// The publications of these intents as they stand (new ones, inserted in a
+/// published state), or with `delivered_at`, of a `delivered` receipt each:
+/// each takes the intent's next number. One statement.
+async fn publications_write(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    keys: &[String],
+    delivered_at: Option<i64>,
+) -> StoreResult<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(concat!(
+        "WITH n AS (
+             UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = ANY($1) AND ",
+        publishing!(),
+        " RETURNING key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+                       CASE WHEN $2::bigint IS NULL THEN state ELSE 'delivered' END AS state,
+                       CASE WHEN $2::bigint IS NULL THEN reason END AS reason, attempts,
+                       COALESCE($2::bigint, updated_at) AS at, publication_seq) ",
+        publication_insert!("n p", "true")
+    ))
+    .bind(keys)
+    .bind(delivered_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// A dead letter's `dead_at`, for intents inserted dead (at planning): the
+/// time it became one, its `updated_at`.
+async fn dead_at_write(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, key: &str) -> StoreResult<()> {
+    sqlx::query("UPDATE intents SET dead_at = updated_at WHERE key = $1").bind(key).execute(&mut **tx).await?;
     Ok(())
 }
 
@@ -185,11 +275,6 @@ impl PostgresStore {
     }
 
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
-        PostgresStore::connect_with(url, StoreOptions::default()).await
-    }
-
-    pub async fn connect_with(url: &str, options: StoreOptions) -> StoreResult<PostgresStore> {
-        let publications = options.publications;
         let pool = PgPoolOptions::new().max_connections(24).acquire_timeout(Duration::from_secs(10)).after_connect(
             move |conn, _| {
                 Box::pin(async move {
@@ -208,13 +293,8 @@ impl PostgresStore {
                          FROM pg_settings WHERE name = 'random_page_cost' AND source = 'default'",
                     )
                     .bind(RANDOM_PAGE_COST)
-                    .execute(&mut *conn)
+                    .execute(conn)
                     .await?;
-                    if publications {
-                        // The publication triggers (migration 0041) write only
-                        // for a session that says so.
-                        sqlx::query("SET herald.publish = 'on'").execute(conn).await?;
-                    }
                     Ok(())
                 })
             },
@@ -368,32 +448,46 @@ impl QueueStore for PostgresStore {
         // still unfinished are finished; only for those (`a`, by key and
         // attempt number: an outcome that arrives after its attempt was
         // rescued is stale and changes nothing) the intent takes its new
-        // state and the job is removed or rescheduled.
-        let columns: Vec<_> = finished.iter().map(|f| transition_columns(&f.transition)).collect();
-        let applied: Vec<(String, i64)> = sqlx::query_as(
+        // state, with its publication when the state is a published one it
+        // was not in (as `intents_apply` decides it), and the job is removed
+        // or rescheduled.
+        let transitions: Vec<&Transition> = finished.iter().map(|f| &f.transition).collect();
+        let applied: Vec<(String, i64)> = sqlx::query_as(concat!(
             "WITH u AS (
                  SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
                                       $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::boolean[],
-                                      $13::text[], $14::text[])
+                                      $13::text[], $14::text[], $15::boolean[])
                       AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error,
-                           retry_after, retry_at, provider, possible_duplicate, state, reason)),
+                           retry_after, retry_at, provider, possible_duplicate, state, reason, publishes)),
              a AS (
                  UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
                         retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
                         possible_duplicate = u.possible_duplicate
                  FROM u WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
-                 RETURNING u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason),
+                 RETURNING u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason, u.publishes),
+             old AS (SELECT i.key, i.state FROM intents i JOIN a ON i.key = a.k FOR UPDATE OF i),
+             d AS (SELECT a.*, (a.publishes AND a.state IS DISTINCT FROM old.state AND ",
+            publishing!(),
+            ") AS bump
+                   FROM a JOIN old ON old.key = a.k),
              i AS (
-                 UPDATE intents i SET state = a.state, reason = a.reason, updated_at = a.finished_at
-                 FROM a WHERE i.key = a.k),
+                 UPDATE intents i SET state = d.state, reason = d.reason, updated_at = d.finished_at,
+                        dead_at = CASE WHEN d.state = 'dead' THEN d.finished_at END,
+                        publication_seq = i.publication_seq + CASE WHEN d.bump THEN 1 ELSE 0 END
+                 FROM d WHERE i.key = d.k
+                 RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,
+                           i.state, i.reason, i.attempts, i.updated_at AS at, i.publication_seq, d.bump),
+             published AS (",
+            publication_insert!("i p", "p.bump"),
+            "),
              done AS (
                  DELETE FROM jobs j USING a WHERE j.intent_key = a.k AND a.retry_at IS NULL),
              retry AS (
                  UPDATE jobs j SET run_at = a.retry_at, locked_until = NULL
                  FROM a WHERE j.intent_key = a.k AND a.retry_at IS NOT NULL)
-             SELECT k, n FROM a",
-        )
+             SELECT k, n FROM a"
+        ))
         .bind(finished.iter().map(|f| f.key.as_str()).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.n).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.finished_at_us).collect::<Vec<_>>())
@@ -403,11 +497,12 @@ impl QueueStore for PostgresStore {
         .bind(finished.iter().map(|f| f.provider_message_id.as_deref()).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.error.as_deref()).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.retry_after_us).collect::<Vec<_>>())
-        .bind(columns.iter().map(|c| c.2).collect::<Vec<_>>())
+        .bind(transitions.iter().map(|t| t.retry_at()).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.provider.as_deref()).collect::<Vec<_>>())
         .bind(finished.iter().map(|f| f.possible_duplicate).collect::<Vec<_>>())
-        .bind(columns.iter().map(|c| c.0.as_str()).collect::<Vec<_>>())
-        .bind(columns.iter().map(|c| c.1).collect::<Vec<_>>())
+        .bind(transitions.iter().map(|t| t.state().as_str()).collect::<Vec<_>>())
+        .bind(transitions.iter().map(|t| t.reason().map(|r| r.as_str())).collect::<Vec<_>>())
+        .bind(transitions.iter().map(|t| lifecycle::publishes(t.state())).collect::<Vec<_>>())
         .fetch_all(&self.pool)
         .await?;
         Ok(report(finished, &applied))

@@ -78,69 +78,23 @@ macro_rules! digests_queries {
                     .execute(&mut **tx)
                     .await?;
             }
-            if close.intent.payload.is_none() {
-                // The digest could not be rendered: rather than strand its
-                // members, each goes out on its own with the content it froze.
-                // One planned in shadow ends `shadowed` here, where live
-                // would queue it: no job, so nothing counts it again.
-                if !close.shadow_members.is_empty() {
-                    sqlx::query(concat!(
-                        "UPDATE intents SET decision = 'send', state = 'shadowed', updated_at = $2,
-                             detail = 'its digest could not be rendered; planned in shadow mode, it ends shadowed on its own'
-                         WHERE decision = 'digest' AND link_key = $3 AND key ",
-                        $in_keys
-                    ))
-                    .bind($keys_arg(&close.shadow_members))
-                    .bind(close.now_us)
-                    .bind(&d.key)
-                    .execute(&mut **tx)
-                    .await?;
-                }
-                let members: Vec<String> = sqlx::query_scalar(
-                    "UPDATE intents SET decision = 'send', state = 'queued', updated_at = $2,
-                         detail = 'its digest could not be rendered; sent on its own'
-                     WHERE link_key = $1 AND decision = 'digest' RETURNING key",
+            // How each member ends is `lifecycle::digest`'s.
+            let rendered = close.intent.payload.is_some();
+            let changes = crate::lifecycle::digest::closed(&members, &close.shadow_members, rendered, close.now_us);
+            super::intents_apply(tx, &changes).await?;
+            // A member that goes out on its own continues the trace of the
+            // request that planned it.
+            for c in changes.iter().filter(|c| c.to == State::Queued) {
+                sqlx::query(
+                    "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+                     SELECT key, tenant, $2, traceparent FROM intents WHERE key = $1
+                     ON CONFLICT (intent_key) DO NOTHING",
                 )
-                .bind(&d.key)
-                .bind(close.now_us)
-                .fetch_all(&mut **tx)
-                .await?;
-                // Each continues the trace of the request that planned it.
-                for key in members {
-                    sqlx::query(
-                        "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-                         SELECT key, tenant, $2, traceparent FROM intents WHERE key = $1
-                         ON CONFLICT (intent_key) DO NOTHING",
-                    )
-                    .bind(&key)
-                    .bind(close.now_us)
-                    .execute(&mut **tx)
-                    .await?;
-                }
-                return Ok(DigestCloseOutcome::Closed);
-            }
-            // A member planned in shadow is `digested` as well — a live
-            // Herald would have batched it — though the digest went live
-            // without it; its detail says so.
-            if !close.shadow_members.is_empty() {
-                sqlx::query(concat!(
-                    "UPDATE intents SET detail = 'planned in shadow mode, left out of the live digest, which carries only the members planned live'
-                     WHERE decision = 'digest' AND link_key = $2 AND key ",
-                    $in_keys
-                ))
-                .bind($keys_arg(&close.shadow_members))
-                .bind(&d.key)
-                .execute(&mut **tx)
-                .await?;
-            }
-            sqlx::query(
-                "UPDATE intents SET state = 'digested', updated_at = $2
-                 WHERE link_key = $1 AND decision = 'digest'",
-            )
-                .bind(&d.key)
+                .bind(&c.key)
                 .bind(close.now_us)
                 .execute(&mut **tx)
                 .await?;
+            }
             Ok(DigestCloseOutcome::Closed)
         }
     };

@@ -353,20 +353,18 @@ macro_rules! ingest_queries {
             .rows_affected()
                 == 1;
             if created {
+                if it.state == State::Dead {
+                    super::dead_at_write(tx, &it.key).await?;
+                }
+                if crate::lifecycle::publishes(it.state) {
+                    super::publications_write(tx, std::slice::from_ref(&it.key), None).await?;
+                }
                 if let Some(d) = &it.digest
                     && !digest_join(tx, ingest, d).await?
                 {
                     // The window closed between planning and this transaction:
                     // the member goes out on its own rather than being lost.
-                    sqlx::query(
-                        "UPDATE intents SET decision = $2, state = $3, link_key = NULL,
-                             detail = 'its digest window had already closed; sent on its own' WHERE key = $1",
-                    )
-                    .bind(&it.key)
-                    .bind(Decision::Send)
-                    .bind(State::Queued)
-                    .execute(&mut **tx)
-                    .await?;
+                    super::intents_apply(tx, &[crate::lifecycle::digest::too_late(&it.key, ingest.now_us)]).await?;
                     sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES ($1, $2, $3, $4)")
                         .bind(&it.key)
                         .bind(&ingest.tenant)

@@ -31,8 +31,9 @@ pub(crate) mod queue;
 pub(crate) mod receipts;
 
 use super::rows::*;
-use crate::intent::{Decision, Reason, State};
+use crate::intent::State;
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 /// Is the delivered version newer than the card's? Versionless entities order
 /// by `occurred_at`.
@@ -90,8 +91,8 @@ macro_rules! shared_queries {
         $json_rows:literal $(,)?
     ) => {
         use crate::intent::{Decision, OutcomeClass, Reason, State};
-        use crate::store::queries::intent_columns;
-        use crate::store::queries::{Ended, page};
+        use crate::lifecycle::Change;
+        use crate::store::queries::{intent_columns, page};
         use crate::store::rows::*;
         use crate::store::rows_receipts::*;
         use crate::store::{StoreError, StoreResult};
@@ -117,13 +118,13 @@ pub(crate) fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cur
     Page { items: std::mem::take(items), next }
 }
 
-/// The state, reason and job action an outcome leads to.
-pub fn transition_columns(t: &Transition) -> (State, Option<&'static str>, Option<i64>) {
-    match t {
-        Transition::Sent => (State::Sent, None, None),
-        Transition::Retry { run_at_us, state } => (*state, None, Some(*run_at_us)),
-        Transition::Dead { reason } => (State::Dead, Some(reason.as_str()), None),
-    }
+/// The final states ([`State::is_final`]) as the SQL list retention
+/// matches: `'sent', 'dead', …`, written from the rule, so the rule has one
+/// place.
+pub fn final_states() -> &'static str {
+    static LIST: LazyLock<String> =
+        LazyLock::new(|| State::finals().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", "));
+    &LIST
 }
 
 /// Which outcomes were applied, and which were stale.
@@ -137,16 +138,4 @@ pub fn report(finished: &[FinishedAttempt], applied: &[(String, i64)]) -> Finish
 /// The (key, n) pairs a recording applied, for lookups by outcome.
 pub fn applied_set(applied: &[(String, i64)]) -> HashSet<(&str, i64)> {
     applied.iter().map(|(k, n)| (k.as_str(), *n)).collect()
-}
-
-/// How an intent ended without another try, as a claim writes it.
-pub struct Ended {
-    pub key: String,
-    /// None keeps the planner's decision.
-    pub decision: Option<Decision>,
-    pub state: State,
-    /// None: ended without a reason to give (shadowed, as live would have sent it).
-    pub reason: Option<Reason>,
-    /// The intent that superseded it.
-    pub link_key: Option<String>,
 }

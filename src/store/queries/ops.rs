@@ -164,19 +164,13 @@ macro_rules! ops_queries {
                 .await?;
                 let outcome = match row {
                     None => ReplayOutcome::NotFound,
-                    Some((state, _, _)) if state != State::Dead => ReplayOutcome::NotDead(state),
+                    Some((state, _, _)) if !crate::lifecycle::replay::may_replay(state) => ReplayOutcome::NotDead(state),
                     Some((_, reason, None)) => ReplayOutcome::NoContent(reason.unwrap_or_default()),
                     Some((_, reason, Some(digest))) if !content_kept(tx, &digest, r.now_us).await? => {
                         ReplayOutcome::ContentPruned(reason.unwrap_or_default())
                     }
                     Some((_, reason, Some(_))) => {
-                        sqlx::query(
-                            "UPDATE intents SET state = 'queued', reason = NULL, retry_base = attempts, updated_at = $2 WHERE key = $1",
-                        )
-                        .bind(&key)
-                        .bind(r.now_us)
-                        .execute(&mut **tx)
-                        .await?;
+                        super::intents_apply(tx, &[crate::lifecycle::replay::replayed(&key, r.now_us)]).await?;
                         // The replay request's trace, linked to the one that
                         // planned the intent.
                         sqlx::query(
@@ -310,11 +304,13 @@ macro_rules! ops_queries {
                 .await?
                 .rows_affected(),
                 PruneStep::Intents => {
-                    let candidates: Vec<String> = sqlx::query_scalar(
+                    // Only an intent in a final state goes (`State::is_final`).
+                    let finals = crate::store::queries::final_states();
+                    let candidates: Vec<String> = sqlx::query_scalar(&format!(
                         "SELECT key FROM intents
-                         WHERE created_at < $1 AND updated_at < $1 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed')
-                         LIMIT $2",
-                    )
+                         WHERE created_at < $1 AND updated_at < $1 AND state IN ({finals})
+                         LIMIT $2"
+                    ))
                     .bind(cutoff_us)
                     .bind(batch)
                     .fetch_all(&mut *tx)
@@ -324,10 +320,9 @@ macro_rules! ops_queries {
                     let keys: Vec<String> = if candidates.is_empty() {
                         Vec::new()
                     } else {
-                        sqlx::query_scalar(concat!(
-                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ('sent', 'dead', 'suppressed', 'digested', 'shadowed') AND key ",
-                            $in_keys,
-                            " RETURNING key"
+                        sqlx::query_scalar(&format!(
+                            "DELETE FROM intents WHERE updated_at < $2 AND state IN ({finals}) AND key {} RETURNING key",
+                            $in_keys
                         ))
                         .bind($keys_arg(&candidates))
                         .bind(cutoff_us)

@@ -1,5 +1,5 @@
 //! The queue: what a claim writes once the backend has leased the jobs, and
-//! its depth. What happens to each job is decided in [`crate::deliver::rules`];
+//! its depth. What happens to each job is decided in [`crate::lifecycle::claim`];
 //! the SQL here fetches the facts and writes the answers, a statement per kind
 //! of answer for the whole batch, never one per job.
 //! Instantiated per backend by [`super::shared_queries`].
@@ -18,12 +18,12 @@ macro_rules! queue_queries {
             candidates: Vec<ClaimCandidate>,
             claim: &Claim,
         ) -> StoreResult<Vec<ClaimedJob>> {
-            use crate::deliver::rules::{self, OnClaim};
+            use crate::lifecycle::claim as rules;
             let now_us = claim.now_us;
             // A lapsed attempt may have reached the person: after an earlier
             // `unknown` on a channel that cannot recognise the repeat, it is
             // a possible duplicate. The facts are read before it is recorded
-            // `unknown` itself; the rule is in `deliver::duplicate`.
+            // `unknown` itself; the rule is in `lifecycle::claim`.
             let lapsed: Vec<&ClaimCandidate> = candidates.iter().filter(|c| c.lease_lapsed).collect();
             let exposed: Vec<String> = lapsed
                 .iter()
@@ -48,7 +48,7 @@ macro_rules! queue_queries {
             let duplicates: std::collections::HashSet<String> = lapsed
                 .iter()
                 .filter(|c| {
-                    crate::deliver::duplicate::rescued_possible_duplicate(
+                    rules::rescued_possible_duplicate(
                         claim.repeats_unrecognised.contains(&c.intent.channel),
                         first_unknown.get(&c.intent.key).copied(),
                         c.intent.attempts,
@@ -100,48 +100,27 @@ macro_rules! queue_queries {
                 .collect()
             };
 
+            let terms = claim.terms();
             let versioned: Vec<String> = candidates
                 .iter()
-                .filter(|c| rules::may_be_superseded(c, claim))
+                .filter(|c| rules::may_be_superseded(&c.job(), &terms))
                 .map(|c| c.intent.key.clone())
                 .collect();
             let newer = newer_versions(tx, &versioned).await?;
 
             let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
             for c in candidates {
-                let end = match rules::on_claim(&c, &newer, chain_started.get(&c.intent.key).copied(), claim) {
-                    OnClaim::Start => {
-                        started.push(c);
-                        continue;
-                    }
-                    OnClaim::Dead(reason) => Ended {
-                        key: c.intent.key.clone(),
-                        decision: None,
-                        state: State::Dead,
-                        reason: Some(reason),
-                        link_key: None,
-                    },
-                    OnClaim::Superseded { by } => Ended {
-                        key: c.intent.key.clone(),
-                        decision: Some(Decision::Suppress),
-                        state: State::Suppressed,
-                        reason: Some(Reason::Superseded),
-                        link_key: Some(by),
-                    },
-                    OnClaim::Shadowed => Ended {
-                        key: c.intent.key.clone(),
-                        decision: None,
-                        state: State::Shadowed,
-                        reason: None,
-                        link_key: None,
-                    },
+                let on_claim = rules::on_claim(&c.job(), &newer, chain_started.get(&c.intent.key).copied(), &terms);
+                let Some(end) = on_claim.change(&c.intent.key, now_us) else {
+                    started.push(c);
+                    continue;
                 };
                 // Reported back, ended: a shadowed intent (for the worker to
                 // count) and one whose lapsed attempt was rescued (to log it).
-                if end.state == State::Shadowed || c.lease_lapsed {
+                if end.to == State::Shadowed || c.lease_lapsed {
                     let mut intent = c.intent.clone();
-                    intent.state = end.state;
-                    intent.reason = end.reason.map(|r| r.as_str().to_string()).or(intent.reason);
+                    intent.state = end.to;
+                    intent.reason = end.reason.flatten().map(|r| r.as_str().to_string()).or(intent.reason);
                     intent.updated_at = now_us;
                     let rescued = c.lease_lapsed.then_some(c.intent.attempts);
                     reported.push(ClaimedJob {
@@ -155,7 +134,7 @@ macro_rules! queue_queries {
                 }
                 ended.push(end);
             }
-            intents_end(tx, &ended, now_us).await?;
+            intents_end(tx, &ended).await?;
             if started.is_empty() {
                 return Ok(reported);
             }
@@ -184,11 +163,14 @@ macro_rules! queue_queries {
 
         /// Every newer version of these intents' entities for the same
         /// recipient and channel, whatever its state: the rules choose.
-        async fn newer_versions(tx: &mut Tx<'_>, keys: &[String]) -> StoreResult<Vec<NewerVersion>> {
+        async fn newer_versions(
+            tx: &mut Tx<'_>,
+            keys: &[String],
+        ) -> StoreResult<Vec<crate::lifecycle::claim::NewerVersion>> {
             if keys.is_empty() {
                 return Ok(Vec::new());
             }
-            let rows = sqlx::query_as(concat!(
+            let rows: Vec<(String, String, i64, State)> = sqlx::query_as(concat!(
                 "SELECT i.key AS of, n.key, n.entity_version, n.state FROM intents i JOIN intents n
                      ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
                     AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
@@ -198,40 +180,25 @@ macro_rules! queue_queries {
             .bind($keys_arg(keys))
             .fetch_all(&mut **tx)
             .await?;
-            Ok(rows)
+            Ok(rows
+                .into_iter()
+                .map(|(of, key, entity_version, state)| crate::lifecycle::claim::NewerVersion {
+                    of,
+                    key,
+                    entity_version,
+                    state,
+                })
+                .collect())
         }
 
-        /// Writes how these intents ended and takes their jobs off the queue:
-        /// two statements for the whole batch.
-        async fn intents_end(tx: &mut Tx<'_>, ended: &[Ended], now_us: i64) -> StoreResult<()> {
+        /// Writes how these intents ended (with their publications) and
+        /// takes their jobs off the queue: two statements for the whole
+        /// batch on Postgres.
+        async fn intents_end(tx: &mut Tx<'_>, ended: &[Change]) -> StoreResult<()> {
             if ended.is_empty() {
                 return Ok(());
             }
-            let rows: Vec<serde_json::Value> = ended
-                .iter()
-                .map(|e| {
-                    serde_json::json!([
-                        e.key,
-                        e.decision.map(|d| d.as_str()),
-                        e.state.as_str(),
-                        e.reason.map(|r| r.as_str()),
-                        e.link_key
-                    ])
-                })
-                .collect();
-            let rows = serde_json::Value::Array(rows).to_string();
-            sqlx::query(concat!(
-                "UPDATE intents SET decision = COALESCE(u.decision, intents.decision), state = u.state,
-                     reason = u.reason, link_key = COALESCE(u.link_key, intents.link_key), updated_at = $2
-                 FROM (SELECT value->>0 AS key, value->>1 AS decision, value->>2 AS state, value->>3 AS reason,
-                              value->>4 AS link_key FROM ",
-                $json_rows,
-                ") AS u WHERE intents.key = u.key"
-            ))
-            .bind(rows)
-            .bind(now_us)
-            .execute(&mut **tx)
-            .await?;
+            super::intents_apply(tx, ended).await?;
             let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
             sqlx::query(concat!("DELETE FROM jobs WHERE intent_key ", $in_keys))
                 .bind($keys_arg(&keys))

@@ -1,6 +1,7 @@
 //! Delivery receipts and the suppression list. The rules (which way a status
-//! may move, what a bounce leads to) are `crate::receipt`'s; these queries
-//! fetch what they need and write what they decide, in one transaction.
+//! may move, what a bounce leads to) are `crate::lifecycle::receipt`'s; these
+//! queries fetch what they need and write what they decide, in one
+//! transaction.
 //! Instantiated per backend by [`super::shared_queries`].
 
 macro_rules! receipts_queries {
@@ -9,7 +10,8 @@ macro_rules! receipts_queries {
         /// changes nothing), moving the delivery status only forward, and
         /// applying what a bounce or complaint leads to.
         pub async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResult<ReceiptOutcome> {
-            use crate::receipt::{DeliveryStatus, advances, consequence, current, receipt_id};
+            use crate::lifecycle::receipt::{DeliveryStatus, advances, consequence, current, ends_retry};
+            use crate::receipt::receipt_id;
             let key: Option<String> = match &r.target {
                 ReceiptTarget::Key(k) => Some(k.clone()),
                 ReceiptTarget::ProviderMessageId(id) => {
@@ -53,7 +55,7 @@ macro_rules! receipts_queries {
                     .await?;
             let before = current(applied_before.iter().filter_map(|s| DeliveryStatus::parse(s)));
             let applied = advances(before, r.status);
-            let ends = if applied { crate::receipt::ends_retry(state, attempts, r.status) } else { None };
+            let ends = if applied { ends_retry(state, attempts, r.status) } else { None };
             let id = receipt_id(&key, &r.source, r.provider_message_id.as_deref(), &r.provider_status);
             let inserted = sqlx::query(
                 "INSERT INTO receipts (id, intent_key, source, provider_message_id, status, provider_status, reason,
@@ -75,32 +77,20 @@ macro_rules! receipts_queries {
             .rows_affected();
             let duplicate = inserted == 0;
             let (mut dead, mut suppressed) = (None, false);
-            if let Some((end, reason)) = ends.filter(|_| !duplicate) {
-                // The provider had the message: the retry it waits for would
-                // send it again. The intent ends here, its job with it.
-                sqlx::query("UPDATE intents SET state = $2, reason = $3, updated_at = $4 WHERE key = $1")
-                    .bind(&key)
-                    .bind(end.as_str())
-                    .bind(reason.map(|r| r.as_str()))
-                    .bind(r.now_us)
-                    .execute(&mut **tx)
-                    .await?;
-                sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
-                dead = reason;
-            }
             if applied && !duplicate {
-                let then = consequence(r.status);
-                // Only a sent intent becomes a dead letter: one in flight
-                // keeps its own course, and the receipt stays on record.
-                if let Some(reason) = then.dead.filter(|_| state == State::Sent) {
-                    sqlx::query("UPDATE intents SET state = 'dead', reason = $2, updated_at = $3 WHERE key = $1")
-                        .bind(&key)
-                        .bind(reason.as_str())
-                        .bind(r.now_us)
-                        .execute(&mut **tx)
-                        .await?;
-                    dead = Some(reason);
+                if crate::lifecycle::receipt::publishes_delivered(r.status, applied) {
+                    super::publications_write(tx, std::slice::from_ref(&key), Some(r.now_us)).await?;
                 }
+                // What the receipt does to the intent is `lifecycle::receipt`'s.
+                let changes = crate::lifecycle::receipt::changes(&key, state, attempts, r.status, r.now_us);
+                super::intents_apply(tx, &changes).await?;
+                if ends.is_some() {
+                    // The provider had the message: the retry it waits for
+                    // would send it again. Its job ends with it.
+                    sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
+                }
+                dead = changes.iter().filter(|c| c.to == State::Dead).find_map(|c| c.reason.flatten());
+                let then = consequence(r.status);
                 let kind = crate::suppression::kind_of(&channel);
                 if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
                     let facts = crate::suppression::facts(&r.suppression_key, &tenant, kind, address, &key);

@@ -3,10 +3,13 @@
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
 use super::batch::Pass;
+use super::publications::{publication_insert, publishing};
 use super::queries::ingest::Step;
-use super::queries::{applied_set, report, transition_columns};
+use super::queries::{applied_set, report};
 use super::sqlite_batch::SqliteStatements;
 use super::*;
+use crate::intent::State;
+use crate::lifecycle::{self, Change};
 use serde_json::json;
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -64,22 +67,116 @@ async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[St
     Ok(())
 }
 
+/// Writes these changes (one per intent) and the publication of each that
+/// moves its intent to a published state ([`lifecycle::publishes`]): the
+/// states before are read first, so a change that leaves the state as it
+/// was publishes nothing, as the rule says. Three statements at most, each
+/// for the whole batch (in-process statements cost no round trip).
+async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[Change]) -> StoreResult<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // Only the changes to a published state need the state they leave.
+    let keys: Vec<String> = changes.iter().filter(|c| lifecycle::publishes(c.to)).map(|c| c.key.clone()).collect();
+    let before: std::collections::HashMap<String, State> = if keys.is_empty() {
+        Default::default()
+    } else {
+        sqlx::query_as("SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))")
+            .bind(keys_arg(&keys))
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect()
+    };
+    let flag = |set: bool| i64::from(set);
+    let rows = json_rows(changes.iter().map(|c| {
+        json!([
+            c.key,
+            c.to.as_str(),
+            c.decision.map(|d| d.as_str()),
+            flag(c.reason.is_some()),
+            c.reason.flatten().map(|r| r.as_str()),
+            flag(c.detail.is_some()),
+            c.detail.as_ref().and_then(|d| d.as_deref()),
+            flag(c.link_key.is_some()),
+            c.link_key.as_ref().and_then(|l| l.as_deref()),
+            flag(c.restarts_chain),
+            c.at
+        ])
+    }));
+    sqlx::query(
+        "UPDATE intents SET state = u.state, decision = COALESCE(u.decision, intents.decision),
+             reason = CASE WHEN u.set_reason THEN u.reason ELSE intents.reason END,
+             detail = CASE WHEN u.set_detail THEN u.detail ELSE intents.detail END,
+             link_key = CASE WHEN u.set_link THEN u.link_key ELSE intents.link_key END,
+             retry_base = CASE WHEN u.restarts THEN intents.attempts ELSE intents.retry_base END,
+             updated_at = u.at
+         FROM (SELECT value->>0 AS key, value->>1 AS state, value->>2 AS decision, value->>3 AS set_reason,
+                      value->>4 AS reason, value->>5 AS set_detail, value->>6 AS detail, value->>7 AS set_link,
+                      value->>8 AS link_key, value->>9 AS restarts, value->>10 AS at FROM json_each($1)) AS u
+         WHERE intents.key = u.key",
+    )
+    .bind(rows)
+    .execute(&mut **tx)
+    .await?;
+    let published: Vec<String> = changes
+        .iter()
+        .filter(|c| before.get(&c.key).is_some_and(|from| c.publishes_from(*from)))
+        .map(|c| c.key.clone())
+        .collect();
+    publications_write(tx, &published, None).await
+}
+
+/// The publications of these intents as they stand (new ones, inserted in a
+/// published state), or with `delivered_at`, of a `delivered` receipt each:
+/// each takes the intent's next number. Two statements (SQLite has no
+/// data-modifying `WITH`).
+pub(super) async fn publications_write(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    keys: &[String],
+    delivered_at: Option<i64>,
+) -> StoreResult<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(concat!(
+        "UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1)) AND ",
+        publishing!()
+    ))
+    .bind(keys_arg(keys))
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(concat!(publication_insert!(
+        "(SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+                     CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
+                     CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
+                     publication_seq
+              FROM intents WHERE key IN (SELECT value FROM json_each($1))) p",
+        publishing!()
+    )))
+    .bind(keys_arg(keys))
+    .bind(delivered_at)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Nothing: SQLite's `dead_at` is a generated column (migration 0052).
+async fn dead_at_write(_: &mut sqlx::Transaction<'_, sqlx::Sqlite>, _: &str) -> StoreResult<()> {
+    Ok(())
+}
+
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     wake: Arc<Notify>,
-    store: StoreOptions,
 }
 
 impl SqliteStore {
     /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
-        SqliteStore::connect_with(url, StoreOptions::default()).await
-    }
-
-    pub async fn connect_with(url: &str, store: StoreOptions) -> StoreResult<SqliteStore> {
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
-        SqliteStore::open(options, store).await
+        SqliteStore::open(options).await
     }
 
     /// Opens the file only if it exists, and changes nothing in it on the way
@@ -90,20 +187,14 @@ impl SqliteStore {
         if !file.exists() {
             return Err(StoreError::Missing(file.display().to_string()));
         }
-        SqliteStore::open(options, StoreOptions::default()).await
+        SqliteStore::open(options).await
     }
 
-    async fn open(options: SqliteConnectOptions, store: StoreOptions) -> StoreResult<SqliteStore> {
+    async fn open(options: SqliteConnectOptions) -> StoreResult<SqliteStore> {
         let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
-        let mut writer = SqlitePoolOptions::new().max_connections(1);
-        if store.publications {
-            // Every write goes through this connection, so its TEMP triggers
-            // see every transition (see `store::publications`).
-            writer = writer.after_connect(|conn, _| Box::pin(super::publications::sqlite_triggers(conn)));
-        }
-        let writer = writer.connect_with(options.clone()).await?;
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
         let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), store })
+        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()) })
     }
 }
 
@@ -172,12 +263,6 @@ impl OpsStore for SqliteStore {
     async fn migrate(&self) -> StoreResult<()> {
         MIGRATOR.run(&self.writer).await?;
         super::backfill::sqlite(&self.writer).await?;
-        if self.store.publications {
-            // A file created by this process had no tables when the writer
-            // connected; now it has.
-            let mut conn = self.writer.acquire().await?;
-            super::publications::sqlite_triggers(&mut conn).await?;
-        }
         Ok(())
     }
 
@@ -288,7 +373,7 @@ impl QueueStore for SqliteStore {
                 f.provider_message_id,
                 f.error,
                 f.retry_after_us,
-                transition_columns(&f.transition).2,
+                f.transition.retry_at(),
                 f.provider,
                 f.possible_duplicate
             ])
@@ -318,22 +403,11 @@ impl QueueStore for SqliteStore {
         // A statement with nothing to do is skipped: each is a hop to the
         // writer's thread. Outcomes all stale leave nothing to write; most
         // batches hold no retry.
-        if !applied_outcomes.is_empty() {
-            let intents = json_rows(applied_outcomes.iter().map(|f| {
-                let (state, reason, _) = transition_columns(&f.transition);
-                json!([f.key, state.as_str(), reason, f.finished_at_us])
-            }));
-            sqlx::query(
-                "UPDATE intents SET state = u.state, reason = u.reason, updated_at = u.at
-                 FROM (SELECT value->>0 AS k, value->>1 AS state, value->>2 AS reason, value->>3 AS at FROM json_each($1)) AS u
-                 WHERE intents.key = u.k",
-            )
-            .bind(intents)
-            .execute(&mut *tx)
-            .await?;
-        }
+        let changes: Vec<Change> =
+            applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
+        intents_apply(&mut tx, &changes).await?;
         let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
-            applied_outcomes.iter().partition(|f| transition_columns(&f.transition).2.is_some());
+            applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
         if !done.is_empty() {
             sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
                 .bind(json_rows(done.iter().map(|f| json!(f.key))))
@@ -345,7 +419,7 @@ impl QueueStore for SqliteStore {
                 "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
                  FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u WHERE jobs.intent_key = u.k",
             )
-            .bind(json_rows(retries.iter().map(|f| json!([f.key, transition_columns(&f.transition).2]))))
+            .bind(json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()]))))
             .execute(&mut *tx)
             .await?;
         }

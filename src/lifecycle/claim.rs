@@ -21,8 +21,47 @@
 //!   `shadowed`, and no provider is called. The rules above come first, so a
 //!   shadowed intent is one that live would have sent.
 
-use crate::intent::{Mode, Reason, State};
-use crate::store::{Claim, ClaimCandidate, NewerVersion};
+use super::Change;
+use crate::intent::{Decision, Mode, Reason, State};
+
+/// What the rules read of one leased job (the store's `ClaimCandidate`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job<'a> {
+    pub key: &'a str,
+    pub event_type: &'a str,
+    pub entity_version: Option<i64>,
+    pub mode: Mode,
+    /// Attempts made, and those made before the last replay.
+    pub attempts: i64,
+    pub retry_base: i64,
+    pub created_at: i64,
+    /// An attempt was left unfinished: the worker that made it lost its lease.
+    pub lease_lapsed: bool,
+}
+
+/// What the rules read of the claim (the store's `Claim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Terms {
+    /// The claimer's clock.
+    pub now_us: i64,
+    /// The retry policy's `attempts`.
+    pub max_attempts: i64,
+    /// The retry policy's dedupe window (None: chains unbounded by it).
+    pub dedupe_window_us: Option<i64>,
+    /// Event types whose routes skip superseded versions.
+    pub supersede_types: Vec<String>,
+}
+
+/// A newer version of a claimed intent's entity, for the same recipient on
+/// the same channel, whatever its state: the rules choose.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewerVersion {
+    /// The claimed intent's key.
+    pub of: String,
+    pub key: String,
+    pub entity_version: i64,
+    pub state: State,
+}
 
 /// What a claim does with one leased job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,9 +76,26 @@ pub enum OnClaim {
     Shadowed,
 }
 
+impl OnClaim {
+    /// How the intent ends at `at`; None when its attempt starts (the
+    /// claim's own statement makes it `sending`, which nobody is told of).
+    pub fn change(&self, key: &str, at: i64) -> Option<Change> {
+        Some(match self {
+            OnClaim::Start => return None,
+            OnClaim::Dead(reason) => Change::to(key, State::Dead, at).reason(Some(*reason)),
+            OnClaim::Superseded { by } => Change::to(key, State::Suppressed, at)
+                .decision(Decision::Suppress)
+                .reason(Some(Reason::Superseded))
+                .link_key(Some(by.clone())),
+            // As live would have sent it: no reason to give.
+            OnClaim::Shadowed => Change::to(key, State::Shadowed, at).reason(None),
+        })
+    }
+}
+
 /// Whether the claim has to look for newer versions of this job's entity.
-pub fn may_be_superseded(c: &ClaimCandidate, claim: &Claim) -> bool {
-    c.intent.entity_version.is_some() && claim.supersede_types.contains(&c.intent.event_type)
+pub fn may_be_superseded(c: &Job<'_>, claim: &Terms) -> bool {
+    c.entity_version.is_some() && claim.supersede_types.iter().any(|t| t == c.event_type)
 }
 
 /// The rules in order: a lapsed last try, or a lapsed try whose chain has
@@ -48,13 +104,12 @@ pub fn may_be_superseded(c: &ClaimCandidate, claim: &Claim) -> bool {
 /// chain's first try (the first since the last replay) started, µs; None when
 /// it is not on record, and the intent's creation counts, the earliest it
 /// can be.
-pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], chain_started: Option<i64>, claim: &Claim) -> OnClaim {
-    let tries = c.intent.attempts - c.intent.retry_base;
+pub fn on_claim(c: &Job<'_>, newer: &[NewerVersion], chain_started: Option<i64>, claim: &Terms) -> OnClaim {
+    let tries = c.attempts - c.retry_base;
     if c.lease_lapsed && tries >= claim.max_attempts {
         return OnClaim::Dead(Reason::RetriesExhausted);
     }
-    if c.lease_lapsed && past_window(chain_started.unwrap_or(c.intent.created_at), claim.dedupe_window_us, claim.now_us)
-    {
+    if c.lease_lapsed && past_window(chain_started.unwrap_or(c.created_at), claim.dedupe_window_us, claim.now_us) {
         return OnClaim::Dead(Reason::RetriesExhausted);
     }
     if may_be_superseded(c, claim)
@@ -62,7 +117,7 @@ pub fn on_claim(c: &ClaimCandidate, newer: &[NewerVersion], chain_started: Optio
     {
         return OnClaim::Superseded { by };
     }
-    if c.intent.mode == Mode::Shadow {
+    if c.mode == Mode::Shadow {
         return OnClaim::Shadowed;
     }
     OnClaim::Start
@@ -75,14 +130,23 @@ pub fn past_window(chain_started: i64, window_us: Option<i64>, now_us: i64) -> b
     window_us.is_some_and(|w| now_us > chain_started.saturating_add(w))
 }
 
+/// Whether attempt `n`, taken back as `unknown` after its worker lost its
+/// lease (so it may have reached the person, and no provider is on record),
+/// may have repeated an earlier one: an earlier attempt (the first `unknown`
+/// is `first_unknown`) was `unknown` too, and on this channel a repeat can go
+/// unrecognised (see [`crate::deliver::duplicate::repeats_unrecognised`]).
+pub fn rescued_possible_duplicate(repeats_unrecognised: bool, first_unknown: Option<i64>, n: i64) -> bool {
+    repeats_unrecognised && first_unknown.is_some_and(|first| first < n)
+}
+
 /// The newest version of the same entity for the same recipient and channel
 /// that is still on its way or was sent (or shadowed); one that was suppressed, digested or
 /// died does not count (the older version may be all the recipient gets).
-fn superseded_by(c: &ClaimCandidate, newer: &[NewerVersion]) -> Option<String> {
-    let own = c.intent.entity_version?;
+fn superseded_by(c: &Job<'_>, newer: &[NewerVersion]) -> Option<String> {
+    let own = c.entity_version?;
     newer
         .iter()
-        .filter(|n| n.of == c.intent.key && n.entity_version > own)
+        .filter(|n| n.of == c.key && n.entity_version > own)
         .filter(|n| counts_as_newer(n.state))
         .max_by(|a, b| (a.entity_version, &a.key).cmp(&(b.entity_version, &b.key)))
         .map(|n| n.key.clone())
@@ -97,56 +161,25 @@ fn counts_as_newer(state: State) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::Channel;
-    use crate::intent::Decision;
-    use crate::store::IntentRow;
-
-    fn candidate(key: &str, version: Option<i64>, attempts: i64, lease_lapsed: bool) -> ClaimCandidate {
-        ClaimCandidate {
-            intent: IntentRow {
-                key: key.into(),
-                tenant: "default".into(),
-                event_type: "po.updated".into(),
-                entity_type: "po".into(),
-                entity_id: "PO-1".into(),
-                entity_version: version,
-                occurred_at: "2026-11-29T10:00:00.000000000Z".into(),
-                channel: Channel::Sms,
-                recipient_id: "u-1".into(),
-                destination: None,
-                locale: None,
-                template_id: "t".into(),
-                template_revision: None,
-                event_digest: "e".into(),
-                payload_digest: None,
-                decision: Decision::Send,
-                reason: None,
-                detail: None,
-                state: State::Queued,
-                attempts,
-                created_at: 0,
-                updated_at: 0,
-                preferences_version: None,
-                link_key: None,
-                retry_base: 0,
-                mode: Mode::Live,
-            },
-            content: None,
+    fn candidate(key: &'static str, version: Option<i64>, attempts: i64, lease_lapsed: bool) -> Job<'static> {
+        Job {
+            key,
+            event_type: "po.updated",
+            entity_version: version,
+            mode: Mode::Live,
+            attempts,
+            retry_base: 0,
+            created_at: 0,
             lease_lapsed,
-            traceparent: None,
-            links: None,
         }
     }
 
-    fn claim(supersede: &[&str]) -> Claim {
-        Claim {
+    fn claim(supersede: &[&str]) -> Terms {
+        Terms {
             now_us: 0,
-            limit: 10,
-            lease_us: 1,
             max_attempts: 3,
             dedupe_window_us: None,
             supersede_types: supersede.iter().map(|s| s.to_string()).collect(),
-            repeats_unrecognised: Vec::new(),
         }
     }
 
@@ -171,7 +204,7 @@ mod tests {
     /// duplicate nothing could dedupe any more); inside the window it does.
     #[test]
     fn a_lapsed_try_found_after_the_dedupe_window_ends_the_chain() {
-        let c = Claim { now_us: 10 * HOUR, dedupe_window_us: Some(HOUR), ..claim(&[]) };
+        let c = Terms { now_us: 10 * HOUR, dedupe_window_us: Some(HOUR), ..claim(&[]) };
         let lapsed = candidate("a", None, 2, true);
         let dead = OnClaim::Dead(Reason::RetriesExhausted);
         assert_eq!(on_claim(&lapsed, &[], Some(9 * HOUR - 1), &c), dead);
@@ -180,15 +213,15 @@ mod tests {
         // Not on record: counted from the intent's creation (0 here), the earliest it can be.
         assert_eq!(on_claim(&lapsed, &[], None, &c), dead);
         // A chain without a window is bounded by its attempts only.
-        assert_eq!(on_claim(&lapsed, &[], Some(0), &Claim { dedupe_window_us: None, ..c.clone() }), OnClaim::Start);
+        assert_eq!(on_claim(&lapsed, &[], Some(0), &Terms { dedupe_window_us: None, ..c.clone() }), OnClaim::Start);
         // A job that was not rescued was judged by the policy when it was scheduled.
         assert_eq!(on_claim(&candidate("a", None, 2, false), &[], Some(0), &c), OnClaim::Start);
         // The chain is over before a newer version or shadow mode is looked at.
         let mut shadow = candidate("v1", Some(1), 1, true);
-        shadow.intent.mode = Mode::Shadow;
+        shadow.mode = Mode::Shadow;
         let versions = [newer("v1", "v2", 2, "sent")];
         assert_eq!(
-            on_claim(&shadow, &versions, Some(0), &Claim { supersede_types: vec!["po.updated".into()], ..c }),
+            on_claim(&shadow, &versions, Some(0), &Terms { supersede_types: vec!["po.updated".into()], ..c }),
             dead
         );
     }
@@ -203,7 +236,7 @@ mod tests {
             now in 0i64..(200 * HOUR),
             lapsed: bool,
         ) {
-            let c = Claim { now_us: now, dedupe_window_us: window, ..claim(&[]) };
+            let c = Terms { now_us: now, dedupe_window_us: window, ..claim(&[]) };
             let job = candidate("a", None, 1, lapsed);
             let end = on_claim(&job, &[], Some(started), &c);
             let outlived = window.is_some_and(|w| now > started + w);
@@ -219,9 +252,9 @@ mod tests {
     #[test]
     fn tries_count_from_the_last_replay() {
         let mut replayed = candidate("a", None, 5, true);
-        replayed.intent.retry_base = 3;
+        replayed.retry_base = 3;
         assert_eq!(on_claim(&replayed, &[], None, &claim(&[])), OnClaim::Start);
-        replayed.intent.retry_base = 2;
+        replayed.retry_base = 2;
         assert_eq!(on_claim(&replayed, &[], None, &claim(&[])), OnClaim::Dead(Reason::RetriesExhausted));
     }
 
@@ -255,7 +288,7 @@ mod tests {
     #[test]
     fn a_shadow_intent_ends_shadowed_only_where_live_would_send() {
         let mut c = candidate("v1", Some(1), 0, false);
-        c.intent.mode = Mode::Shadow;
+        c.mode = Mode::Shadow;
         assert_eq!(on_claim(&c, &[], None, &claim(&[])), OnClaim::Shadowed);
         // Superseded in shadow as in live: the same decision either way.
         // A shadowed newer version counts as sent, as it would have been live.
@@ -268,5 +301,20 @@ mod tests {
         let versions = [newer("v1", "v2", 2, "sent")];
         let c = candidate("v1", Some(1), 3, true);
         assert_eq!(on_claim(&c, &versions, None, &claim(&["po.updated"])), OnClaim::Dead(Reason::RetriesExhausted));
+    }
+
+    #[test]
+    fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
+        assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(false, false), Some(1), 2));
+        assert!(
+            rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, true), Some(1), 3),
+            "in a chain"
+        );
+        assert!(
+            !rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, false), Some(1), 2),
+            "the provider dedupes"
+        );
+        assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
+        assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
     }
 }
