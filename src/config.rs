@@ -2,9 +2,9 @@
 //! environment variables (`HERALD_RETRY__ATTEMPTS=8`), validated once at load
 //! with messages that name the key. Secrets are never printed.
 
-use crate::deliver::retry::RetryPolicy;
 use crate::event::Channel;
 use crate::intent::Mode;
+use crate::lifecycle::retry::RetryPolicy;
 use serde::{Deserialize, Deserializer};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -332,7 +332,7 @@ fn default_max() -> Duration {
     Duration::from_secs(3600)
 }
 fn default_max_retry_after() -> Duration {
-    crate::deliver::retry::DEFAULT_MAX_RETRY_AFTER
+    crate::lifecycle::retry::DEFAULT_MAX_RETRY_AFTER
 }
 impl Default for RetryConfig {
     fn default() -> Self {

@@ -1,6 +1,8 @@
 //! Recipients: field validation shared by inline recipients and the directory,
 //! the snapshot an intent freezes, and destination masking for every output.
 
+pub mod keyed;
+
 use crate::event::Channel;
 use serde::{Deserialize, Serialize};
 

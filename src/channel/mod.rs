@@ -77,6 +77,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// What the call means for its intent ([`crate::lifecycle::outcome`]).
+    pub fn called(&self) -> crate::lifecycle::outcome::Called {
+        use crate::lifecycle::outcome::Called;
+        match self {
+            Outcome::Accepted { .. } => Called::Accepted,
+            Outcome::Permanent { reason, .. } => Called::Permanent { reason: *reason },
+            Outcome::Retryable { retry_after, .. } => Called::Retryable { retry_after: *retry_after },
+            Outcome::Unknown { .. } => Called::Unknown,
+        }
+    }
+
     /// The outcome with its destination kept out of the error text, however
     /// the provider (or its client library) wrote it back: what an attempt
     /// records is shown to readers who may see destinations only masked.

@@ -16,6 +16,8 @@ use crate::channel::Outcome;
 use crate::intent::OutcomeClass;
 use crate::store::AttemptRow;
 
+pub use crate::lifecycle::claim::repeats_unrecognised;
+
 /// Who made an attempt: the provider's name, whether it recognises a retry,
 /// and whether it is a member of a failover chain (where an earlier attempt
 /// may have gone to another member).
@@ -42,13 +44,6 @@ pub fn possible_duplicate(made: Made<'_>, earlier: Option<&[AttemptRow]>, n: i64
         let elsewhere = a.provider.as_deref().map_or(made.chained, |p| p != made.provider);
         a.n < n && a.outcome == Some(OutcomeClass::Unknown) && (!made.dedupes_retries || elsewhere)
     })
-}
-
-/// Whether, on this channel, a retry after an `unknown` attempt may go
-/// unrecognised: the provider takes no idempotency key it honours, or it is a
-/// failover chain, whose members cannot recognise each other's sends.
-pub fn repeats_unrecognised(dedupes_retries: bool, chained: bool) -> bool {
-    !dedupes_retries || chained
 }
 
 /// How many messages may have reached the person, from an intent's attempts:

@@ -7,7 +7,7 @@ pub mod digest;
 mod dispatch;
 pub mod duplicate;
 mod recorder;
-pub mod retry;
+pub use crate::lifecycle::retry;
 
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
@@ -351,7 +351,7 @@ impl Worker {
         (now, window_ends): (jiff::Timestamp, Option<jiff::Timestamp>),
         rng: &Mutex<SmallRng>,
     ) -> (Transition, Option<Duration>) {
-        let (retry_after, state) = match lifecycle::outcome::before_policy(outcome) {
+        let (retry_after, state) = match lifecycle::outcome::before_policy(outcome.called()) {
             Ok(waits) => waits,
             Err(ended) => return (ended, None),
         };

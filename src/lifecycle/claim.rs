@@ -134,9 +134,16 @@ pub fn past_window(chain_started: i64, window_us: Option<i64>, now_us: i64) -> b
 /// lease (so it may have reached the person, and no provider is on record),
 /// may have repeated an earlier one: an earlier attempt (the first `unknown`
 /// is `first_unknown`) was `unknown` too, and on this channel a repeat can go
-/// unrecognised (see [`crate::deliver::duplicate::repeats_unrecognised`]).
+/// unrecognised (see [`repeats_unrecognised`]).
 pub fn rescued_possible_duplicate(repeats_unrecognised: bool, first_unknown: Option<i64>, n: i64) -> bool {
     repeats_unrecognised && first_unknown.is_some_and(|first| first < n)
+}
+
+/// Whether, on this channel, a retry after an `unknown` attempt may go
+/// unrecognised: the provider takes no idempotency key it honours, or it is a
+/// failover chain, whose members cannot recognise each other's sends.
+pub fn repeats_unrecognised(dedupes_retries: bool, chained: bool) -> bool {
+    !dedupes_retries || chained
 }
 
 /// The newest version of the same entity for the same recipient and channel
@@ -305,15 +312,9 @@ mod tests {
 
     #[test]
     fn a_retry_that_died_in_flight_after_an_unknown_may_be_a_duplicate() {
-        assert!(rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(false, false), Some(1), 2));
-        assert!(
-            rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, true), Some(1), 3),
-            "in a chain"
-        );
-        assert!(
-            !rescued_possible_duplicate(crate::deliver::duplicate::repeats_unrecognised(true, false), Some(1), 2),
-            "the provider dedupes"
-        );
+        assert!(rescued_possible_duplicate(repeats_unrecognised(false, false), Some(1), 2));
+        assert!(rescued_possible_duplicate(repeats_unrecognised(true, true), Some(1), 3), "in a chain");
+        assert!(!rescued_possible_duplicate(repeats_unrecognised(true, false), Some(1), 2), "the provider dedupes");
         assert!(!rescued_possible_duplicate(true, None, 2), "nothing unknown before it");
         assert!(!rescued_possible_duplicate(true, Some(2), 2), "it is the first unknown itself");
     }

@@ -22,6 +22,7 @@ pub mod digest;
 pub mod outcome;
 pub mod receipt;
 pub mod replay;
+pub mod retry;
 
 use crate::intent::{Decision, Reason, State};
 

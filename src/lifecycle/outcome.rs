@@ -1,12 +1,11 @@
 //! What an attempt's outcome does to its intent: sent, a retry (queued, or
 //! `unknown` when the call may have gone through), or dead. When to retry is
-//! the retry policy's ([`crate::deliver::retry`]); what its answer means for
+//! the retry policy's ([`super::retry`]); what its answer means for
 //! the intent is decided here.
 
 use super::Change;
-use crate::channel::Outcome;
+use super::retry::Next;
 use crate::clock::micros;
-use crate::deliver::retry::Next;
 use crate::intent::{Reason, State};
 use std::time::Duration;
 
@@ -51,15 +50,31 @@ impl Transition {
     }
 }
 
+/// What a provider call came to, as far as the intent is concerned (the
+/// channel's `Outcome` says more: statuses, messages, error classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Called {
+    Accepted,
+    Permanent {
+        reason: Reason,
+    },
+    /// Worth trying again, not before the provider's `Retry-After`.
+    Retryable {
+        retry_after: Option<Duration>,
+    },
+    /// The call may have gone through.
+    Unknown,
+}
+
 /// An outcome that ends its intent whatever the policy says, or the
 /// provider's `Retry-After` and the state a retry waits in.
-pub fn before_policy(outcome: &Outcome) -> Result<(Option<Duration>, State), Transition> {
-    match outcome {
-        Outcome::Accepted { .. } => Err(Transition::Sent),
-        Outcome::Permanent { reason, .. } => Err(Transition::Dead { reason: *reason }),
-        Outcome::Retryable { retry_after, .. } => Ok((*retry_after, State::Queued)),
+pub fn before_policy(called: Called) -> Result<(Option<Duration>, State), Transition> {
+    match called {
+        Called::Accepted => Err(Transition::Sent),
+        Called::Permanent { reason } => Err(Transition::Dead { reason }),
+        Called::Retryable { retry_after } => Ok((retry_after, State::Queued)),
         // The call may have gone through: the intent says so while it waits.
-        Outcome::Unknown { .. } => Ok((None, State::Unknown)),
+        Called::Unknown => Ok((None, State::Unknown)),
     }
 }
 
@@ -83,16 +98,12 @@ mod tests {
 
     #[test]
     fn an_accepted_call_is_sent_and_a_permanent_failure_dead_whatever_the_policy() {
-        let accepted = Outcome::Accepted { status: Some(201), message_id: None };
-        assert_eq!(before_policy(&accepted), Err(Transition::Sent));
-        let refused = Outcome::Permanent { reason: Reason::Rejected, status: Some(400), error: "no".into() };
-        assert_eq!(before_policy(&refused), Err(Transition::Dead { reason: Reason::Rejected }));
-        let lost = Outcome::Unknown { class: Reason::Timeout, error: "t".into() };
-        assert_eq!(before_policy(&lost), Ok((None, State::Unknown)), "a retry after an unknown says so");
+        assert_eq!(before_policy(Called::Accepted), Err(Transition::Sent));
+        let refused = Called::Permanent { reason: Reason::Rejected };
+        assert_eq!(before_policy(refused), Err(Transition::Dead { reason: Reason::Rejected }));
+        assert_eq!(before_policy(Called::Unknown), Ok((None, State::Unknown)), "a retry after an unknown says so");
         let later = Some(Duration::from_secs(3));
-        let busy =
-            Outcome::Retryable { class: Reason::Throttled, status: Some(429), error: "x".into(), retry_after: later };
-        assert_eq!(before_policy(&busy), Ok((later, State::Queued)));
+        assert_eq!(before_policy(Called::Retryable { retry_after: later }), Ok((later, State::Queued)));
     }
 
     #[test]

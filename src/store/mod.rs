@@ -261,8 +261,8 @@ pub trait DirectoryStore: Send + Sync + 'static {
     /// address can still be found, and names every entry without an id.
     async fn suppressions_rekey(
         &self,
-        key: &crate::suppression::SuppressionKey,
-    ) -> StoreResult<crate::suppression::RekeyReport>;
+        key: &crate::recipient::keyed::SuppressionKey,
+    ) -> StoreResult<crate::recipient::keyed::RekeyReport>;
 
     /// The deployment-wide value stored under `name`, storing `value` first
     /// when there is none; every process on the database gets the same.

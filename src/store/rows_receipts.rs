@@ -1,7 +1,7 @@
 //! Rows of delivery receipts and of the suppression list.
 
 use crate::intent::Reason;
-use crate::receipt::DeliveryStatus;
+use crate::lifecycle::receipt::DeliveryStatus;
 
 /// How a receipt names its intent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub struct NewReceipt {
     pub reason: Option<String>,
     pub now_us: i64,
     /// What a bounce or complaint's suppression entry is looked up by.
-    pub suppression_key: crate::suppression::SuppressionKey,
+    pub suppression_key: crate::recipient::keyed::SuppressionKey,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -51,8 +51,8 @@ pub enum ReceiptOutcome {
     /// No intent of that key, message id or channel.
     NotFound,
     /// The intent exists, but no message of it may have reached a provider
-    /// (see [`crate::receipt::refusal`]): nothing was recorded or changed.
-    Refused { intent_key: String, why: crate::receipt::Refusal },
+    /// (see [`crate::lifecycle::receipt::refusal`]): nothing was recorded or changed.
+    Refused { intent_key: String, why: crate::lifecycle::receipt::Refusal },
     Recorded {
         intent_key: String,
         tenant: String,
@@ -76,7 +76,7 @@ pub enum ReceiptOutcome {
 pub struct SuppressionRow {
     pub tenant: String,
     /// What the entry is named by outside the store (see
-    /// [`crate::suppression::entry_id`]); None only before the start-up
+    /// [`crate::recipient::keyed::entry_id`]); None only before the start-up
     /// that rekeys the list has run on a database of the old scheme.
     pub id: Option<String>,
     /// The keyed lookup of the address (HMAC, see [`crate::suppression`]),

@@ -238,8 +238,8 @@ impl DirectoryStore for PostgresStore {
 
     async fn suppressions_rekey(
         &self,
-        key: &crate::suppression::SuppressionKey,
-    ) -> StoreResult<crate::suppression::RekeyReport> {
+        key: &crate::recipient::keyed::SuppressionKey,
+    ) -> StoreResult<crate::recipient::keyed::RekeyReport> {
         q::suppressions_rekey(&self.pool, key).await
     }
 

@@ -11,7 +11,7 @@ macro_rules! receipts_queries {
         /// applying what a bounce or complaint leads to.
         pub async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResult<ReceiptOutcome> {
             use crate::lifecycle::receipt::{DeliveryStatus, advances, consequence, current, ends_retry};
-            use crate::receipt::receipt_id;
+            use crate::lifecycle::receipt::receipt_id;
             let key: Option<String> = match &r.target {
                 ReceiptTarget::Key(k) => Some(k.clone()),
                 ReceiptTarget::ProviderMessageId(id) => {
@@ -45,7 +45,7 @@ macro_rules! receipts_queries {
             .bind(&key)
             .fetch_one(&mut **tx)
             .await?;
-            if let Some(why) = crate::receipt::refusal(&channel, taken) {
+            if let Some(why) = crate::lifecycle::receipt::refusal(&channel, taken) {
                 return Ok(ReceiptOutcome::Refused { intent_key: key, why });
             }
             let applied_before: Vec<String> =
@@ -91,13 +91,13 @@ macro_rules! receipts_queries {
                 }
                 dead = changes.iter().filter(|c| c.to == State::Dead).find_map(|c| c.reason.flatten());
                 let then = consequence(r.status);
-                let kind = crate::suppression::kind_of(&channel);
+                let kind = crate::recipient::keyed::kind_of(&channel);
                 if let (Some(reason), Some(kind), Some(address)) = (then.suppress, kind, destination.as_deref()) {
-                    let facts = crate::suppression::facts(&r.suppression_key, &tenant, kind, address, &key);
+                    let facts = crate::recipient::keyed::facts(&r.suppression_key, &tenant, kind, address, &key);
                     // An entry of the old scheme for this address (its intent
                     // pruned, or written by the previous release) is rekeyed
                     // here, where the address is known: one address, one entry.
-                    let legacy = crate::suppression::legacy_hash(&tenant, kind, address);
+                    let legacy = crate::recipient::keyed::legacy_hash(&tenant, kind, address);
                     let keyed: i64 =
                         sqlx::query_scalar("SELECT COUNT(*) FROM suppressions WHERE tenant = $1 AND address_hash = $2")
                             .bind(&tenant)
@@ -112,7 +112,7 @@ macro_rules! receipts_queries {
                         .bind(&tenant)
                         .bind(&legacy)
                         .bind(&facts.lookup)
-                        .bind(crate::suppression::entry_id(&tenant, &key))
+                        .bind(crate::recipient::keyed::entry_id(&tenant, &key))
                         .execute(&mut **tx)
                         .await?;
                     } else {
@@ -254,8 +254,8 @@ macro_rules! receipts_queries {
         /// the key is a duplicate, and goes.
         pub async fn suppressions_rekey(
             pool: &Pool<$db>,
-            key: &crate::suppression::SuppressionKey,
-        ) -> StoreResult<crate::suppression::RekeyReport> {
+            key: &crate::recipient::keyed::SuppressionKey,
+        ) -> StoreResult<crate::recipient::keyed::RekeyReport> {
             let unkeyed: Vec<(String, String, String, String, Option<String>, Option<String>)> = sqlx::query_as(
                 "SELECT s.tenant, s.address_hash, s.channel, s.source_intent, s.id, i.destination
                  FROM suppressions s LEFT JOIN intents i ON i.key = s.source_intent
@@ -263,12 +263,12 @@ macro_rules! receipts_queries {
             )
             .fetch_all(pool)
             .await?;
-            let mut report = crate::suppression::RekeyReport::default();
+            let mut report = crate::recipient::keyed::RekeyReport::default();
             for (tenant, old, channel, source_intent, id, destination) in unkeyed {
-                let id = id.unwrap_or_else(|| crate::suppression::entry_id(&tenant, &source_intent));
-                let kind = crate::suppression::kind_of(&channel);
+                let id = id.unwrap_or_else(|| crate::recipient::keyed::entry_id(&tenant, &source_intent));
+                let kind = crate::recipient::keyed::kind_of(&channel);
                 let address = match (kind, destination) {
-                    (Some(kind), Some(d)) if crate::suppression::legacy_hash(&tenant, kind, &d) == old => Some((kind, d)),
+                    (Some(kind), Some(d)) if crate::recipient::keyed::legacy_hash(&tenant, kind, &d) == old => Some((kind, d)),
                     _ => None,
                 };
                 let mut tx = pool.begin().await?;
@@ -330,7 +330,7 @@ macro_rules! receipts_queries {
                 .fetch_all(pool)
                 .await?;
                 for (key, tenant, detail) in old {
-                    let renamed = crate::suppression::named_detail(&tenant, &detail);
+                    let renamed = crate::recipient::keyed::named_detail(&tenant, &detail);
                     if renamed != detail {
                         sqlx::query("UPDATE intents SET detail = $2 WHERE key = $1")
                             .bind(&key)
