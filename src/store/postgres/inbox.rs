@@ -1,7 +1,7 @@
 //! The in-app inbox on Postgres: one card per entity at its highest version.
 
 use super::PostgresStore;
-use crate::store::queries::{newer_than_card, page};
+use crate::store::shared::page;
 use crate::store::{Cursor, InboxCard, InboxDelivery, InboxStore, Page, StoreResult, inbox_card_id};
 use async_trait::async_trait;
 use sqlx::{PgPool, Postgres, Transaction};
@@ -19,31 +19,29 @@ pub(super) async fn inbox_deliver(tx: &mut Transaction<'_, Postgres>, d: &InboxD
     if first == 0 {
         return Ok(()); // this intent is in the inbox already
     }
-    sqlx::query(concat!(
-        "INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
+    sqlx::query("INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
              intent_key, payload_digest, collapsed, read_at, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, NULL, $10)
          ON CONFLICT (card_id) DO UPDATE SET
              collapsed = inbox_cards.collapsed + 1,
-             version = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.version ELSE inbox_cards.version END,
-             occurred_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.occurred_at ELSE inbox_cards.occurred_at END,
-             intent_key = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.intent_key ELSE inbox_cards.intent_key END,
-             payload_digest = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.payload_digest ELSE inbox_cards.payload_digest END,
-             read_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN NULL ELSE inbox_cards.read_at END,
-             updated_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.updated_at ELSE inbox_cards.updated_at END"
-    ))
+             version = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.version ELSE inbox_cards.version END,
+             occurred_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.occurred_at ELSE inbox_cards.occurred_at END,
+             intent_key = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.intent_key ELSE inbox_cards.intent_key END,
+             payload_digest = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.payload_digest ELSE inbox_cards.payload_digest END,
+             read_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN NULL ELSE inbox_cards.read_at END,
+             updated_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
+          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
+              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.updated_at ELSE inbox_cards.updated_at END")
     .bind(&card_id)
     .bind(&d.tenant)
     .bind(&d.recipient_id)

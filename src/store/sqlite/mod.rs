@@ -3,9 +3,7 @@
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
 use super::batch::Pass;
-use super::publications::{publication_insert, publishing};
-use super::queries::ingest::Step;
-use super::queries::{applied_set, report};
+use super::shared::{Step, applied_set, report};
 use super::sqlite_batch::SqliteStatements;
 use super::*;
 use crate::intent::State;
@@ -17,12 +15,18 @@ use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+mod dead_letters;
+mod digests;
 mod directory;
 mod inbox;
 mod ingest;
+mod ingest_tx;
+mod ops;
 mod publications;
+mod queue;
 mod receipts;
 mod rejected;
+mod suppressions;
 mod views;
 
 fn keys_arg(keys: &[String]) -> String {
@@ -34,17 +38,8 @@ fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
     serde_json::Value::Array(rows.collect()).to_string()
 }
 
-mod q {
-    super::super::queries::shared_queries!(
-        sqlx::Sqlite,
-        "IN (SELECT value FROM json_each($1))",
-        "SELECT identity, fingerprint, response FROM requests
-         WHERE tenant = $2 AND identity IN (SELECT value FROM json_each($1))",
-        super::keys_arg,
-        "",
-        "json_each($1)",
-    );
-}
+/// The write transaction every statement of a change runs in.
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
 /// The next attempt of each of these intents: its count goes up, it is
 /// `sending`, and its attempt row is written (two statements: SQLite has no
@@ -139,21 +134,19 @@ pub(super) async fn publications_write(
     if keys.is_empty() {
         return Ok(());
     }
-    sqlx::query(concat!(
-        "UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1)) AND ",
-        publishing!()
-    ))
+    sqlx::query("UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1)) AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')")
     .bind(keys_arg(keys))
     .execute(&mut **tx)
     .await?;
-    sqlx::query(concat!(publication_insert!(
-        "(SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+    sqlx::query("INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
+                                       recipient_id, state, reason, attempts, at)
+             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+             FROM (SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
                      CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
                      CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
                      publication_seq
-              FROM intents WHERE key IN (SELECT value FROM json_each($1))) p",
-        publishing!()
-    )))
+              FROM intents WHERE key IN (SELECT value FROM json_each($1))) p WHERE EXISTS (SELECT 1 FROM settings WHERE name = 'publications') ON CONFLICT (msg_id) DO NOTHING")
     .bind(keys_arg(keys))
     .bind(delivered_at)
     .execute(&mut **tx)
@@ -217,18 +210,19 @@ impl SqliteStore {
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.writer.begin().await?;
         let outcomes = match batch {
-            [only] => match q::ingest_one(&mut tx, only, false).await? {
+            [only] => match ingest_tx::ingest_one(&mut tx, only, false).await? {
                 Step::Done(outcome) => vec![Ok(outcome)],
                 Step::Raced => {
                     // Its identity was recorded first: that record stands.
                     tx.rollback().await?;
                     let mut tx = self.writer.begin().await?;
-                    return Ok(vec![q::decided_elsewhere(&mut tx, only).await]);
+                    return Ok(vec![ingest_tx::decided_elsewhere(&mut tx, only).await]);
                 }
             },
             _ if super::batch::fits(batch) => match super::batch::write(&SqliteStatements, &mut tx, batch).await? {
                 Pass::Decided(decided) => {
-                    let rest = q::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
+                    let rest =
+                        ingest_tx::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
                     super::batch::merge(decided, rest)
                 }
                 Pass::Raced => {
@@ -237,10 +231,10 @@ impl SqliteStore {
                     // before it writes.
                     tx.rollback().await?;
                     tx = self.writer.begin().await?;
-                    q::ingest_batch(&mut tx, batch, true).await?
+                    ingest_tx::ingest_batch(&mut tx, batch, true).await?
                 }
             },
-            _ => q::ingest_batch(&mut tx, batch, false).await?,
+            _ => ingest_tx::ingest_batch(&mut tx, batch, false).await?,
         };
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
@@ -287,12 +281,12 @@ impl OpsStore for SqliteStore {
     }
 
     async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
-        q::retention_batch(&self.writer, step, cutoff_us, batch).await
+        ops::retention_batch(&self.writer, step, cutoff_us, batch).await
     }
 
     async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
         let mut tx = self.writer.begin().await?;
-        let out = q::dead_letters_replay(&mut tx, &replay).await?;
+        let out = ops::dead_letters_replay(&mut tx, &replay).await?;
         tx.commit().await?;
         self.jobs_queued();
         Ok(out)
@@ -300,19 +294,19 @@ impl OpsStore for SqliteStore {
 
     async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
         // One process: its clock judges the lease (Postgres uses the database's).
-        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
+        ops::ops_digest_claim(&self.writer, &claim, claim.now_us).await
     }
 
     async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
-        q::ops_digest_posted(&self.writer, slot, now_us, total).await
+        ops::ops_digest_posted(&self.writer, slot, now_us, total).await
     }
 
     async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
-        q::ops_digest_last_until(&self.reader).await
+        ops::ops_digest_last_until(&self.reader).await
     }
 
     async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
-        q::ops_digest_last(&self.reader).await
+        ops::ops_digest_last(&self.reader).await
     }
 }
 
@@ -337,19 +331,18 @@ impl QueueStore for SqliteStore {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
-            "SELECT ",
-            super::queries::intent_columns!(),
-            ", p.body AS content,
+        let candidates: Vec<ClaimCandidate> = sqlx::query_as("SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
+         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
+         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
+         i.retry_base, i.mode, p.body AS content,
                EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
                j.traceparent, j.links
              FROM intents i JOIN jobs j ON j.intent_key = i.key LEFT JOIN payloads p ON p.digest = i.payload_digest
-             WHERE i.key IN (SELECT value FROM json_each($1))"
-        ))
+             WHERE i.key IN (SELECT value FROM json_each($1))")
         .bind(keys_arg(&keys))
         .fetch_all(&mut *tx)
         .await?;
-        let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
+        let jobs = queue::claim_candidates(&mut tx, candidates, &claim).await?;
         tx.commit().await?;
         Ok(jobs)
     }
@@ -432,16 +425,16 @@ impl QueueStore for SqliteStore {
     }
 
     async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
-        q::digests_due(&self.reader, now_us, limit).await
+        digests::digests_due(&self.reader, now_us, limit).await
     }
 
     async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
-        q::digest_members(&self.reader, key).await
+        digests::digest_members(&self.reader, key).await
     }
 
     async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
         let mut tx = self.writer.begin().await?;
-        let outcome = q::digest_close(&mut tx, &close).await?;
+        let outcome = digests::digest_close(&mut tx, &close).await?;
         if outcome == DigestCloseOutcome::Closed {
             tx.commit().await?;
             self.jobs_queued();
