@@ -48,7 +48,8 @@ const EVENTS: Insert = Insert {
     types: &["text", "text", "text", "text", "text", "text", "text", "bigint"],
     text: |rows| {
         format!(
-            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest,
+                 created_at)
              SELECT * FROM {rows}"
         )
     },
@@ -96,11 +97,13 @@ const INTENTS: Insert = Insert {
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
                  preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
-             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
+             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca,
+                 ca, pv, NULL, md, tp,
                     CASE WHEN pb AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications') THEN 1 ELSE 0 END,
                     CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)"
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca,
+                      pv, md, tp, pb)"
         )
     },
     on_conflict: "ON CONFLICT (key) DO NOTHING",

@@ -9,24 +9,28 @@ use sqlx::PgPool;
 
 pub(super) async fn digests_due(pool: &PgPool, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
     let rows = sqlx::query_as(
-        "SELECT key, tenant, event_type, channel, recipient_id, group_key, destination, locale, window_start, closes_at, state, created_at
+        "SELECT key, tenant, event_type, channel, recipient_id, group_key, destination, locale, window_start,
+             closes_at, state, created_at
          FROM digests WHERE state = 'open' AND closes_at <= $1 ORDER BY closes_at LIMIT $2",
     )
-        .bind(now_us)
-        .bind(i64::from(limit))
-        .fetch_all(pool)
-        .await?;
+    .bind(now_us)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await?;
     Ok(rows)
 }
 
 pub(super) async fn digest_members(pool: &PgPool, key: &str) -> StoreResult<Vec<DigestMember>> {
-    let rows = sqlx::query_as("SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode, e.body AS event_body, p.body AS content, i.traceparent
+    let rows = sqlx::query_as(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode, e.body AS event_body, p.body AS content,
+             i.traceparent
          FROM intents i LEFT JOIN payloads e ON e.digest = i.event_digest
          LEFT JOIN payloads p ON p.digest = i.payload_digest
-         WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key")
+         WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key",
+    )
     .bind(key)
     .fetch_all(pool)
     .await?;

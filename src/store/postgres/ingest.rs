@@ -63,7 +63,7 @@ pub(super) async fn requests_seen(
     for (tenant, identities) in identities {
         let identities: Vec<String> = identities.into_iter().collect();
         // A probe of the primary key per identity, never a scan of
-        // the tenant's rows (see `queries`).
+        // the tenant's rows (see [`super::REQUESTS_OF_TENANT`]).
         let rows: Vec<(String, String, Option<String>)> =
             sqlx::query_as(super::REQUESTS_OF_TENANT).bind(&identities).bind(tenant).fetch_all(&mut *conn).await?;
         let records: HashMap<String, (String, Option<String>)> =

@@ -24,7 +24,7 @@ pub(super) async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResu
         }
     };
     let Some(key) = key else { return Ok(ReceiptOutcome::NotFound) };
-    // Locked on Postgres: two receipts for one intent take turns.
+    // Locked: two receipts for one intent take turns.
     let intent: Option<(String, String, Option<String>, State, i64)> =
         sqlx::query_as("SELECT tenant, channel, destination, state, attempts FROM intents WHERE key = $1 FOR UPDATE")
             .bind(&key)

@@ -41,7 +41,8 @@ pub(super) async fn rejected_list(
     limit: u32,
 ) -> StoreResult<Page<RejectedMessage>> {
     let mut q: QueryBuilder<'_, Postgres> = QueryBuilder::new(
-        "SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body, created_at FROM rejected_messages WHERE 1 = 1",
+        "SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body,
+             created_at FROM rejected_messages WHERE 1 = 1",
     );
     if let Some(t) = tenant {
         q.push(" AND tenant = ").push_bind(t);
@@ -77,7 +78,10 @@ pub(super) async fn rejected_summary(
 }
 
 pub(super) async fn rejected_get(pool: &PgPool, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
-    let row = sqlx::query_as("SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body, created_at FROM rejected_messages WHERE tenant = $1 AND id = $2")
+    let row = sqlx::query_as(
+        "SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body,
+             created_at FROM rejected_messages WHERE tenant = $1 AND id = $2",
+    )
     .bind(tenant)
     .bind(id)
     .fetch_optional(pool)

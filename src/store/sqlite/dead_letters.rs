@@ -7,13 +7,16 @@ use crate::store::{Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Intent
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 pub(super) async fn dead_letters_list(pool: &SqlitePool, f: &DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
-    let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new("SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode, p.body AS content, e.body AS event_body FROM intents i
+    let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode, p.body AS content, e.body AS event_body
+         FROM intents i
          LEFT JOIN payloads p ON p.digest = i.payload_digest
          LEFT JOIN payloads e ON e.digest = i.event_digest
-         WHERE i.dead_at IS NOT NULL");
+         WHERE i.dead_at IS NOT NULL",
+    );
     if let Some(tenant) = &f.tenant {
         q.push(" AND i.tenant = ").push_bind(tenant);
     }
@@ -91,10 +94,14 @@ pub(super) async fn dead_letters_newest(
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query_as("SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode FROM intents i WHERE i.key IN (SELECT value FROM json_each($1)) ORDER BY i.tenant, COALESCE(i.reason, 'unknown'), i.dead_at DESC, i.key DESC")
+    let rows = sqlx::query_as(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i
+         WHERE i.key IN (SELECT value FROM json_each($1)) ORDER BY i.tenant, COALESCE(i.reason, 'unknown'),
+             i.dead_at DESC, i.key DESC",
+    )
     .bind(keys_arg(&keys))
     .fetch_all(pool)
     .await?;
@@ -115,10 +122,10 @@ pub(super) async fn dead_letters_examples(
     // given, so the newest `limit` come straight off `intents_dead`
     // whatever the number of dead letters.
     let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
-        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode FROM intents i WHERE i.dead_at IS NOT NULL",
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE i.dead_at IS NOT NULL",
     );
     if let Some(t) = tenant {
         q.push(" AND i.tenant = ").push_bind(t);

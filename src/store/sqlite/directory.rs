@@ -9,7 +9,10 @@ use async_trait::async_trait;
 use sqlx::SqlitePool;
 
 pub(super) async fn recipients_get(pool: &SqlitePool, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-    let rows = sqlx::query_as("SELECT tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at FROM recipients WHERE tenant = $2 AND id IN (SELECT value FROM json_each($1))")
+    let rows = sqlx::query_as(
+        "SELECT tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at FROM recipients WHERE tenant = $2 AND id IN (SELECT value FROM json_each($1))",
+    )
     .bind(keys_arg(ids))
     .bind(tenant)
     .fetch_all(pool)
@@ -23,7 +26,8 @@ pub(super) async fn recipients_get(pool: &SqlitePool, tenant: &str, ids: &[Strin
 pub(super) async fn recipient_put(pool: &SqlitePool, put: &RecipientPut) -> StoreResult<RecipientRow> {
     let mut tx = pool.begin().await?;
     let row: RecipientRow = sqlx::query_as(
-        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at)
+        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences,
+             preferences_version, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9)
          ON CONFLICT (tenant, id) DO UPDATE SET
              email = excluded.email, phone = excluded.phone, locale = excluded.locale,
@@ -32,7 +36,8 @@ pub(super) async fn recipient_put(pool: &SqlitePool, put: &RecipientPut) -> Stor
              preferences_version = CASE WHEN recipients.preferences = excluded.preferences
                  THEN recipients.preferences_version ELSE recipients.preferences_version + 1 END,
              updated_at = excluded.updated_at
-         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at",
+         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at",
     )
     .bind(&put.tenant)
     .bind(&put.id)

@@ -19,29 +19,35 @@ pub(super) async fn inbox_deliver(tx: &mut Transaction<'_, Sqlite>, d: &InboxDel
     if first == 0 {
         return Ok(()); // this intent is in the inbox already
     }
-    sqlx::query("INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
+    sqlx::query(
+        "INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
              intent_key, payload_digest, collapsed, read_at, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, NULL, $10)
          ON CONFLICT (card_id) DO UPDATE SET
              collapsed = inbox_cards.collapsed + 1,
-             version = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.version ELSE inbox_cards.version END,
-             occurred_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.occurred_at ELSE inbox_cards.occurred_at END,
-             intent_key = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.intent_key ELSE inbox_cards.intent_key END,
-             payload_digest = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.payload_digest ELSE inbox_cards.payload_digest END,
-             read_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN NULL ELSE inbox_cards.read_at END,
-             updated_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1) \
-          OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1) \
-              AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.updated_at ELSE inbox_cards.updated_at END")
+             version = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.version ELSE inbox_cards.version END,
+             occurred_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.occurred_at ELSE
+                 inbox_cards.occurred_at END,
+             intent_key = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.intent_key ELSE
+                 inbox_cards.intent_key END,
+             payload_digest = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.payload_digest ELSE
+                 inbox_cards.payload_digest END,
+             read_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN NULL ELSE inbox_cards.read_at END,
+             updated_at = CASE WHEN (COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version,
+                 -1) OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+             AND excluded.occurred_at > inbox_cards.occurred_at)) THEN excluded.updated_at ELSE
+                 inbox_cards.updated_at END",
+    )
     .bind(&card_id)
     .bind(&d.tenant)
     .bind(&d.recipient_id)
@@ -91,7 +97,8 @@ pub(super) async fn inbox_mark_read(
     now_us: i64,
 ) -> StoreResult<bool> {
     let n = sqlx::query(
-        "UPDATE inbox_cards SET read_at = COALESCE(read_at, $4) WHERE tenant = $1 AND recipient_id = $2 AND card_id = $3",
+        "UPDATE inbox_cards SET read_at = COALESCE(read_at, $4) WHERE tenant = $1 AND recipient_id = $2
+         AND card_id = $3",
     )
     .bind(tenant)
     .bind(recipient_id)

@@ -70,7 +70,7 @@ pub(super) async fn requests_seen(
     for (tenant, identities) in identities {
         let identities: Vec<String> = identities.into_iter().collect();
         // A probe of the primary key per identity, never a scan of
-        // the tenant's rows (see `queries`).
+        // the tenant's rows (see [`REQUESTS_OF_TENANT`]).
         let rows: Vec<(String, String, Option<String>)> =
             sqlx::query_as(REQUESTS_OF_TENANT).bind(keys_arg(&identities)).bind(tenant).fetch_all(&mut *conn).await?;
         let records: HashMap<String, (String, Option<String>)> =
@@ -117,7 +117,10 @@ pub(super) async fn intents_status(
     tenant: &str,
     keys: &[String],
 ) -> StoreResult<Vec<IntentStatus>> {
-    let rows = sqlx::query_as("SELECT key, decision, reason, state, mode FROM intents WHERE tenant || '' = $2 AND key IN (SELECT value FROM json_each($1))")
+    let rows = sqlx::query_as(
+        "SELECT key, decision, reason, state, mode FROM intents WHERE tenant || '' = $2
+         AND key IN (SELECT value FROM json_each($1))",
+    )
     .bind(keys_arg(keys))
     .bind(tenant)
     .fetch_all(conn)

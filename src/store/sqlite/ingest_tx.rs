@@ -65,8 +65,7 @@ pub(super) async fn ingest_batch<'b>(
 }
 
 /// A request whose identity another transaction recorded while this one
-/// was writing (on Postgres the request INSERT waited for it): now a
-/// replay of it or a mismatch.
+/// was writing: now a replay of it or a mismatch.
 pub(super) async fn decided_elsewhere(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<IngestOutcome> {
     seen_before(tx, ingest).await?.ok_or_else(|| StoreError::Corrupt("request record without a response".into()))
 }
@@ -157,14 +156,14 @@ async fn seen_before(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Option<Ing
 
 /// Records the content this event key is accepted with, or reads the
 /// content it was accepted with before: None when this request's
-/// content became the event's. On Postgres a concurrent insert of the
-/// same key waits here for the other transaction, then sees its row.
+/// content became the event's.
 async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Option<String>> {
     // Twice at most: retention may remove a forgotten event's record
     // between the insert that found it and the read.
     for _ in 0..2 {
         let inserted = sqlx::query(
-            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest,
+                 created_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (event_key) DO NOTHING",
         )
@@ -224,7 +223,8 @@ pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewInte
              channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
              payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
              preferences_version, link_key, mode, traceparent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20, $21, $22, $23, $24)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20,
+             $21, $22, $23, $24)
          ON CONFLICT (key) DO NOTHING",
     )
     .bind(&it.key)

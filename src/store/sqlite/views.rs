@@ -12,15 +12,17 @@ use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
 
 pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
-    let intent: Option<IntentRow> =
-        sqlx::query_as("SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode FROM intents i WHERE i.tenant = $1 AND i.key = $2")
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(pool)
-            .await?;
+    let intent: Option<IntentRow> = sqlx::query_as(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE i.tenant = $1
+         AND i.key = $2",
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
     let Some(intent) = intent else { return Ok(None) };
     let content: Option<String> = match &intent.payload_digest {
         Some(d) => {
@@ -32,12 +34,14 @@ pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> St
         .bind(&intent.event_digest)
         .fetch_optional(pool)
         .await?;
-    let attempts =
-        sqlx::query_as("SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error, \
-         retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1 ORDER BY n")
-            .bind(key)
-            .fetch_all(pool)
-            .await?;
+    let attempts = sqlx::query_as(
+        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
+             error, retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1
+         ORDER BY n",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await?;
     let receipts = receipts::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
     Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts }))
 }
@@ -46,10 +50,10 @@ pub(super) async fn intents_list(pool: &SqlitePool, f: &IntentFilter) -> StoreRe
     // Every condition is pushed only when given, so each search is one
     // plain statement its index serves (no `$1 IS NULL OR …`).
     let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
-        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at, i.channel, \
-         i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest, i.payload_digest, \
-         i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at, i.preferences_version, i.link_key, \
-         i.retry_base, i.mode FROM intents i WHERE 1 = 1",
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE 1 = 1",
     );
     if let Some(t) = &f.tenant {
         q.push(" AND i.tenant = ").push_bind(t);
@@ -98,8 +102,11 @@ pub(super) async fn attempts_by_outcome(
 
 /// Every attempt of these intents, in order.
 pub(super) async fn attempts_of(pool: &SqlitePool, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
-    let rows = sqlx::query_as("SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id, error, \
-         retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key IN (SELECT value FROM json_each($1)) ORDER BY intent_key, n")
+    let rows = sqlx::query_as(
+        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
+             error, retry_after, retry_at, provider, possible_duplicate FROM attempts
+         WHERE intent_key IN (SELECT value FROM json_each($1)) ORDER BY intent_key, n",
+    )
     .bind(keys_arg(keys))
     .fetch_all(pool)
     .await?;
