@@ -48,8 +48,7 @@ const EVENTS: Insert = Insert {
     types: &["text", "text", "text", "text", "text", "text", "text", "bigint"],
     text: |rows| {
         format!(
-            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest,
-                 created_at)
+            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
              SELECT * FROM {rows}"
         )
     },
@@ -97,13 +96,11 @@ const INTENTS: Insert = Insert {
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
                  preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
-             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca,
-                 ca, pv, NULL, md, tp,
+             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
                     CASE WHEN pb AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications') THEN 1 ELSE 0 END,
                     CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca,
-                      pv, md, tp, pb)"
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)"
         )
     },
     on_conflict: "ON CONFLICT (key) DO NOTHING",
@@ -148,12 +145,12 @@ const INSERTED: &str = "RETURNING key, tenant, entity_type, entity_id, entity_ve
 
 /// The publications of the intents just inserted (`i`) in a published state:
 /// those the insert numbered, because the deployment publishes.
-const PUBLISH_INSERTED: &str =
-    "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
-                                       recipient_id, state, reason, attempts, at)
-             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
-                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
-             FROM i p WHERE p.publication_seq > 0 ON CONFLICT (msg_id) DO NOTHING";
+const PUBLISH_INSERTED: &str = "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id,
+                                                          entity_version, channel, recipient_id, state, reason,
+                                                          attempts, at)
+    SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+           p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+    FROM i p WHERE p.publication_seq > 0 ON CONFLICT (msg_id) DO NOTHING";
 
 /// A job is queued only for an intent just created, which has none: the
 /// set-wise pass's `ON CONFLICT` only guards that, and the statement of a

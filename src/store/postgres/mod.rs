@@ -88,13 +88,12 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: 
     sqlx::query(
         "WITH u AS (
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::boolean[], $5::text[], $6::boolean[],
-                                  $7::text[], $8::boolean[], $9::text[], $10::boolean[], $11::bigint[],
-                                      $12::boolean[])
+                                  $7::text[], $8::boolean[], $9::text[], $10::boolean[], $11::bigint[], $12::boolean[])
                   AS u(key, state, decision, set_reason, reason, set_detail, detail, set_link, link_key, restarts,
                        at, publishes)),
          old AS (SELECT i.key, i.state FROM intents i JOIN u ON i.key = u.key FOR UPDATE OF i),
-         d AS (SELECT u.*, (u.publishes AND u.state IS DISTINCT FROM old.state AND EXISTS (SELECT 1 FROM settings
-             WHERE name = 'publications')) AS bump
+         d AS (SELECT u.*, (u.publishes AND u.state IS DISTINCT FROM old.state
+                            AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')) AS bump
                FROM u JOIN old ON old.key = u.key),
          c AS (
              UPDATE intents i SET state = d.state, decision = COALESCE(d.decision, i.decision),
@@ -106,13 +105,12 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, changes: 
                     publication_seq = i.publication_seq + CASE WHEN d.bump THEN 1 ELSE 0 END
              FROM d WHERE i.key = d.key
              RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,
-                       i.state, i.reason, i.attempts, i.updated_at AS at, i.publication_seq,
-                           d.bump) INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id,
-                           entity_version, channel,
-                                       recipient_id, state, reason, attempts, at)
-             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
-                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
-             FROM c p WHERE p.bump ON CONFLICT (msg_id) DO NOTHING",
+                       i.state, i.reason, i.attempts, i.updated_at AS at, i.publication_seq, d.bump)
+         INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
+                                   recipient_id, state, reason, attempts, at)
+         SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+                p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+         FROM c p WHERE p.bump ON CONFLICT (msg_id) DO NOTHING",
     )
     .bind(col(|c| Some(c.key.as_str())))
     .bind(col(|c| Some(c.to.as_str())))
@@ -144,13 +142,13 @@ async fn publications_write(
     }
     sqlx::query(
         "WITH n AS (
-         UPDATE intents SET publication_seq = publication_seq + 1 WHERE key = ANY($1)
-         AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications') RETURNING key, tenant, entity_type,
-             entity_id, entity_version, channel, recipient_id,
-                   CASE WHEN $2::bigint IS NULL THEN state ELSE 'delivered' END AS state,
-                   CASE WHEN $2::bigint IS NULL THEN reason END AS reason, attempts,
-                   COALESCE($2::bigint, updated_at) AS at, publication_seq) INSERT INTO publications (msg_id,
-                       tenant, intent_key, entity_type, entity_id, entity_version, channel,
+             UPDATE intents SET publication_seq = publication_seq + 1
+             WHERE key = ANY($1) AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')
+             RETURNING key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+                       CASE WHEN $2::bigint IS NULL THEN state ELSE 'delivered' END AS state,
+                       CASE WHEN $2::bigint IS NULL THEN reason END AS reason, attempts,
+                       COALESCE($2::bigint, updated_at) AS at, publication_seq)
+         INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
                                    recipient_id, state, reason, attempts, at)
          SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
                 p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at

@@ -298,21 +298,19 @@ impl QueueStore for PostgresStore {
             "WITH u AS (
                  SELECT * FROM UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::bigint[],
                                       $7::text[], $8::text[], $9::bigint[], $10::bigint[], $11::text[],
-                                          $12::boolean[],
-                                      $13::text[], $14::text[], $15::boolean[])
+                                      $12::boolean[], $13::text[], $14::text[], $15::boolean[])
                       AS u(k, n, finished_at, outcome, error_class, provider_status, provider_message_id, error,
                            retry_after, retry_at, provider, possible_duplicate, state, reason, publishes)),
              a AS (
                  UPDATE attempts a SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id,
-                            error = u.error,
-                        retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                        error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
                         possible_duplicate = u.possible_duplicate
                  FROM u WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
                  RETURNING u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason, u.publishes),
              old AS (SELECT i.key, i.state FROM intents i JOIN a ON i.key = a.k FOR UPDATE OF i),
-             d AS (SELECT a.*, (a.publishes AND a.state IS DISTINCT FROM old.state AND EXISTS (SELECT 1 FROM
-                 settings WHERE name = 'publications')) AS bump
+             d AS (SELECT a.*, (a.publishes AND a.state IS DISTINCT FROM old.state
+                                AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')) AS bump
                    FROM a JOIN old ON old.key = a.k),
              i AS (
                  UPDATE intents i SET state = d.state, reason = d.reason, updated_at = d.finished_at,
@@ -321,12 +319,12 @@ impl QueueStore for PostgresStore {
                  FROM d WHERE i.key = d.k
                  RETURNING i.key, i.tenant, i.entity_type, i.entity_id, i.entity_version, i.channel, i.recipient_id,
                            i.state, i.reason, i.attempts, i.updated_at AS at, i.publication_seq, d.bump),
-             published AS (INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id,
-                 entity_version, channel,
-                                       recipient_id, state, reason, attempts, at)
-             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
-                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
-             FROM i p WHERE p.bump ON CONFLICT (msg_id) DO NOTHING),
+             published AS (
+                 INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version,
+                                           channel, recipient_id, state, reason, attempts, at)
+                 SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type,
+                        p.entity_id, p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+                 FROM i p WHERE p.bump ON CONFLICT (msg_id) DO NOTHING),
              done AS (
                  DELETE FROM jobs j USING a WHERE j.intent_key = a.k AND a.retry_at IS NULL),
              retry AS (
