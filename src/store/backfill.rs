@@ -50,45 +50,74 @@ fn content_digest(p: &Pending) -> Option<String> {
     (event.event_key(&Tenant::new(p.tenant.clone())) == p.event_key).then(|| event.content_digest())
 }
 
-macro_rules! drain_fn {
-    ($name:ident, $db:ty) => {
-        /// Records what can be derived for every listed event key; returns how
-        /// many records were written.
-        pub async fn $name(pool: &sqlx::Pool<$db>) -> StoreResult<u64> {
-            let mut recorded = 0;
-            loop {
-                let pending: Vec<Pending> = sqlx::query_as(NEXT).bind(BATCH).fetch_all(pool).await?;
-                if pending.is_empty() {
-                    return Ok(recorded);
-                }
-                let mut tx = pool.begin().await?;
-                for p in &pending {
-                    if let Some(digest) = content_digest(p) {
-                        recorded += sqlx::query(RECORD)
-                            .bind(&p.event_key)
-                            .bind(&p.tenant)
-                            .bind(&p.event_type)
-                            .bind(&p.entity_type)
-                            .bind(&p.entity_id)
-                            .bind(&p.occurred_at)
-                            .bind(digest)
-                            .bind(p.created_at)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                    } else {
-                        tracing::warn!(
-                            event_key = %p.event_key,
-                            "no content record for an event accepted before 0006: its body is no longer stored"
-                        );
-                    }
-                    sqlx::query(DONE).bind(&p.event_key).execute(&mut *tx).await?;
-                }
-                tx.commit().await?;
-            }
+/// Records what can be derived for every listed event key; returns how
+/// many records were written. The same as [`postgres`], on SQLite.
+pub async fn sqlite(pool: &sqlx::SqlitePool) -> StoreResult<u64> {
+    let mut recorded = 0;
+    loop {
+        let pending: Vec<Pending> = sqlx::query_as(NEXT).bind(BATCH).fetch_all(pool).await?;
+        if pending.is_empty() {
+            return Ok(recorded);
         }
-    };
+        let mut tx = pool.begin().await?;
+        for p in &pending {
+            if let Some(digest) = content_digest(p) {
+                recorded += sqlx::query(RECORD)
+                    .bind(&p.event_key)
+                    .bind(&p.tenant)
+                    .bind(&p.event_type)
+                    .bind(&p.entity_type)
+                    .bind(&p.entity_id)
+                    .bind(&p.occurred_at)
+                    .bind(digest)
+                    .bind(p.created_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            } else {
+                tracing::warn!(
+                    event_key = %p.event_key,
+                    "no content record for an event accepted before 0006: its body is no longer stored"
+                );
+            }
+            sqlx::query(DONE).bind(&p.event_key).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
 }
 
-drain_fn!(sqlite, sqlx::Sqlite);
-drain_fn!(postgres, sqlx::Postgres);
+/// Records what can be derived for every listed event key; returns how
+/// many records were written. The same as [`sqlite`], on Postgres.
+pub async fn postgres(pool: &sqlx::PgPool) -> StoreResult<u64> {
+    let mut recorded = 0;
+    loop {
+        let pending: Vec<Pending> = sqlx::query_as(NEXT).bind(BATCH).fetch_all(pool).await?;
+        if pending.is_empty() {
+            return Ok(recorded);
+        }
+        let mut tx = pool.begin().await?;
+        for p in &pending {
+            if let Some(digest) = content_digest(p) {
+                recorded += sqlx::query(RECORD)
+                    .bind(&p.event_key)
+                    .bind(&p.tenant)
+                    .bind(&p.event_type)
+                    .bind(&p.entity_type)
+                    .bind(&p.entity_id)
+                    .bind(&p.occurred_at)
+                    .bind(digest)
+                    .bind(p.created_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            } else {
+                tracing::warn!(
+                    event_key = %p.event_key,
+                    "no content record for an event accepted before 0006: its body is no longer stored"
+                );
+            }
+            sqlx::query(DONE).bind(&p.event_key).execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+    }
+}

@@ -5,7 +5,7 @@
 //!
 //! It takes the common case only — requests that are new, each with its own
 //! identity and event and no digest member — and leaves the rest to the
-//! savepoint path ([`super::queries::ingest`]), which decides any request as a
+//! savepoint path (`ingest_tx.rs` in each backend), which decides any request as a
 //! transaction of its own would. Every statement takes its rows in key order,
 //! so two batches lock shared rows in one order.
 

@@ -11,11 +11,11 @@ pub mod decide;
 mod postgres;
 mod postgres_batch;
 mod publications;
-mod queries;
 mod rows;
 mod rows_receipts;
 mod rows_report;
 mod schema;
+mod shared;
 mod sqlite;
 mod sqlite_batch;
 

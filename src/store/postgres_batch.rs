@@ -9,7 +9,6 @@
 //! end and a reply for the backend (docs/performance.md).
 
 use super::batch::{AllNew, Answer, Job, Payload, Statements};
-use super::publications::{publication_insert, publishing};
 use super::*;
 use crate::lifecycle;
 use sqlx::error::BoxDynError;
@@ -98,10 +97,10 @@ const INTENTS: Insert = Insert {
                  payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
                  preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
              SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
-                    CASE WHEN pb AND {publishing} THEN 1 ELSE 0 END, CASE WHEN st = 'dead' THEN ca END
+                    CASE WHEN pb AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications') THEN 1 ELSE 0 END,
+                    CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)",
-            publishing = publishing!()
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, dec, rsn, det, st, ca, pv, md, tp, pb)"
         )
     },
     on_conflict: "ON CONFLICT (key) DO NOTHING",
@@ -140,13 +139,18 @@ fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Resul
 }
 
 /// What the intents' insert returns for [`PUBLISH_INSERTED`]: the columns of
-/// [`publication_insert`]'s source.
+/// the publication insert's source (`p`).
 const INSERTED: &str = "RETURNING key, tenant, entity_type, entity_id, entity_version, channel, recipient_id, state,
                                   reason, attempts, updated_at AS at, publication_seq";
 
 /// The publications of the intents just inserted (`i`) in a published state:
 /// those the insert numbered, because the deployment publishes.
-const PUBLISH_INSERTED: &str = publication_insert!("i p", "p.publication_seq > 0");
+const PUBLISH_INSERTED: &str = "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id,
+                                                          entity_version, channel, recipient_id, state, reason,
+                                                          attempts, at)
+    SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+           p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+    FROM i p WHERE p.publication_seq > 0 ON CONFLICT (msg_id) DO NOTHING";
 
 /// A job is queued only for an intent just created, which has none: the
 /// set-wise pass's `ON CONFLICT` only guards that, and the statement of a

@@ -11,6 +11,13 @@
 //! that writes a publication, so one without the bus configured (an API-only
 //! process) publishes what it changes as well, and a connection pooler has
 //! no session setting to lose.
+//!
+//! Each backend writes out the statements that insert publications: a row's
+//! `msg_id` is `key:state:n` (the intent's publication number), and a row
+//! written already (the same transition offered twice) is kept as it was,
+//! with its id (`ON CONFLICT (msg_id) DO NOTHING`). The condition they carry,
+//! `EXISTS (SELECT 1 FROM settings WHERE name = 'publications')`, is
+//! [`PUBLICATIONS_SETTING`].
 
 use super::{Store, StoreResult};
 
@@ -24,38 +31,6 @@ pub async fn enable(store: &dyn Store) -> StoreResult<()> {
     store.setting_get_or_insert(PUBLICATIONS_SETTING, "on").await?;
     Ok(())
 }
-
-/// Whether a publication is written: the condition each publication's
-/// statement carries.
-macro_rules! publishing {
-    () => {
-        "EXISTS (SELECT 1 FROM settings WHERE name = 'publications')"
-    };
-}
-pub(crate) use publishing;
-
-/// The publication rows of the intents a row source `p` returns (its columns
-/// `key, tenant, entity_type, entity_id, entity_version, channel,
-/// recipient_id, state, reason, attempts, at, publication_seq`), each under
-/// its number: `msg_id` is `key:state:n`, for the rows `condition` keeps. A
-/// row written already (the same transition offered twice) is kept as it
-/// was, with its id.
-macro_rules! publication_insert {
-    ($source:expr, $condition:expr) => {
-        concat!(
-            "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
-                                       recipient_id, state, reason, attempts, at)
-             SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
-                    p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
-             FROM ",
-            $source,
-            " WHERE ",
-            $condition,
-            " ON CONFLICT (msg_id) DO NOTHING"
-        )
-    };
-}
-pub(crate) use publication_insert;
 
 /// One transition waiting to be (or already) published.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -93,10 +68,3 @@ pub struct PublicationBacklog {
     pub unpublished: i64,
     pub oldest_at_us: Option<i64>,
 }
-
-macro_rules! publication_columns {
-    () => {
-        "msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel, recipient_id, state, reason, attempts, at"
-    };
-}
-pub(crate) use publication_columns;

@@ -24,9 +24,17 @@ fn drawn() -> impl Strategy<Value = Drawn> {
         .prop_map(|(identity, event, content, recipients)| Drawn { identity, event, content, recipients })
 }
 
-/// A sequence of requests, and where it is cut into batches.
+/// A sequence of requests, and where it is cut into batches. Some requests
+/// are exact repeats of an earlier one (a client's retry), which independent
+/// draws from even this small space would rarely make.
 fn case() -> impl Strategy<Value = (Vec<Drawn>, Vec<bool>)> {
-    proptest::collection::vec(drawn(), 1..9).prop_flat_map(|requests| {
+    let step = (drawn(), proptest::option::weighted(0.25, any::<proptest::sample::Index>()));
+    proptest::collection::vec(step, 1..9).prop_flat_map(|steps| {
+        let mut requests: Vec<Drawn> = Vec::new();
+        for (fresh, repeat) in steps {
+            let again = repeat.filter(|_| !requests.is_empty()).map(|i| requests[i.index(requests.len())].clone());
+            requests.push(again.unwrap_or(fresh));
+        }
         let n = requests.len();
         (Just(requests), proptest::collection::vec(any::<bool>(), n))
     })

@@ -2,10 +2,9 @@
 //! the suppression list and the deployment-wide settings. What a new request
 //! reads of them is gathered over many requests into one statement.
 
-use super::{PostgresStore, q};
+use super::{PostgresStore, suppressions};
 use crate::event::Channel;
 use crate::intent::Reason;
-use crate::store::queries::recipient_columns;
 use crate::store::{
     Cursor, DirectoryRead, DirectoryRows, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow,
     StoreError, StoreResult, SuppressionRow, gathered_or_each_alone,
@@ -15,12 +14,14 @@ use sqlx::PgPool;
 use std::collections::HashMap;
 
 pub(super) async fn recipients_get(pool: &PgPool, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-    let rows =
-        sqlx::query_as(concat!("SELECT ", recipient_columns!(), " FROM recipients WHERE tenant = $2 AND id = ANY($1)"))
-            .bind(ids)
-            .bind(tenant)
-            .fetch_all(pool)
-            .await?;
+    let rows = sqlx::query_as(
+        "SELECT tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at FROM recipients WHERE tenant = $2 AND id = ANY($1)",
+    )
+    .bind(ids)
+    .bind(tenant)
+    .fetch_all(pool)
+    .await?;
     Ok(rows)
 }
 
@@ -30,7 +31,8 @@ pub(super) async fn recipients_get(pool: &PgPool, tenant: &str, ids: &[String]) 
 pub(super) async fn recipient_put(pool: &PgPool, put: &RecipientPut) -> StoreResult<RecipientRow> {
     let mut tx = pool.begin().await?;
     let row: RecipientRow = sqlx::query_as(
-        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at)
+        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences,
+             preferences_version, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9)
          ON CONFLICT (tenant, id) DO UPDATE SET
              email = excluded.email, phone = excluded.phone, locale = excluded.locale,
@@ -39,7 +41,8 @@ pub(super) async fn recipient_put(pool: &PgPool, put: &RecipientPut) -> StoreRes
              preferences_version = CASE WHEN recipients.preferences = excluded.preferences
                  THEN recipients.preferences_version ELSE recipients.preferences_version + 1 END,
              updated_at = excluded.updated_at
-         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at",
+         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at",
     )
     .bind(&put.tenant)
     .bind(&put.id)
@@ -181,6 +184,27 @@ pub(super) async fn directories(pool: &PgPool, reads: &[DirectoryRead]) -> Store
     Ok(reads.iter().map(|r| (own(&recipients, &r.tenant, &r.ids), own(&suppressions, &r.tenant, &r.hashes))).collect())
 }
 
+pub(super) async fn setting_get(pool: &PgPool, name: &str) -> StoreResult<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_optional(pool).await?)
+}
+
+pub(super) async fn setting_remove(pool: &PgPool, name: &str) -> StoreResult<bool> {
+    let n = sqlx::query("DELETE FROM settings WHERE name = $1").bind(name).execute(pool).await?.rows_affected();
+    Ok(n > 0)
+}
+
+/// The value stored under `name`, storing `value` first when there is
+/// none: every process on the database settles on the first one written.
+pub(super) async fn setting_get_or_insert(pool: &PgPool, name: &str, value: &str, now_us: i64) -> StoreResult<String> {
+    sqlx::query("INSERT INTO settings (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+        .bind(name)
+        .bind(value)
+        .bind(now_us)
+        .execute(pool)
+        .await?;
+    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_one(pool).await?)
+}
+
 #[async_trait]
 impl DirectoryStore for PostgresStore {
     async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
@@ -220,7 +244,7 @@ impl DirectoryStore for PostgresStore {
     }
 
     async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
-        q::suppressions_match(&self.pool, tenant, hashes).await
+        suppressions::suppressions_match(&self.pool, tenant, hashes).await
     }
 
     async fn suppressions_list(
@@ -229,29 +253,29 @@ impl DirectoryStore for PostgresStore {
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<SuppressionRow>> {
-        q::suppressions_list(&self.pool, tenant, cursor, limit).await
+        suppressions::suppressions_list(&self.pool, tenant, cursor, limit).await
     }
 
     async fn suppression_remove(&self, tenant: &str, id: &str) -> StoreResult<bool> {
-        q::suppression_remove(&self.pool, tenant, id).await
+        suppressions::suppression_remove(&self.pool, tenant, id).await
     }
 
     async fn suppressions_rekey(
         &self,
         key: &crate::recipient::keyed::SuppressionKey,
     ) -> StoreResult<crate::recipient::keyed::RekeyReport> {
-        q::suppressions_rekey(&self.pool, key).await
+        suppressions::suppressions_rekey(&self.pool, key).await
     }
 
     async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
-        q::setting_get_or_insert(&self.pool, name, value, crate::clock::micros(jiff::Timestamp::now())).await
+        setting_get_or_insert(&self.pool, name, value, crate::clock::micros(jiff::Timestamp::now())).await
     }
 
     async fn setting_get(&self, name: &str) -> StoreResult<Option<String>> {
-        q::setting_get(&self.pool, name).await
+        setting_get(&self.pool, name).await
     }
 
     async fn setting_remove(&self, name: &str) -> StoreResult<bool> {
-        q::setting_remove(&self.pool, name).await
+        setting_remove(&self.pool, name).await
     }
 }

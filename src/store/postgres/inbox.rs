@@ -1,10 +1,37 @@
 //! The in-app inbox on Postgres: one card per entity at its highest version.
 
 use super::PostgresStore;
-use crate::store::queries::{newer_than_card, page};
+use crate::store::shared::page;
 use crate::store::{Cursor, InboxCard, InboxDelivery, InboxStore, Page, StoreResult, inbox_card_id};
 use async_trait::async_trait;
 use sqlx::{PgPool, Postgres, Transaction};
+use std::sync::LazyLock;
+
+/// Is the delivered version newer than the card's? Versionless entities
+/// order by `occurred_at`.
+const NEWER_THAN_CARD: &str = "(COALESCE(excluded.version, -1) > COALESCE(inbox_cards.version, -1)
+                   OR (COALESCE(excluded.version, -1) = COALESCE(inbox_cards.version, -1)
+                       AND excluded.occurred_at > inbox_cards.occurred_at))";
+
+/// A delivery's card: new, or the entity's card collapsing one more
+/// delivery and taking the newer version's content. Built once: the
+/// condition is the same for every column it moves.
+static DELIVER: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
+             intent_key, payload_digest, collapsed, read_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, NULL, $10)
+         ON CONFLICT (card_id) DO UPDATE SET
+             collapsed = inbox_cards.collapsed + 1,
+             version = CASE WHEN {NEWER_THAN_CARD} THEN excluded.version ELSE inbox_cards.version END,
+             occurred_at = CASE WHEN {NEWER_THAN_CARD} THEN excluded.occurred_at ELSE inbox_cards.occurred_at END,
+             intent_key = CASE WHEN {NEWER_THAN_CARD} THEN excluded.intent_key ELSE inbox_cards.intent_key END,
+             payload_digest = CASE WHEN {NEWER_THAN_CARD}
+                 THEN excluded.payload_digest ELSE inbox_cards.payload_digest END,
+             read_at = CASE WHEN {NEWER_THAN_CARD} THEN NULL ELSE inbox_cards.read_at END,
+             updated_at = CASE WHEN {NEWER_THAN_CARD} THEN excluded.updated_at ELSE inbox_cards.updated_at END"
+    )
+});
 
 pub(super) async fn inbox_deliver(tx: &mut Transaction<'_, Postgres>, d: &InboxDelivery) -> StoreResult<()> {
     let card_id = inbox_card_id(&d.tenant, &d.recipient_id, &d.entity_type, &d.entity_id);
@@ -19,43 +46,19 @@ pub(super) async fn inbox_deliver(tx: &mut Transaction<'_, Postgres>, d: &InboxD
     if first == 0 {
         return Ok(()); // this intent is in the inbox already
     }
-    sqlx::query(concat!(
-        "INSERT INTO inbox_cards (card_id, tenant, recipient_id, entity_type, entity_id, version, occurred_at,
-             intent_key, payload_digest, collapsed, read_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, NULL, $10)
-         ON CONFLICT (card_id) DO UPDATE SET
-             collapsed = inbox_cards.collapsed + 1,
-             version = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.version ELSE inbox_cards.version END,
-             occurred_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.occurred_at ELSE inbox_cards.occurred_at END,
-             intent_key = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.intent_key ELSE inbox_cards.intent_key END,
-             payload_digest = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.payload_digest ELSE inbox_cards.payload_digest END,
-             read_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN NULL ELSE inbox_cards.read_at END,
-             updated_at = CASE WHEN ",
-        newer_than_card!(),
-        " THEN excluded.updated_at ELSE inbox_cards.updated_at END"
-    ))
-    .bind(&card_id)
-    .bind(&d.tenant)
-    .bind(&d.recipient_id)
-    .bind(&d.entity_type)
-    .bind(&d.entity_id)
-    .bind(d.version)
-    .bind(&d.occurred_at)
-    .bind(&d.intent_key)
-    .bind(&d.payload_digest)
-    .bind(d.now_us)
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(DELIVER.as_str())
+        .bind(&card_id)
+        .bind(&d.tenant)
+        .bind(&d.recipient_id)
+        .bind(&d.entity_type)
+        .bind(&d.entity_id)
+        .bind(d.version)
+        .bind(&d.occurred_at)
+        .bind(&d.intent_key)
+        .bind(&d.payload_digest)
+        .bind(d.now_us)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -93,7 +96,8 @@ pub(super) async fn inbox_mark_read(
     now_us: i64,
 ) -> StoreResult<bool> {
     let n = sqlx::query(
-        "UPDATE inbox_cards SET read_at = COALESCE(read_at, $4) WHERE tenant = $1 AND recipient_id = $2 AND card_id = $3",
+        "UPDATE inbox_cards SET read_at = COALESCE(read_at, $4) WHERE tenant = $1 AND recipient_id = $2
+         AND card_id = $3",
     )
     .bind(tenant)
     .bind(recipient_id)

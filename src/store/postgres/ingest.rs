@@ -1,13 +1,13 @@
 //! The ingest path on Postgres: request lookups, the group-committed ingest
 //! (its transaction is [`PostgresStore::ingest_tx`]), and the ingest tally.
 
-use super::{PostgresStore, q};
+use super::PostgresStore;
 use crate::store::{
     Ingest, IngestOutcome, IngestStore, IntentStatus, RequestLookup, RequestSeen, StoreResult, TallyRow,
     gathered_or_each_alone, ingest_batch_or_alone,
 };
 use async_trait::async_trait;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 /// Adds to the tally, a statement per row (a batch holds one row per tenant,
 /// minute and kind, so a handful a second at most).
@@ -32,16 +32,104 @@ pub(super) async fn ingest_tally_add(pool: &PgPool, rows: &[TallyRow]) -> StoreR
     Ok(())
 }
 
+/// [`requests_seen`] of one identity.
+pub(super) async fn request_seen(
+    conn: &mut PgConnection,
+    tenant: &str,
+    identity: &str,
+    fingerprint: &str,
+) -> StoreResult<Option<RequestSeen>> {
+    let lookup = RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() };
+    requests_seen(conn, std::slice::from_ref(&lookup)).await?.pop().unwrap_or(Ok(None))
+}
+
+/// The stored answers for request identities, answered in order: a
+/// replay when the fingerprint matches (its intents as they are now),
+/// else a mismatch; a record without a response (not yet answered)
+/// counts as unseen. Per tenant one statement reads the records and
+/// one the replays' intents. An identity asked for many times (a
+/// duplicate storm's concurrent requests) is read once; a record whose
+/// stored answer cannot be read fails only the lookups that name it.
+pub(super) async fn requests_seen(
+    conn: &mut PgConnection,
+    lookups: &[RequestLookup],
+) -> StoreResult<Vec<StoreResult<Option<RequestSeen>>>> {
+    use std::collections::{BTreeSet, HashMap};
+    let mut identities: HashMap<&str, BTreeSet<String>> = HashMap::new();
+    for l in lookups {
+        identities.entry(&l.tenant).or_default().insert(l.identity.clone());
+    }
+    let mut seen: Vec<StoreResult<Option<RequestSeen>>> = lookups.iter().map(|_| Ok(None)).collect();
+    for (tenant, identities) in identities {
+        let identities: Vec<String> = identities.into_iter().collect();
+        // A probe of the primary key per identity, never a scan of
+        // the tenant's rows (see [`super::REQUESTS_OF_TENANT`]).
+        let rows: Vec<(String, String, Option<String>)> =
+            sqlx::query_as(super::REQUESTS_OF_TENANT).bind(&identities).bind(tenant).fetch_all(&mut *conn).await?;
+        let records: HashMap<String, (String, Option<String>)> =
+            rows.into_iter().map(|(identity, stored, response)| (identity, (stored, response))).collect();
+        // A replay answers with its intents as they are now, each
+        // intent read once however many replays name it.
+        let mut keys = BTreeSet::new();
+        for (l, seen) in lookups.iter().zip(&mut seen).filter(|(l, _)| l.tenant == tenant) {
+            let Some((stored, response)) = records.get(&l.identity) else { continue };
+            *seen = RequestSeen::of_record(&l.fingerprint, stored, response.as_deref());
+            if let Ok(Some(RequestSeen::Replay(response))) = seen {
+                keys.extend(response.intent_keys());
+            }
+        }
+        if keys.is_empty() {
+            continue;
+        }
+        let now = intents_status(&mut *conn, tenant, &keys.into_iter().collect::<Vec<_>>()).await?;
+        for (_, seen) in lookups.iter().zip(&mut seen).filter(|(l, _)| l.tenant == tenant) {
+            if let Ok(Some(RequestSeen::Replay(response))) = seen {
+                response.refresh(&now);
+            }
+        }
+    }
+    Ok(seen)
+}
+
+/// The content digest an event key was accepted with, if it was.
+pub(super) async fn event_digest(conn: &mut PgConnection, event_key: &str) -> StoreResult<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT content_digest FROM events WHERE event_key = $1")
+        .bind(event_key)
+        .fetch_optional(conn)
+        .await?)
+}
+
+/// The decision, reason and state of these intents as they are now.
+/// Read by key, the tenant only a filter on what the keys find:
+/// `tenant || ''` is no column an index can search by, so no planner
+/// can answer through a `(tenant, …)` index and read the whole
+/// tenant (SQLite without statistics did, and a replay slowed as the
+/// tenant grew; `tests/hot_path_plans.rs`).
+pub(super) async fn intents_status(
+    conn: &mut PgConnection,
+    tenant: &str,
+    keys: &[String],
+) -> StoreResult<Vec<IntentStatus>> {
+    let rows = sqlx::query_as(
+        "SELECT key, decision, reason, state, mode FROM intents WHERE tenant || '' = $2 AND key = ANY($1)",
+    )
+    .bind(keys)
+    .bind(tenant)
+    .fetch_all(conn)
+    .await?;
+    Ok(rows)
+}
+
 #[async_trait]
 impl IngestStore for PostgresStore {
     async fn request_find(&self, tenant: &str, identity: &str, fingerprint: &str) -> StoreResult<Option<RequestSeen>> {
         let mut conn = self.pool.acquire().await?;
-        q::request_seen(&mut conn, tenant, identity, fingerprint).await
+        request_seen(&mut conn, tenant, identity, fingerprint).await
     }
 
     async fn requests_find(&self, lookups: &[RequestLookup]) -> Vec<StoreResult<Option<RequestSeen>>> {
         let gathered = match self.pool.acquire().await {
-            Ok(mut conn) => q::requests_seen(&mut conn, lookups).await,
+            Ok(mut conn) => requests_seen(&mut conn, lookups).await,
             Err(e) => Err(e.into()),
         };
         gathered_or_each_alone("request lookup", lookups, gathered, |l| {
@@ -56,12 +144,12 @@ impl IngestStore for PostgresStore {
 
     async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {
         let mut conn = self.pool.acquire().await?;
-        q::event_digest(&mut conn, event_key).await
+        event_digest(&mut conn, event_key).await
     }
 
     async fn intents_status(&self, tenant: &str, keys: &[String]) -> StoreResult<Vec<IntentStatus>> {
         let mut conn = self.pool.acquire().await?;
-        q::intents_status(&mut conn, tenant, keys).await
+        intents_status(&mut conn, tenant, keys).await
     }
 
     async fn ingest_tally_add(&self, rows: &[TallyRow]) -> StoreResult<()> {

@@ -2,7 +2,6 @@
 //! acknowledged, measuring the backlog.
 
 use super::PostgresStore;
-use crate::store::publications::publication_columns;
 use crate::store::{Publication, PublicationBacklog, PublicationClaim, PublicationStore, StoreResult};
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -33,18 +32,18 @@ pub(super) async fn publications_backlog(pool: &PgPool) -> StoreResult<Publicati
 impl PublicationStore for PostgresStore {
     async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
         // Leased by the database's clock, as jobs are.
-        let rows = sqlx::query_as(concat!(
+        let rows = sqlx::query_as(
             "WITH due AS (
-                     SELECT msg_id AS due_id FROM publications
-                     WHERE published_at IS NULL
-                       AND (leased_until IS NULL OR leased_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
-                     ORDER BY at LIMIT $1
-                     FOR UPDATE SKIP LOCKED)
-                 UPDATE publications SET leased_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $2
-                 FROM due WHERE publications.msg_id = due.due_id
-                 RETURNING ",
-            publication_columns!()
-        ))
+                 SELECT msg_id AS due_id FROM publications
+                 WHERE published_at IS NULL
+                   AND (leased_until IS NULL OR leased_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
+                 ORDER BY at LIMIT $1
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE publications SET leased_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $2
+             FROM due WHERE publications.msg_id = due.due_id
+             RETURNING msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel, recipient_id,
+                 state, reason, attempts, at",
+        )
         .bind(i64::from(claim.limit))
         .bind(claim.lease_us)
         .fetch_all(&self.pool)

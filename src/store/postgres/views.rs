@@ -1,8 +1,8 @@
 //! Reads for the API, the console and the CLI on Postgres: intents with their
 //! attempts and receipts, and the shadow report's figures.
 
-use super::{PostgresStore, q};
-use crate::store::queries::{attempt_columns, intent_columns, page};
+use super::{PostgresStore, dead_letters, queue, receipts, suppressions};
+use crate::store::shared::page;
 use crate::store::{
     AttemptRow, Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, IntentCount, IntentDetail, IntentFilter,
     IntentRow, Page, QueueStats, ReceiptRow, ReportFilter, ReportRows, SmsCount, StoreError, StoreResult, TallyKind,
@@ -12,12 +12,17 @@ use async_trait::async_trait;
 use sqlx::{PgPool, Postgres, QueryBuilder};
 
 pub(super) async fn intent_get(pool: &PgPool, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
-    let intent: Option<IntentRow> =
-        sqlx::query_as(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE i.tenant = $1 AND i.key = $2"))
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(pool)
-            .await?;
+    let intent: Option<IntentRow> = sqlx::query_as(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE i.tenant = $1
+         AND i.key = $2",
+    )
+    .bind(tenant)
+    .bind(key)
+    .fetch_optional(pool)
+    .await?;
     let Some(intent) = intent else { return Ok(None) };
     let content: Option<String> = match &intent.payload_digest {
         Some(d) => {
@@ -29,20 +34,27 @@ pub(super) async fn intent_get(pool: &PgPool, tenant: &str, key: &str) -> StoreR
         .bind(&intent.event_digest)
         .fetch_optional(pool)
         .await?;
-    let attempts =
-        sqlx::query_as(concat!("SELECT ", attempt_columns!(), " FROM attempts WHERE intent_key = $1 ORDER BY n"))
-            .bind(key)
-            .fetch_all(pool)
-            .await?;
-    let receipts = q::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
+    let attempts = sqlx::query_as(
+        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
+             error, retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1
+         ORDER BY n",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await?;
+    let receipts = receipts::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
     Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts }))
 }
 
 pub(super) async fn intents_list(pool: &PgPool, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
     // Every condition is pushed only when given, so each search is one
     // plain statement its index serves (no `$1 IS NULL OR …`).
-    let mut q: QueryBuilder<'_, Postgres> =
-        QueryBuilder::new(concat!("SELECT ", intent_columns!(), " FROM intents i WHERE 1 = 1"));
+    let mut q: QueryBuilder<'_, Postgres> = QueryBuilder::new(
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
+             i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
+             i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE 1 = 1",
+    );
     if let Some(t) = &f.tenant {
         q.push(" AND i.tenant = ").push_bind(t);
     }
@@ -90,11 +102,11 @@ pub(super) async fn attempts_by_outcome(
 
 /// Every attempt of these intents, in order.
 pub(super) async fn attempts_of(pool: &PgPool, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
-    let rows = sqlx::query_as(concat!(
-        "SELECT ",
-        attempt_columns!(),
-        " FROM attempts WHERE intent_key = ANY($1) ORDER BY intent_key, n"
-    ))
+    let rows = sqlx::query_as(
+        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
+             error, retry_after, retry_at, provider, possible_duplicate FROM attempts
+         WHERE intent_key = ANY($1) ORDER BY intent_key, n",
+    )
     .bind(keys)
     .fetch_all(pool)
     .await?;
@@ -192,11 +204,11 @@ impl ViewStore for PostgresStore {
     }
 
     async fn receipts_of(&self, keys: &[String]) -> StoreResult<Vec<ReceiptRow>> {
-        q::receipts_of(&self.pool, keys).await
+        receipts::receipts_of(&self.pool, keys).await
     }
 
     async fn dead_letters_list(&self, filter: DeadLetterFilter) -> StoreResult<Page<DeadLetter>> {
-        q::dead_letters_list(&self.pool, &filter).await
+        dead_letters::dead_letters_list(&self.pool, &filter).await
     }
 
     async fn dead_letters_summary(
@@ -205,15 +217,15 @@ impl ViewStore for PostgresStore {
         since_us: i64,
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>> {
-        q::dead_letters_summary(&self.pool, tenant, since_us, until_us).await
+        dead_letters::dead_letters_summary(&self.pool, tenant, since_us, until_us).await
     }
 
     async fn dead_letters_groups(&self, tenant: Option<&str>) -> StoreResult<Vec<DeadLetterGroup>> {
-        q::dead_letters_groups(&self.pool, tenant).await
+        dead_letters::dead_letters_groups(&self.pool, tenant).await
     }
 
     async fn dead_letters_newest(&self, tenant: Option<&str>, per_group: u32) -> StoreResult<Vec<IntentRow>> {
-        q::dead_letters_newest(&self.pool, tenant, per_group).await
+        dead_letters::dead_letters_newest(&self.pool, tenant, per_group).await
     }
 
     async fn dead_letters_examples(
@@ -224,11 +236,11 @@ impl ViewStore for PostgresStore {
         until_us: i64,
         limit: u32,
     ) -> StoreResult<Vec<IntentRow>> {
-        q::dead_letters_examples(&self.pool, tenant, reason, since_us, until_us, limit).await
+        dead_letters::dead_letters_examples(&self.pool, tenant, reason, since_us, until_us, limit).await
     }
 
     async fn queue_stats(&self, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
-        q::queue_stats(&self.pool, tenant, now_us).await
+        queue::queue_stats(&self.pool, tenant, now_us).await
     }
 
     async fn attempts_by_outcome(
@@ -246,7 +258,7 @@ impl ViewStore for PostgresStore {
         since_us: i64,
         until_us: i64,
     ) -> StoreResult<Vec<(String, i64)>> {
-        q::bounces_by_domain(&self.pool, tenant, since_us, until_us).await
+        suppressions::bounces_by_domain(&self.pool, tenant, since_us, until_us).await
     }
 
     async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {

@@ -1,8 +1,7 @@
 //! The directory on SQLite: recipients and their kept preference versions,
 //! the suppression list and the deployment-wide settings.
 
-use super::{SqliteStore, keys_arg, q};
-use crate::store::queries::recipient_columns;
+use super::{SqliteStore, keys_arg, suppressions};
 use crate::store::{
     Cursor, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow, StoreResult, SuppressionRow,
 };
@@ -10,11 +9,10 @@ use async_trait::async_trait;
 use sqlx::SqlitePool;
 
 pub(super) async fn recipients_get(pool: &SqlitePool, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-    let rows = sqlx::query_as(concat!(
-        "SELECT ",
-        recipient_columns!(),
-        " FROM recipients WHERE tenant = $2 AND id IN (SELECT value FROM json_each($1))"
-    ))
+    let rows = sqlx::query_as(
+        "SELECT tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at FROM recipients WHERE tenant = $2 AND id IN (SELECT value FROM json_each($1))",
+    )
     .bind(keys_arg(ids))
     .bind(tenant)
     .fetch_all(pool)
@@ -28,7 +26,8 @@ pub(super) async fn recipients_get(pool: &SqlitePool, tenant: &str, ids: &[Strin
 pub(super) async fn recipient_put(pool: &SqlitePool, put: &RecipientPut) -> StoreResult<RecipientRow> {
     let mut tx = pool.begin().await?;
     let row: RecipientRow = sqlx::query_as(
-        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at)
+        "INSERT INTO recipients (tenant, id, email, phone, locale, timezone, webhook_url, preferences,
+             preferences_version, updated_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9)
          ON CONFLICT (tenant, id) DO UPDATE SET
              email = excluded.email, phone = excluded.phone, locale = excluded.locale,
@@ -37,7 +36,8 @@ pub(super) async fn recipient_put(pool: &SqlitePool, put: &RecipientPut) -> Stor
              preferences_version = CASE WHEN recipients.preferences = excluded.preferences
                  THEN recipients.preferences_version ELSE recipients.preferences_version + 1 END,
              updated_at = excluded.updated_at
-         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version, updated_at",
+         RETURNING tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
+             updated_at",
     )
     .bind(&put.tenant)
     .bind(&put.id)
@@ -83,6 +83,32 @@ pub(super) async fn recipient_preferences_get(
     Ok(row)
 }
 
+pub(super) async fn setting_get(pool: &SqlitePool, name: &str) -> StoreResult<Option<String>> {
+    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_optional(pool).await?)
+}
+
+pub(super) async fn setting_remove(pool: &SqlitePool, name: &str) -> StoreResult<bool> {
+    let n = sqlx::query("DELETE FROM settings WHERE name = $1").bind(name).execute(pool).await?.rows_affected();
+    Ok(n > 0)
+}
+
+/// The value stored under `name`, storing `value` first when there is
+/// none: every process on the database settles on the first one written.
+pub(super) async fn setting_get_or_insert(
+    pool: &SqlitePool,
+    name: &str,
+    value: &str,
+    now_us: i64,
+) -> StoreResult<String> {
+    sqlx::query("INSERT INTO settings (name, value, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+        .bind(name)
+        .bind(value)
+        .bind(now_us)
+        .execute(pool)
+        .await?;
+    Ok(sqlx::query_scalar("SELECT value FROM settings WHERE name = $1").bind(name).fetch_one(pool).await?)
+}
+
 #[async_trait]
 impl DirectoryStore for SqliteStore {
     async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
@@ -103,7 +129,7 @@ impl DirectoryStore for SqliteStore {
     }
 
     async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
-        q::suppressions_match(&self.reader, tenant, hashes).await
+        suppressions::suppressions_match(&self.reader, tenant, hashes).await
     }
 
     async fn suppressions_list(
@@ -112,29 +138,29 @@ impl DirectoryStore for SqliteStore {
         cursor: Option<&Cursor>,
         limit: u32,
     ) -> StoreResult<Page<SuppressionRow>> {
-        q::suppressions_list(&self.reader, tenant, cursor, limit).await
+        suppressions::suppressions_list(&self.reader, tenant, cursor, limit).await
     }
 
     async fn suppression_remove(&self, tenant: &str, id: &str) -> StoreResult<bool> {
-        q::suppression_remove(&self.writer, tenant, id).await
+        suppressions::suppression_remove(&self.writer, tenant, id).await
     }
 
     async fn suppressions_rekey(
         &self,
         key: &crate::recipient::keyed::SuppressionKey,
     ) -> StoreResult<crate::recipient::keyed::RekeyReport> {
-        q::suppressions_rekey(&self.writer, key).await
+        suppressions::suppressions_rekey(&self.writer, key).await
     }
 
     async fn setting_get_or_insert(&self, name: &str, value: &str) -> StoreResult<String> {
-        q::setting_get_or_insert(&self.writer, name, value, crate::clock::micros(jiff::Timestamp::now())).await
+        setting_get_or_insert(&self.writer, name, value, crate::clock::micros(jiff::Timestamp::now())).await
     }
 
     async fn setting_get(&self, name: &str) -> StoreResult<Option<String>> {
-        q::setting_get(&self.writer, name).await
+        setting_get(&self.writer, name).await
     }
 
     async fn setting_remove(&self, name: &str) -> StoreResult<bool> {
-        q::setting_remove(&self.writer, name).await
+        setting_remove(&self.writer, name).await
     }
 }

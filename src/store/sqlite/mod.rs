@@ -3,26 +3,30 @@
 //! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
 
 use super::batch::Pass;
-use super::publications::{publication_insert, publishing};
-use super::queries::ingest::Step;
-use super::queries::{applied_set, report};
+use super::shared::Step;
 use super::sqlite_batch::SqliteStatements;
 use super::*;
 use crate::intent::State;
 use crate::lifecycle::{self, Change};
 use serde_json::json;
-use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+mod dead_letters;
+mod digests;
 mod directory;
 mod inbox;
 mod ingest;
+mod ingest_tx;
+mod ops;
 mod publications;
+mod queue;
 mod receipts;
 mod rejected;
+mod retention;
+mod suppressions;
 mod views;
 
 fn keys_arg(keys: &[String]) -> String {
@@ -34,28 +38,22 @@ fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
     serde_json::Value::Array(rows.collect()).to_string()
 }
 
-mod q {
-    super::super::queries::shared_queries!(
-        sqlx::Sqlite,
-        "IN (SELECT value FROM json_each($1))",
-        "SELECT identity, fingerprint, response FROM requests
-         WHERE tenant = $2 AND identity IN (SELECT value FROM json_each($1))",
-        super::keys_arg,
-        "",
-        "json_each($1)",
-    );
-}
+/// The write transaction every statement of a change runs in.
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
 /// The next attempt of each of these intents: its count goes up, it is
 /// `sending`, and its attempt row is written (two statements: SQLite has no
 /// data-modifying `WITH`, and in-process statements cost no round trip).
 async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[String], now_us: i64) -> StoreResult<()> {
-    sqlx::query("UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2 WHERE key IN (SELECT value FROM json_each($1))")
-        .bind(keys_arg(keys))
-        .bind(now_us)
-        .bind(crate::intent::State::Sending.as_str())
-        .execute(&mut **tx)
-        .await?;
+    sqlx::query(
+        "UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2
+         WHERE key IN (SELECT value FROM json_each($1))",
+    )
+    .bind(keys_arg(keys))
+    .bind(now_us)
+    .bind(crate::intent::State::Sending.as_str())
+    .execute(&mut **tx)
+    .await?;
     sqlx::query(
         "INSERT INTO attempts (intent_key, n, started_at)
          SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
@@ -139,21 +137,25 @@ pub(super) async fn publications_write(
     if keys.is_empty() {
         return Ok(());
     }
-    sqlx::query(concat!(
-        "UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1)) AND ",
-        publishing!()
-    ))
+    sqlx::query(
+        "UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1))
+         AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')",
+    )
     .bind(keys_arg(keys))
     .execute(&mut **tx)
     .await?;
-    sqlx::query(concat!(publication_insert!(
-        "(SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
-                     CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
-                     CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
-                     publication_seq
-              FROM intents WHERE key IN (SELECT value FROM json_each($1))) p",
-        publishing!()
-    )))
+    sqlx::query(
+        "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
+                                   recipient_id, state, reason, attempts, at)
+         SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+                p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+         FROM (SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+                 CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
+                 CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
+                 publication_seq
+          FROM intents WHERE key IN (SELECT value FROM json_each($1))) p WHERE EXISTS (SELECT 1 FROM settings
+          WHERE name = 'publications') ON CONFLICT (msg_id) DO NOTHING",
+    )
     .bind(keys_arg(keys))
     .bind(delivered_at)
     .execute(&mut **tx)
@@ -217,18 +219,19 @@ impl SqliteStore {
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.writer.begin().await?;
         let outcomes = match batch {
-            [only] => match q::ingest_one(&mut tx, only, false).await? {
+            [only] => match ingest_tx::ingest_one(&mut tx, only, false).await? {
                 Step::Done(outcome) => vec![Ok(outcome)],
                 Step::Raced => {
                     // Its identity was recorded first: that record stands.
                     tx.rollback().await?;
                     let mut tx = self.writer.begin().await?;
-                    return Ok(vec![q::decided_elsewhere(&mut tx, only).await]);
+                    return Ok(vec![ingest_tx::decided_elsewhere(&mut tx, only).await]);
                 }
             },
             _ if super::batch::fits(batch) => match super::batch::write(&SqliteStatements, &mut tx, batch).await? {
                 Pass::Decided(decided) => {
-                    let rest = q::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
+                    let rest =
+                        ingest_tx::ingest_batch(&mut tx, super::batch::undecided(&decided, batch), false).await?;
                     super::batch::merge(decided, rest)
                 }
                 Pass::Raced => {
@@ -237,10 +240,10 @@ impl SqliteStore {
                     // before it writes.
                     tx.rollback().await?;
                     tx = self.writer.begin().await?;
-                    q::ingest_batch(&mut tx, batch, true).await?
+                    ingest_tx::ingest_batch(&mut tx, batch, true).await?
                 }
             },
-            _ => q::ingest_batch(&mut tx, batch, false).await?,
+            _ => ingest_tx::ingest_batch(&mut tx, batch, false).await?,
         };
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
@@ -253,201 +256,5 @@ impl SqliteStore {
     /// so no one else to tell).
     fn jobs_queued(&self) {
         self.wake.notify_one();
-    }
-}
-
-static MIGRATOR: Migrator = sqlx::migrate!("migrations/sqlite");
-
-#[async_trait::async_trait]
-impl OpsStore for SqliteStore {
-    async fn migrate(&self) -> StoreResult<()> {
-        MIGRATOR.run(&self.writer).await?;
-        super::backfill::sqlite(&self.writer).await?;
-        Ok(())
-    }
-
-    async fn schema_state(&self) -> StoreResult<SchemaState> {
-        let tables: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'")
-                .fetch_one(&self.reader)
-                .await?;
-        if tables == 0 {
-            return Ok(SchemaState::Missing);
-        }
-        let applied: Vec<(i64, bool)> =
-            sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
-                .fetch_all(&self.reader)
-                .await?;
-        Ok(SchemaState::compare(&MIGRATOR, &applied))
-    }
-
-    async fn ping(&self) -> StoreResult<()> {
-        sqlx::query("SELECT 1").execute(&self.reader).await?;
-        Ok(())
-    }
-
-    async fn retention_batch(&self, step: PruneStep, cutoff_us: i64, batch: i64) -> StoreResult<u64> {
-        q::retention_batch(&self.writer, step, cutoff_us, batch).await
-    }
-
-    async fn dead_letters_replay(&self, replay: Replay) -> StoreResult<Vec<ReplayResult>> {
-        let mut tx = self.writer.begin().await?;
-        let out = q::dead_letters_replay(&mut tx, &replay).await?;
-        tx.commit().await?;
-        self.jobs_queued();
-        Ok(out)
-    }
-
-    async fn ops_digest_claim(&self, claim: OpsDigestClaim) -> StoreResult<Option<(i64, i64)>> {
-        // One process: its clock judges the lease (Postgres uses the database's).
-        q::ops_digest_claim(&self.writer, &claim, claim.now_us).await
-    }
-
-    async fn ops_digest_posted(&self, slot: &str, now_us: i64, total: i64) -> StoreResult<()> {
-        q::ops_digest_posted(&self.writer, slot, now_us, total).await
-    }
-
-    async fn ops_digest_last_until(&self) -> StoreResult<Option<i64>> {
-        q::ops_digest_last_until(&self.reader).await
-    }
-
-    async fn ops_digest_last(&self) -> StoreResult<Option<OpsDigestRow>> {
-        q::ops_digest_last(&self.reader).await
-    }
-}
-
-#[async_trait::async_trait]
-impl QueueStore for SqliteStore {
-    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
-        let mut tx = self.writer.begin().await?;
-        // One process: its clock judges the leases (Postgres uses the database's).
-        let keys: Vec<String> = sqlx::query_scalar(
-            "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
-                     SELECT intent_key FROM jobs
-                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
-                     ORDER BY run_at LIMIT $2)
-                 RETURNING intent_key",
-        )
-        .bind(claim.now_us)
-        .bind(i64::from(claim.limit))
-        .bind(claim.lease_us)
-        .fetch_all(&mut *tx)
-        .await?;
-        if keys.is_empty() {
-            tx.rollback().await?;
-            return Ok(Vec::new());
-        }
-        let candidates: Vec<ClaimCandidate> = sqlx::query_as(concat!(
-            "SELECT ",
-            super::queries::intent_columns!(),
-            ", p.body AS content,
-               EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS lease_lapsed,
-               j.traceparent, j.links
-             FROM intents i JOIN jobs j ON j.intent_key = i.key LEFT JOIN payloads p ON p.digest = i.payload_digest
-             WHERE i.key IN (SELECT value FROM json_each($1))"
-        ))
-        .bind(keys_arg(&keys))
-        .fetch_all(&mut *tx)
-        .await?;
-        let jobs = q::claim_candidates(&mut tx, candidates, &claim).await?;
-        tx.commit().await?;
-        Ok(jobs)
-    }
-
-    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
-        if finished.is_empty() {
-            return Ok(FinishReport::default());
-        }
-        // One transaction and at most four statements for the batch, each
-        // given the batch as one JSON array of rows: a statement per outcome
-        // costs a round trip to SQLite's thread each, and the writer is shared
-        // with ingest.
-        let outcomes = json_rows(finished.iter().map(|f| {
-            json!([
-                f.key,
-                f.n,
-                f.finished_at_us,
-                f.outcome.as_str(),
-                f.error_class.map(|r| r.as_str()),
-                f.provider_status,
-                f.provider_message_id,
-                f.error,
-                f.retry_after_us,
-                f.transition.retry_at(),
-                f.provider,
-                f.possible_duplicate
-            ])
-        }));
-        let mut tx = self.writer.begin().await?;
-        let applied: Vec<(String, i64)> = sqlx::query_as(
-            "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                 provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
-                 retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
-                 possible_duplicate = u.possible_duplicate
-             FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
-                          value->>4 AS error_class, value->>5 AS provider_status, value->>6 AS provider_message_id,
-                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at,
-                          value->>10 AS provider, value->>11 AS possible_duplicate
-                   FROM json_each($1)) AS u
-             WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
-             RETURNING intent_key, n",
-        )
-        .bind(outcomes)
-        .fetch_all(&mut *tx)
-        .await?;
-        // By (key, n): a stale outcome for an attempt that was rescued must not
-        // ride along with the new attempt's outcome for the same intent.
-        let applied_now = applied_set(&applied);
-        let applied_outcomes: Vec<&FinishedAttempt> =
-            finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
-        // A statement with nothing to do is skipped: each is a hop to the
-        // writer's thread. Outcomes all stale leave nothing to write; most
-        // batches hold no retry.
-        let changes: Vec<Change> =
-            applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
-        intents_apply(&mut tx, &changes).await?;
-        let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
-            applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
-        if !done.is_empty() {
-            sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
-                .bind(json_rows(done.iter().map(|f| json!(f.key))))
-                .execute(&mut *tx)
-                .await?;
-        }
-        if !retries.is_empty() {
-            sqlx::query(
-                "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
-                 FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u WHERE jobs.intent_key = u.k",
-            )
-            .bind(json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()]))))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(report(finished, &applied))
-    }
-
-    async fn wait_for_work(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
-    }
-
-    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
-        q::digests_due(&self.reader, now_us, limit).await
-    }
-
-    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
-        q::digest_members(&self.reader, key).await
-    }
-
-    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let outcome = q::digest_close(&mut tx, &close).await?;
-        if outcome == DigestCloseOutcome::Closed {
-            tx.commit().await?;
-            self.jobs_queued();
-        } else {
-            tx.rollback().await?;
-        }
-        Ok(outcome)
     }
 }

@@ -2,7 +2,6 @@
 //! acknowledged, measuring the backlog.
 
 use super::{SqliteStore, keys_arg};
-use crate::store::publications::publication_columns;
 use crate::store::{Publication, PublicationBacklog, PublicationClaim, PublicationStore, StoreResult};
 use async_trait::async_trait;
 use sqlx::SqlitePool;
@@ -33,14 +32,14 @@ pub(super) async fn publications_backlog(pool: &SqlitePool) -> StoreResult<Publi
 impl PublicationStore for SqliteStore {
     async fn publications_claim(&self, claim: PublicationClaim) -> StoreResult<Vec<Publication>> {
         // One writer: nothing to skip.
-        let rows = sqlx::query_as(concat!(
+        let rows = sqlx::query_as(
             "UPDATE publications SET leased_until = $1 + $3
              WHERE msg_id IN (SELECT msg_id FROM publications
                               WHERE published_at IS NULL AND (leased_until IS NULL OR leased_until <= $1)
                               ORDER BY at LIMIT $2)
-             RETURNING ",
-            publication_columns!()
-        ))
+             RETURNING msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel, recipient_id,
+                 state, reason, attempts, at",
+        )
         .bind(claim.now_us)
         .bind(i64::from(claim.limit))
         .bind(claim.lease_us)

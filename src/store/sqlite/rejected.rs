@@ -1,7 +1,7 @@
 //! Bus messages that could not become an event (`rejected_messages`), on SQLite.
 
 use super::SqliteStore;
-use crate::store::queries::{page, rejected_columns};
+use crate::store::shared::page;
 use crate::store::{Cursor, Page, RejectedMessage, RejectedStore, StoreResult};
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
@@ -40,8 +40,10 @@ pub(super) async fn rejected_list(
     cursor: Option<&Cursor>,
     limit: u32,
 ) -> StoreResult<Page<RejectedMessage>> {
-    let mut q: QueryBuilder<'_, Sqlite> =
-        QueryBuilder::new(concat!("SELECT ", rejected_columns!(), " FROM rejected_messages WHERE 1 = 1"));
+    let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
+        "SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body,
+             created_at FROM rejected_messages WHERE 1 = 1",
+    );
     if let Some(t) = tenant {
         q.push(" AND tenant = ").push_bind(t);
     }
@@ -76,11 +78,10 @@ pub(super) async fn rejected_summary(
 }
 
 pub(super) async fn rejected_get(pool: &SqlitePool, tenant: &str, id: &str) -> StoreResult<Option<RejectedMessage>> {
-    let row = sqlx::query_as(concat!(
-        "SELECT ",
-        rejected_columns!(),
-        " FROM rejected_messages WHERE tenant = $1 AND id = $2"
-    ))
+    let row = sqlx::query_as(
+        "SELECT id, tenant, stream, consumer, subject, stream_seq, deliveries, status, code, message, body,
+             created_at FROM rejected_messages WHERE tenant = $1 AND id = $2",
+    )
     .bind(tenant)
     .bind(id)
     .fetch_optional(pool)

@@ -1,0 +1,47 @@
+//! Dialect-free Rust both backends' queries share: the ingest savepoint
+//! loop's [`Step`], paging, the final states as retention's SQL list, and
+//! the report of a batch of recorded outcomes. The SQL itself is written out
+//! per backend, in `sqlite/` and `postgres/`.
+
+use super::rows::*;
+use crate::intent::State;
+use std::collections::HashSet;
+use std::sync::LazyLock;
+
+/// How one request's statements ended, before its savepoint (or, for a
+/// request alone on SQLite, its transaction) ends.
+pub enum Step {
+    Done(IngestOutcome),
+    /// Another transaction recorded this request identity first.
+    Raced,
+}
+
+/// Trims a `limit + 1` fetch to `limit` and says where the next page starts.
+pub(crate) fn page<T>(items: &mut Vec<T>, limit: u32, cursor: impl Fn(&T) -> Cursor) -> Page<T> {
+    let more = items.len() > limit as usize;
+    items.truncate(limit as usize);
+    let next = if more { items.last().map(cursor) } else { None };
+    Page { items: std::mem::take(items), next }
+}
+
+/// The final states ([`State::is_final`]) as the SQL list retention
+/// matches: `'sent', 'dead', …`, written from the rule, so the rule has one
+/// place.
+pub fn final_states() -> &'static str {
+    static LIST: LazyLock<String> =
+        LazyLock::new(|| State::finals().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(", "));
+    &LIST
+}
+
+/// Which outcomes were applied, and which were stale.
+pub fn report(finished: &[FinishedAttempt], applied: &[(String, i64)]) -> FinishReport {
+    let applied = applied_set(applied);
+    let stale: Vec<(String, i64)> =
+        finished.iter().filter(|f| !applied.contains(&(f.key.as_str(), f.n))).map(|f| (f.key.clone(), f.n)).collect();
+    FinishReport { applied: finished.len() - stale.len(), stale }
+}
+
+/// The (key, n) pairs a recording applied, for lookups by outcome.
+pub fn applied_set(applied: &[(String, i64)]) -> HashSet<(&str, i64)> {
+    applied.iter().map(|(k, n)| (k.as_str(), *n)).collect()
+}

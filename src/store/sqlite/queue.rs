@@ -1,0 +1,376 @@
+//! The queue on SQLite: the `QueueStore` impl (claim, record, wait for work,
+//! digest windows), what a claim writes once the jobs are leased, and the
+//! queue's depth. What happens to each job is decided in
+//! [`crate::lifecycle::claim`]; the SQL here fetches the facts and writes the
+//! answers, a statement per kind of answer for the whole batch, never one per
+//! job.
+
+use super::{SqliteStore, Tx, digests, intents_apply, json_rows, keys_arg, start_attempts};
+use crate::intent::{OutcomeClass, Reason, State};
+use crate::lifecycle::Change;
+use crate::store::shared::{applied_set, report};
+use crate::store::{
+    Claim, ClaimCandidate, ClaimedJob, DigestClose, DigestCloseOutcome, DigestMember, DigestRow, FinishReport,
+    FinishedAttempt, QueueStats, QueueStore, StoreResult,
+};
+use async_trait::async_trait;
+use serde_json::json;
+use sqlx::SqlitePool;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// After the backend has leased jobs and read their intents (the
+/// candidates): record the lapsed attempts among them as `unknown`, end
+/// the jobs the rules end, start the next attempt of the rest and
+/// return them with their content (state `sending`), a statement per
+/// kind of answer. Returned too, already ended: shadowed jobs (no
+/// attempt) and jobs a rescue ended, so that the worker counts and
+/// logs them.
+pub(super) async fn claim_candidates(
+    tx: &mut Tx<'_>,
+    candidates: Vec<ClaimCandidate>,
+    claim: &Claim,
+) -> StoreResult<Vec<ClaimedJob>> {
+    use crate::lifecycle::claim as rules;
+    let now_us = claim.now_us;
+    // A lapsed attempt may have reached the person: after an earlier
+    // `unknown` on a channel that cannot recognise the repeat, it is
+    // a possible duplicate. The facts are read before it is recorded
+    // `unknown` itself; the rule is in `lifecycle::claim`.
+    let lapsed: Vec<&ClaimCandidate> = candidates.iter().filter(|c| c.lease_lapsed).collect();
+    let exposed: Vec<String> = lapsed
+        .iter()
+        .filter(|c| claim.repeats_unrecognised.contains(&c.intent.channel))
+        .map(|c| c.intent.key.clone())
+        .collect();
+    let first_unknown: HashMap<String, i64> = if exposed.is_empty() {
+        HashMap::new()
+    } else {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT intent_key, MIN(n) FROM attempts WHERE outcome = $2
+             AND intent_key IN (SELECT value FROM json_each($1)) GROUP BY intent_key",
+        )
+        .bind(keys_arg(&exposed))
+        .bind(OutcomeClass::Unknown.as_str())
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect()
+    };
+    let duplicates: std::collections::HashSet<String> = lapsed
+        .iter()
+        .filter(|c| {
+            rules::rescued_possible_duplicate(
+                claim.repeats_unrecognised.contains(&c.intent.channel),
+                first_unknown.get(&c.intent.key).copied(),
+                c.intent.attempts,
+            )
+        })
+        .map(|c| c.intent.key.clone())
+        .collect();
+    let (flagged, plain): (Vec<String>, Vec<String>) =
+        lapsed.iter().map(|c| c.intent.key.clone()).partition(|k| duplicates.contains(k));
+    for (keys, possible_duplicate) in [(flagged, true), (plain, false)] {
+        if keys.is_empty() {
+            continue;
+        }
+        sqlx::query(
+            "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5,
+                 possible_duplicate = $6
+             WHERE finished_at IS NULL AND intent_key IN (SELECT value FROM json_each($1))",
+        )
+        .bind(keys_arg(&keys))
+        .bind(now_us)
+        .bind(OutcomeClass::Unknown.as_str())
+        .bind(Reason::LeaseExpired.as_str())
+        .bind("the worker's lease expired before it reported an outcome")
+        .bind(possible_duplicate)
+        .execute(&mut **tx)
+        .await?;
+    }
+
+    // A lapsed try is retried only inside its chain's dedupe window:
+    // when each chain started (its first try since the last replay).
+    let lapsed_keys: Vec<String> = if claim.dedupe_window_us.is_some() {
+        lapsed.iter().map(|c| c.intent.key.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let chain_started: HashMap<String, i64> = if lapsed_keys.is_empty() {
+        HashMap::new()
+    } else {
+        sqlx::query_as::<_, (String, i64)>(
+            "SELECT a.intent_key, a.started_at FROM attempts a JOIN intents i ON i.key = a.intent_key
+             WHERE a.n = i.retry_base + 1 AND a.intent_key IN (SELECT value FROM json_each($1))",
+        )
+        .bind(keys_arg(&lapsed_keys))
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect()
+    };
+
+    let terms = claim.terms();
+    let versioned: Vec<String> = candidates
+        .iter()
+        .filter(|c| rules::may_be_superseded(&c.job(), &terms))
+        .map(|c| c.intent.key.clone())
+        .collect();
+    let newer = newer_versions(tx, &versioned).await?;
+
+    let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
+    for c in candidates {
+        let on_claim = rules::on_claim(&c.job(), &newer, chain_started.get(&c.intent.key).copied(), &terms);
+        let Some(end) = on_claim.change(&c.intent.key, now_us) else {
+            started.push(c);
+            continue;
+        };
+        // Reported back, ended: a shadowed intent (for the worker to
+        // count) and one whose lapsed attempt was rescued (to log it).
+        if end.to == State::Shadowed || c.lease_lapsed {
+            let mut intent = c.intent.clone();
+            intent.state = end.to;
+            intent.reason = end.reason.flatten().map(|r| r.as_str().to_string()).or(intent.reason);
+            intent.updated_at = now_us;
+            let rescued = c.lease_lapsed.then_some(c.intent.attempts);
+            reported.push(ClaimedJob {
+                intent,
+                content: None,
+                rescued,
+                rescued_duplicate: duplicates.contains(&c.intent.key),
+                traceparent: c.traceparent.clone(),
+                links: c.links.clone(),
+            });
+        }
+        ended.push(end);
+    }
+    intents_end(tx, &ended).await?;
+    if started.is_empty() {
+        return Ok(reported);
+    }
+    let keys: Vec<String> = started.iter().map(|c| c.intent.key.clone()).collect();
+    // Each intent's attempt count goes up and its next attempt's row is
+    // written (two statements: SQLite has no data-modifying `WITH`).
+    start_attempts(tx, &keys, now_us).await?;
+    reported.extend(started.into_iter().map(|c| {
+        let rescued = c.lease_lapsed.then_some(c.intent.attempts);
+        let rescued_duplicate = duplicates.contains(&c.intent.key);
+        let mut intent = c.intent;
+        intent.attempts += 1;
+        intent.state = State::Sending;
+        intent.updated_at = now_us;
+        ClaimedJob {
+            intent,
+            content: c.content,
+            rescued,
+            rescued_duplicate,
+            traceparent: c.traceparent,
+            links: c.links,
+        }
+    }));
+    Ok(reported)
+}
+
+/// Every newer version of these intents' entities for the same
+/// recipient and channel, whatever its state: the rules choose.
+async fn newer_versions(tx: &mut Tx<'_>, keys: &[String]) -> StoreResult<Vec<crate::lifecycle::claim::NewerVersion>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<(String, String, i64, State)> = sqlx::query_as(
+        "SELECT i.key AS of, n.key, n.entity_version, n.state FROM intents i JOIN intents n
+             ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
+            AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
+         WHERE i.key IN (SELECT value FROM json_each($1))",
+    )
+    .bind(keys_arg(keys))
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(of, key, entity_version, state)| crate::lifecycle::claim::NewerVersion {
+            of,
+            key,
+            entity_version,
+            state,
+        })
+        .collect())
+}
+
+/// Writes how these intents ended (with their publications) and
+/// takes their jobs off the queue, each statement for the whole batch.
+async fn intents_end(tx: &mut Tx<'_>, ended: &[Change]) -> StoreResult<()> {
+    if ended.is_empty() {
+        return Ok(());
+    }
+    intents_apply(tx, ended).await?;
+    let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
+    sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
+        .bind(keys_arg(&keys))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// The queue: the whole deployment's (`/metrics`), or one tenant's.
+pub(super) async fn queue_stats(pool: &SqlitePool, tenant: Option<&str>, now_us: i64) -> StoreResult<QueueStats> {
+    let Some(tenant) = tenant else {
+        let (due, oldest): (i64, Option<i64>) =
+            sqlx::query_as("SELECT COUNT(*), MIN(run_at) FROM jobs WHERE run_at <= $1")
+                .bind(now_us)
+                .fetch_one(pool)
+                .await?;
+        let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs").fetch_one(pool).await?;
+        return Ok(QueueStats { due, total, oldest_due_us: oldest });
+    };
+    // Read from `jobs_by_tenant` (tenant, run_at) alone.
+    let (due, total, oldest): (i64, i64, Option<i64>) = sqlx::query_as(
+        "SELECT CAST(COALESCE(SUM(CASE WHEN run_at <= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*),
+                MIN(CASE WHEN run_at <= $2 THEN run_at END)
+         FROM jobs WHERE tenant = $1",
+    )
+    .bind(tenant)
+    .bind(now_us)
+    .fetch_one(pool)
+    .await?;
+    Ok(QueueStats { due, total, oldest_due_us: oldest })
+}
+
+#[async_trait]
+impl QueueStore for SqliteStore {
+    async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
+        let mut tx = self.writer.begin().await?;
+        // One process: its clock judges the leases (Postgres uses the database's).
+        let keys: Vec<String> = sqlx::query_scalar(
+            "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
+                     SELECT intent_key FROM jobs
+                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+                     ORDER BY run_at LIMIT $2)
+                 RETURNING intent_key",
+        )
+        .bind(claim.now_us)
+        .bind(i64::from(claim.limit))
+        .bind(claim.lease_us)
+        .fetch_all(&mut *tx)
+        .await?;
+        if keys.is_empty() {
+            tx.rollback().await?;
+            return Ok(Vec::new());
+        }
+        let candidates: Vec<ClaimCandidate> = sqlx::query_as(
+            "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+                 i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
+                 i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
+                 i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
+                 p.body AS content,
+               EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
+                   lease_lapsed,
+               j.traceparent, j.links
+             FROM intents i JOIN jobs j ON j.intent_key = i.key LEFT JOIN payloads p ON p.digest = i.payload_digest
+             WHERE i.key IN (SELECT value FROM json_each($1))",
+        )
+        .bind(keys_arg(&keys))
+        .fetch_all(&mut *tx)
+        .await?;
+        let jobs = claim_candidates(&mut tx, candidates, &claim).await?;
+        tx.commit().await?;
+        Ok(jobs)
+    }
+
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        if finished.is_empty() {
+            return Ok(FinishReport::default());
+        }
+        // One transaction and at most four statements for the batch, each
+        // given the batch as one JSON array of rows: a statement per outcome
+        // costs a round trip to SQLite's thread each, and the writer is shared
+        // with ingest.
+        let outcomes = json_rows(finished.iter().map(|f| {
+            json!([
+                f.key,
+                f.n,
+                f.finished_at_us,
+                f.outcome.as_str(),
+                f.error_class.map(|r| r.as_str()),
+                f.provider_status,
+                f.provider_message_id,
+                f.error,
+                f.retry_after_us,
+                f.transition.retry_at(),
+                f.provider,
+                f.possible_duplicate
+            ])
+        }));
+        let mut tx = self.writer.begin().await?;
+        let applied: Vec<(String, i64)> = sqlx::query_as(
+            "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+                 provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
+                 retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                 possible_duplicate = u.possible_duplicate
+             FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
+                          value->>4 AS error_class, value->>5 AS provider_status, value->>6 AS provider_message_id,
+                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at,
+                          value->>10 AS provider, value->>11 AS possible_duplicate
+                   FROM json_each($1)) AS u
+             WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
+             RETURNING intent_key, n",
+        )
+        .bind(outcomes)
+        .fetch_all(&mut *tx)
+        .await?;
+        // By (key, n): a stale outcome for an attempt that was rescued must not
+        // ride along with the new attempt's outcome for the same intent.
+        let applied_now = applied_set(&applied);
+        let applied_outcomes: Vec<&FinishedAttempt> =
+            finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
+        // A statement with nothing to do is skipped: each is a hop to the
+        // writer's thread. Outcomes all stale leave nothing to write; most
+        // batches hold no retry.
+        let changes: Vec<Change> =
+            applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
+        intents_apply(&mut tx, &changes).await?;
+        let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
+            applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
+        if !done.is_empty() {
+            sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
+                .bind(json_rows(done.iter().map(|f| json!(f.key))))
+                .execute(&mut *tx)
+                .await?;
+        }
+        if !retries.is_empty() {
+            sqlx::query(
+                "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
+                 FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u WHERE jobs.intent_key = u.k",
+            )
+            .bind(json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()]))))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(report(finished, &applied))
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        digests::digests_due(&self.reader, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        digests::digest_members(&self.reader, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let outcome = digests::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.jobs_queued();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+}
