@@ -268,6 +268,9 @@ async fn redis_absorbs_a_storm_and_flushing_it_costs_no_duplicate() {
         ev["occurred_at"] = json!(jiff::Timestamp::now().to_string());
         let (s, first, _) = app.post_event(&ev, None).await;
         assert_eq!(s, 202);
+        // The first repeat is answered by the database and kept in Redis;
+        // the storm after it is answered there.
+        assert_eq!(app.post_event(&ev, None).await.0, 200);
         let mut tasks = Vec::new();
         for _ in 0..40 {
             let (app, ev) = (app.clone(), ev.clone());
@@ -295,6 +298,48 @@ async fn redis_absorbs_a_storm_and_flushing_it_costs_no_duplicate() {
             Ok(app) => app.running.stop().await,
             Err(_) => panic!("app still shared"),
         }
+    }
+}
+
+/// A repeat answered from Redis reads nothing from the database: with the
+/// request record gone, the database would answer "every intent exists"
+/// (`replayed: false`), and Redis still answers the stored replay. A first
+/// answer is not stored: only a repeated request is worth a `SET`.
+#[tokio::test]
+async fn a_repeat_is_answered_from_redis_alone_and_a_first_answer_is_not_stored() {
+    let Some(redis_url) = test_redis().await else { return };
+    let client = redis::Client::open(redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_redis(&redis_url).spawn().await;
+        let idempotency_key = format!("redis-alone-{backend:?}-{}-{}", std::process::id(), jiff::Timestamp::now());
+        let redis_key = format!(
+            "notify:seen:{}",
+            &herald::event::identity::sha256_hex(format!("default|key:{idempotency_key}").as_bytes())[..32]
+        );
+        let mut ev = sms_event("PO-REDIS-ALONE", "+15550000309");
+        ev["occurred_at"] = json!(jiff::Timestamp::now().to_string());
+        let (s, first, _) = app.post_event(&ev, Some(&idempotency_key)).await;
+        assert_eq!(s, 202, "{backend:?}: {first}");
+        let stored: bool = redis::cmd("EXISTS").arg(&redis_key).query_async(&mut conn).await.unwrap();
+        assert!(!stored, "{backend:?}: a first answer costs no SET");
+        let (s, replay, _) = app.post_event(&ev, Some(&idempotency_key)).await;
+        assert_eq!((s, replay["replayed"].as_bool()), (200, Some(true)), "{backend:?}: {replay}");
+        let stored: bool = redis::cmd("EXISTS").arg(&redis_key).query_async(&mut conn).await.unwrap();
+        assert!(stored, "{backend:?}: the first repeat is kept in Redis");
+        // Without its request record the database would not call this a replay.
+        common::execute(&db, "DELETE FROM requests").await;
+        let (s, again, headers) = app.post_event(&ev, Some(&idempotency_key)).await;
+        assert_eq!(
+            (s, again["replayed"].as_bool(), headers.get("idempotent-replayed").map(|v| v.to_str().unwrap())),
+            (200, Some(true), Some("true")),
+            "{backend:?}: {again}"
+        );
+        assert_eq!(again["intents"], replay["intents"], "{backend:?}: the answer as it was stored");
+        assert_eq!(id_of(&again), id_of(&first));
+        app.running.stop().await;
     }
 }
 

@@ -314,7 +314,7 @@ impl Ingestor {
     /// The answer already given to this identity, if any: from Redis when it
     /// holds an exact repeat, else from the request record (one indexed read).
     async fn seen(&self, tenant: &str, identity: &str, fingerprint: &str) -> Result<Option<RequestSeen>, IngestError> {
-        if let Some(response) = self.fast_replay(tenant, identity, fingerprint).await? {
+        if let Some(response) = self.fast_replay(tenant, identity, fingerprint).await {
             return Ok(Some(RequestSeen::Replay(response)));
         }
         let lookup =
@@ -326,29 +326,19 @@ impl Ingestor {
         Ok(seen)
     }
 
-    /// A replay answered from Redis: the stored answer for this identity and
-    /// fingerprint, its intents read as they are now. Only an exact repeat of
-    /// an accepted request can match; anything missing or unreadable falls
-    /// through to the database, which stays the authority.
-    async fn fast_replay(
-        &self,
-        tenant: &str,
-        identity: &str,
-        fingerprint: &str,
-    ) -> Result<Option<IngestResponse>, IngestError> {
-        let Some(fast) = &self.fastpath else { return Ok(None) };
-        let Some(seen) = fast.lookup(tenant, identity).await else { return Ok(None) };
+    /// A replay answered from Redis alone: the answer stored for this
+    /// identity and fingerprint, as it was when it was stored (the way
+    /// Stripe's idempotency keys answer), with no database read. Only an exact
+    /// repeat of an accepted request can match; anything missing or
+    /// unreadable falls through to the database, which stays the authority.
+    async fn fast_replay(&self, tenant: &str, identity: &str, fingerprint: &str) -> Option<IngestResponse> {
+        let seen = self.fastpath.as_ref()?.lookup(tenant, identity).await?;
         if seen.fingerprint != fingerprint {
-            return Ok(None);
+            return None;
         }
-        let Ok(mut response) = serde_json::from_str::<IngestResponse>(&seen.response) else { return Ok(None) };
-        let now = self.store.intents_status(tenant, &response.intent_keys()).await?;
-        if now.len() != response.intents.len() {
-            return Ok(None);
-        }
-        response.refresh(&now);
+        let mut response = serde_json::from_str::<IngestResponse>(&seen.response).ok()?;
         response.replayed = true;
-        Ok(Some(response))
+        Some(response)
     }
 
     /// Webhook URLs given inline must not point inside the deployment (a name
@@ -430,7 +420,7 @@ impl Ingestor {
     }
 
     /// The transaction decides; its outcome becomes the answer, is logged and
-    /// counted, and an accepted answer is remembered in Redis.
+    /// counted, and a replayed answer is remembered in Redis (see `remember`).
     async fn store(&self, ingest: Ingest, trace_id: &str, duplicate: Duplicate) -> Result<Answer, IngestError> {
         let (tenant, identity, fingerprint) =
             (ingest.tenant.clone(), ingest.identity.clone(), ingest.fingerprint.clone());
@@ -453,7 +443,6 @@ impl Ingestor {
                         (false, _) => TallyKind::AnotherKey,
                     },
                 );
-                self.remember(&tenant, &identity, &fingerprint, &response).await;
                 Ok(if any_created { Answer::Created(response) } else { Answer::Existing(response) })
             }
             IngestOutcome::Replayed { response } => {
@@ -478,6 +467,11 @@ impl Ingestor {
         }
     }
 
+    /// Keeps a replayed answer in Redis, so the next exact repeat is answered
+    /// there. Only a replay is kept, not a first answer: most events are never
+    /// posted twice, and a request that is not repeated should pay one `GET`
+    /// for the fast path, not a `GET` and a `SET`. A storm pays the database
+    /// for its first repeat only.
     async fn remember(&self, tenant: &str, identity: &str, fingerprint: &str, response: &IngestResponse) {
         if let Some(fast) = &self.fastpath {
             let text =

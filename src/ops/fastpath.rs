@@ -1,9 +1,10 @@
-//! The optional Redis fast path in front of ingest (DESIGN rule 2). A stored
-//! response is kept under `notify:seen:KEY` (`SET … NX EX dedupe_window`), so
-//! a duplicate storm is answered from Redis without touching the database.
-//! The database stays the authority: a miss, a flushed Redis or a Redis that
-//! is down only means the database answers — never a duplicate, never a
-//! failed ingest.
+//! The optional Redis fast path in front of ingest (DESIGN rule 2). The answer
+//! to a request that has been repeated is kept under `notify:seen:KEY`
+//! (`SET … NX EX dedupe_window`), so the rest of a duplicate storm is answered
+//! from Redis alone, with the answer as it was stored, and never reaches the
+//! database. The database stays the authority: a miss, a flushed Redis or a
+//! Redis that is down only means the database answers — never a duplicate,
+//! never a failed ingest.
 
 use crate::event::identity::sha256_hex;
 use redis::aio::ConnectionManager;
@@ -111,7 +112,8 @@ impl FastPath {
             .arg(self.ttl_secs)
             .to_owned();
         match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Option<String>>(&mut conn)).await {
-            Ok(Ok(_)) => {}
+            Ok(Ok(Some(_))) => crate::ops::metrics::fastpath("stored"),
+            Ok(Ok(None)) => {}
             Ok(Err(e)) => self.failed(&e.to_string()).await,
             Err(_) => self.failed("SET timed out").await,
         }
