@@ -219,7 +219,9 @@ pub(super) async fn queue_stats(pool: &PgPool, tenant: Option<&str>, now_us: i64
         let total: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs").fetch_one(pool).await?;
         return Ok(QueueStats { due, total, oldest_due_us: oldest });
     };
-    // Read from `jobs_by_tenant` (tenant, run_at) alone.
+    // A count of the queue itself: `jobs` holds only what is still to be
+    // sent, and an index of its own for this page cost every ingest an
+    // entry (dropped by migration 0062).
     let (due, total, oldest): (i64, i64, Option<i64>) = sqlx::query_as(
         "SELECT CAST(COALESCE(SUM(CASE WHEN run_at <= $2 THEN 1 ELSE 0 END), 0) AS BIGINT), COUNT(*),
                 MIN(CASE WHEN run_at <= $2 THEN run_at END)
