@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The table scripts/perf-beside ends with: each Herald setup and build beside the BullMQ
+notifier of the same run, as ratios. Usage: perf-ratios.py SUMMARY.txt
+
+A figure line is `label_metric value unit`; labels are `bullmq_<pass>` and
+`herald_<setup>_<build><round>_<pass>` (pass: distinct, storm, faults)."""
+import re
+import sys
+from collections import defaultdict
+
+figures = {}
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) >= 2:
+        try:
+            figures[parts[0]] = float(parts[1])
+        except ValueError:
+            pass
+
+PASSES = ("distinct", "storm", "faults")
+# herald_<setup>_<A|B><round>_<pass>_<metric>
+HERALD = re.compile(r"^herald_(.+)_([A-F])(\d+)_(distinct|storm|faults)_(.+)$")
+runs = defaultdict(lambda: defaultdict(list))  # (setup, build) -> "pass_metric" -> [values per round]
+for name, value in figures.items():
+    m = HERALD.match(name)
+    if m:
+        setup, build, _, pass_, metric = m.groups()
+        runs[(setup, build)][f"{pass_}_{metric}"].append(value)
+
+
+def notifier(key):
+    return figures.get(f"bullmq_{key}")
+
+
+def mean(values):
+    return sum(values) / len(values) if values else None
+
+
+def cpu_per_1k(get, pass_):
+    """CPU seconds per 1,000 notifications: the system under test, and Postgres + Redis."""
+    sent = get(f"{pass_}_sink_accepted")
+    if not sent:
+        return None, None
+    own = get(f"{pass_}_sut_cpu")
+    db = (get(f"{pass_}_cpu_postgres") or 0.0) + (get(f"{pass_}_cpu_redis_server") or 0.0)
+    return (own / sent * 1000 if own is not None else None), db / sent * 1000
+
+
+def faults_cell(sent, duplicates):
+    """Sends that arrived under the faults pass, and how many of them were second sends."""
+    return "—" if sent is None else f"{sent:,.0f}/{duplicates or 0:,.0f}"
+
+
+def fmt(v, spec="{:,.0f}"):
+    return "—" if v is None else spec.format(v)
+
+
+def ratio(h, n):
+    return "—" if h is None or not n else f"{h / n:.2f}×"
+
+
+rows = [("setup", "build", "e2e/s", "×", "storm/s", "×", "p99 ms", "×", "RSS MiB", "×",
+         "CPU s/1k own+pg/redis", "dup", "503s e2e/s", "×", "503s sent/dup")]
+bull = lambda k: notifier(k)
+own, db = cpu_per_1k(lambda k: notifier(k), "distinct")
+rows.append(("BullMQ notifier", "", fmt(bull("distinct_e2e_rate")), "1", fmt(bull("storm_ingest_rate")), "1",
+             fmt(bull("distinct_ingest_p99"), "{:.1f}"), "1", fmt(bull("distinct_peak_rss_mib"), "{:.0f}"), "1",
+             f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}",
+             fmt((bull("distinct_sink_duplicate_sends") or 0) + max((bull("storm_sink_accepted") or 1) - 1, 0)),
+             fmt(bull("faults_e2e_rate")), "1" if bull("faults_e2e_rate") else "—",
+             faults_cell(bull("faults_sink_accepted"), bull("faults_sink_duplicate_sends"))))
+for (setup, build), got in sorted(runs.items()):
+    get = lambda k, got=got: mean(got.get(k, []))
+    e2e, storm, p99, rss = get("distinct_e2e_rate"), get("storm_ingest_rate"), get("distinct_ingest_p99"), get("distinct_peak_rss_mib")
+    own, db = cpu_per_1k(get, "distinct")
+    dups = sum(got.get("distinct_sink_duplicate_sends", [])) + sum(max(v - 1, 0) for v in got.get("storm_sink_accepted", []))
+    faults_e2e = get("faults_e2e_rate")
+    rows.append((setup, build, fmt(e2e), ratio(e2e, bull("distinct_e2e_rate")), fmt(storm), ratio(storm, bull("storm_ingest_rate")),
+                 fmt(p99, "{:.1f}"), ratio(p99, bull("distinct_ingest_p99")), fmt(rss, "{:.0f}"), ratio(rss, bull("distinct_peak_rss_mib")),
+                 f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(dups), fmt(faults_e2e),
+                 ratio(faults_e2e, bull("faults_e2e_rate")),
+                 faults_cell(get("faults_sink_accepted"), get("faults_sink_duplicate_sends"))))
+
+widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+print("# Herald beside the BullMQ notifier, one run (mean of the rounds); × = Herald ÷ notifier")
+for r in rows:
+    print("  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
+missing = [f"{s} {b}: {p} sent {fmt(mean(g.get(p + '_sink_accepted', [])))}" for (s, b), g in runs.items()
+           for p in PASSES if g.get(f"{p}_requests") and mean(g.get(f"{p}_sink_accepted", [])) is not None
+           and p != "storm" and mean(g[f"{p}_sink_accepted"]) < mean(g[f"{p}_requests"])]
+for m in missing:
+    print(f"# INCOMPLETE {m}")
+
+floor = figures.get("floor_pg_cpu_per_notification")
+if floor is not None:
+    sent = notifier("distinct_sink_accepted")
+    whole = sum(notifier(f"distinct_{k}") or 0.0 for k in ("sut_cpu", "cpu_postgres", "cpu_redis_server"))
+    if sent:
+        per = 1000 * whole / sent
+        print(f"# floor: the rows Herald's promises require cost Postgres {floor:.3f} ms a notification at best "
+              f"(scripts/perf-floor, batches of 50); the notifier's whole stack (process, Postgres, Redis) {per:.3f} ms.")
+        for (setup, build), got in sorted(runs.items()):
+            own, _ = cpu_per_1k(lambda k, got=got: mean(got.get(k, [])), "distinct")
+            if own is not None and setup.startswith("pg"):
+                print(f"#   {setup} {build}: with Herald's own {own:.3f} ms, CPU-bound end to end cannot pass "
+                      f"{per / (floor + own):.2f}x the notifier on this host")
