@@ -6,7 +6,7 @@ use crate::clock::rfc3339;
 use crate::intent::{Mode, State};
 use crate::recipient::mask_for_channel;
 use crate::redact::provider_text;
-use crate::store::{IntentDetail, IntentFilter, StoreResult, ViewStore};
+use crate::store::{IntentDetail, IntentFilter, ReplayRow, StoreResult, ViewStore};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -89,7 +89,11 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
             let detail = crate::suppression::named_detail(&i.tenant, detail);
             let _ = writeln!(out, "  {}  note: {detail}", " ".repeat(time(i.created_at).len()));
         }
+        let mut replays = d.replays.iter().peekable();
         for a in &d.attempts {
+            while let Some(r) = replays.next_if(|r| r.replayed_at <= a.started_at) {
+                replayed(&mut out, r);
+            }
             let _ = writeln!(out, "  {}  attempt {} started", time(a.started_at), a.n);
             let Some(finished) = a.finished_at else {
                 let _ = writeln!(out, "  {}  attempt {} still running", " ".repeat(time(a.started_at).len()), a.n);
@@ -128,6 +132,9 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
                 }
             }
             let _ = writeln!(out, "  {}  {line}", time(finished));
+        }
+        for r in replays {
+            replayed(&mut out, r);
         }
         if d.attempts.iter().any(|a| a.possible_duplicate) {
             let reached = crate::deliver::duplicate::messages_may_have_reached(&d.attempts);
@@ -174,4 +181,11 @@ pub fn timeline(entity: (&str, &str), recipient: &str, intents: &[IntentDetail])
         let _ = writeln!(out, "  {}  now {}{reason}{link}", time(i.updated_at), i.state);
     }
     out
+}
+
+/// A replay from the dead letters, where it falls between the attempts.
+fn replayed(out: &mut String, r: &ReplayRow) {
+    let who = r.requested_by.as_deref().map(|w| format!(" by {w}")).unwrap_or_default();
+    let reason = r.previous_reason.as_deref().map(|p| format!(" (dead letter: {p})")).unwrap_or_default();
+    let _ = writeln!(out, "  {}  replayed{who}{reason}: queued again with a fresh retry budget", time(r.replayed_at));
 }

@@ -222,6 +222,28 @@ async fn dead_letters_are_grouped_by_reason_and_a_group_replays_after_confirmati
         for key in &keys {
             wait_state(&app.base, WRITER, key, &["sent"]).await;
         }
+        // The replay is an entry of the timeline everywhere — the API, `herald
+        // why`, the console — between the attempt before it and the one after.
+        let detail = wait_state(&app.base, WRITER, &keys[0], &["sent"]).await;
+        let replays = detail["replays"].as_array().unwrap_or_else(|| panic!("{backend:?}: no replays in {detail}"));
+        assert_eq!(replays.len(), 1, "{detail}");
+        assert_eq!(replays[0]["previous_reason"], "rejected", "{detail}");
+        assert_eq!(replays[0]["requested_by"], "console:ops-acme", "{detail}");
+        let stored = db.store().await.intent_get("acme", &keys[0]).await.unwrap().unwrap();
+        let why = herald::why::timeline(("purchase_order", "PO-11"), "u-PO-11", &[stored]);
+        let order =
+            ["attempt 1 permanent", "replayed by console:ops-acme (dead letter: rejected)", "attempt 2 started"];
+        let at: Vec<Option<usize>> = order.iter().map(|line| why.find(line)).collect();
+        assert!(at.iter().all(Option::is_some) && at.is_sorted(), "{backend:?}: {order:?} in order in {why}");
+        let timeline = user.get(&format!("/console/intents/{}", keys[0])).await;
+        let order =
+            ["Attempt 1: permanent", "Replayed from the dead letters by console:ops-acme", "Attempt 2: accepted"];
+        let at: Vec<Option<usize>> = order.iter().map(|line| timeline.body.find(line)).collect();
+        assert!(
+            at.iter().all(Option::is_some) && at.is_sorted(),
+            "{backend:?}: {order:?} in order in {}",
+            timeline.body
+        );
         let after = user.get("/console/dead-letters").await;
         assert!(!after.body.contains("group-rejected") && after.body.contains("No dead letters"), "{}", after.body);
 

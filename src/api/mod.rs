@@ -36,6 +36,11 @@ pub fn dead_letter_json(d: &crate::store::IntentDetail) -> serde_json::Value {
     views::dead_letter_of(d)
 }
 
+/// A replay from the dead letters as the API shows it.
+pub fn replay_json(r: &crate::store::ReplayRow) -> serde_json::Value {
+    views::replay(r)
+}
+
 use crate::channel::destination::DestinationPolicy;
 use crate::clock::Clock;
 use crate::config::{Config, Route};

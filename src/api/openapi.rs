@@ -510,6 +510,19 @@ pub mod doc {
         /// The furthest status its receipts reached; null before any.
         pub delivery_status: Option<crate::api::receipts::doc::DeliveryStatusName>,
         pub receipts: Vec<crate::api::receipts::doc::Receipt>,
+        /// Each replay from the dead letters, oldest first.
+        pub replays: Vec<Replay>,
+    }
+
+    /// A replay of a dead letter.
+    #[derive(ToSchema, Serialize)]
+    pub struct Replay {
+        #[schema(format = DateTime)]
+        pub at: String,
+        /// The reason it had been dead for: the group it was replayed with.
+        pub previous_reason: Option<String>,
+        /// The token's name (`console:NAME` from the console, `cli` from `herald dlq replay`).
+        pub requested_by: Option<String>,
     }
 
     #[derive(ToSchema, Serialize)]

@@ -9,7 +9,7 @@ use crate::intent::State;
 use crate::receipt::DeliveryStatus;
 use crate::recipient::{Kind, mask, mask_for_channel, mask_inline_recipients};
 use crate::redact::provider_text;
-use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, ReceiptRow, RecipientRow};
+use crate::store::{AttemptRow, DeadLetter, InboxCard, IntentDetail, IntentRow, ReceiptRow, RecipientRow, ReplayRow};
 use serde_json::{Value, json};
 
 fn content_value(text: Option<&str>) -> Value {
@@ -61,7 +61,14 @@ pub fn intent_detail(d: &IntentDetail) -> Value {
     v["attempts"] = d.attempts.iter().map(|a| attempt(a, &d.intent)).collect();
     v["messages_may_have_reached"] = json!(crate::deliver::duplicate::messages_may_have_reached(&d.attempts));
     with_receipts(&mut v, &d.receipts, &d.intent);
+    v["replays"] = d.replays.iter().map(replay).collect();
     v
+}
+
+/// A replay from the dead letters: when, who asked, and the reason it had
+/// been dead for.
+pub fn replay(r: &ReplayRow) -> Value {
+    json!({"at": rfc3339(r.replayed_at), "previous_reason": r.previous_reason, "requested_by": r.requested_by})
 }
 
 /// The delivery status (the furthest the receipts reached) and every receipt;

@@ -182,9 +182,17 @@ pub async fn intent(
     let mut view = crate::api::dead_letter_json(&detail);
     view["messages_may_have_reached"] =
         Value::from(crate::deliver::duplicate::messages_may_have_reached(&detail.attempts));
+    // Each replay from the dead letters sits in the timeline where it
+    // happened: before the first attempt that started after it.
+    let mut replays = detail.replays.iter().peekable();
     for (a, row) in view["attempts"].as_array_mut().into_iter().flatten().zip(&detail.attempts) {
         a["duration_ms"] = row.finished_at.map(|f| Value::from((f - row.started_at) / 1000)).unwrap_or(Value::Null);
+        let before: Vec<Value> = std::iter::from_fn(|| replays.next_if(|r| r.replayed_at <= row.started_at))
+            .map(crate::api::replay_json)
+            .collect();
+        a["replays_before"] = Value::from(before);
     }
+    view["replays_after"] = replays.map(crate::api::replay_json).collect();
     let i = &detail.intent;
     let decided_because = crate::why::decision_reason(i.decision.as_str(), i.reason.as_deref());
     let event = serde_json::to_string_pretty(&view["event"]).unwrap_or_default();

@@ -335,6 +335,17 @@ pub struct IntentDetail {
     pub attempts: Vec<AttemptRow>,
     /// What the provider reported after accepting it, oldest first.
     pub receipts: Vec<super::ReceiptRow>,
+    /// Each time it was replayed from the dead letters, oldest first.
+    pub replays: Vec<ReplayRow>,
+}
+
+/// One replay of a dead letter: when, who asked, and the reason it had been
+/// dead for (the reason group an operator replays by).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ReplayRow {
+    pub replayed_at: i64,
+    pub previous_reason: Option<String>,
+    pub requested_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -43,7 +43,14 @@ pub(super) async fn intent_get(pool: &PgPool, tenant: &str, key: &str) -> StoreR
     .fetch_all(pool)
     .await?;
     let receipts = receipts::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
-    Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts }))
+    let replays = sqlx::query_as(
+        "SELECT replayed_at, previous_reason, requested_by FROM dead_letter_replays WHERE intent_key = $1
+         ORDER BY replayed_at",
+    )
+    .bind(key)
+    .fetch_all(pool)
+    .await?;
+    Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts, replays }))
 }
 
 pub(super) async fn intents_list(pool: &PgPool, f: &IntentFilter) -> StoreResult<Page<IntentRow>> {
