@@ -229,6 +229,14 @@ fn decide(
             if !route.critical {
                 set(&mut intent, Decision::Hold, State::Held, Some(Reason::QuietHours));
                 intent.run_at = Some(until.as_microsecond());
+                intent.detail = Some(format!(
+                    "quiet hours {}–{} in {}{}; due {}",
+                    hh_mm(q.start),
+                    hh_mm(q.end),
+                    zone_name(&tz),
+                    intent.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default(),
+                    due(until, &tz)
+                ));
                 return intent;
             }
             bypassed.push("quiet hours");
@@ -243,6 +251,12 @@ fn decide(
             match digest_window(input, channel, recipient, &intent, d) {
                 Ok(window) => {
                     set(&mut intent, Decision::Digest, State::Held, None);
+                    if let Ok(closes) = Timestamp::from_microsecond(window.closes_at) {
+                        let tz =
+                            recipient.timezone.as_deref().and_then(|z| TimeZone::get(z).ok()).unwrap_or(TimeZone::UTC);
+                        intent.detail =
+                            Some(format!("in the digest {}; due when it closes {}", window.key, due(closes, &tz)));
+                    }
                     intent.digest = Some(window);
                     return intent;
                 }
@@ -299,3 +313,18 @@ fn digest_window(
 
 #[cfg(test)]
 mod tests;
+
+/// When a held intent is due, in UTC and in the recipient's zone, to the
+/// second: `2026-06-02T01:15:00Z (07:00:00 +05:45 Asia/Kathmandu)`.
+fn due(at: Timestamp, tz: &TimeZone) -> String {
+    let local = at.to_zoned(tz.clone());
+    format!("{} ({} {})", at.strftime("%Y-%m-%dT%H:%M:%SZ"), local.strftime("%Y-%m-%d %H:%M:%S %:z"), zone_name(tz))
+}
+
+fn zone_name(tz: &TimeZone) -> &str {
+    tz.iana_name().unwrap_or("UTC")
+}
+
+fn hh_mm(t: jiff::civil::Time) -> String {
+    t.strftime("%H:%M").to_string()
+}

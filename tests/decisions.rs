@@ -70,6 +70,18 @@ async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content()
         assert_eq!(common::count(&db, &not_before).await, 1, "{backend:?}: its job waits for 07:00");
         let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
         assert_eq!(it["state"], "held", "{backend:?}: {it}");
+        // It says when it will go, and the window that held it.
+        assert_eq!(
+            it["detail"],
+            "quiet hours 21:00–07:00 in UTC, preferences v1; due 2026-06-02T07:00:00Z (2026-06-02 07:00:00 +00:00 UTC)",
+            "{backend:?}: {it}"
+        );
+        let stored = db.store().await.intent_get("default", key).await.unwrap().unwrap();
+        let why = herald::why::timeline(("purchase_order", "PO-NIGHT"), "u-night", &[stored]);
+        assert!(
+            why.contains("note: quiet hours 21:00–07:00 in UTC, preferences v1; due 2026-06-02T07:00:00Z"),
+            "{why}"
+        );
         assert!(sms.sent_to("+15550000200").is_empty(), "{backend:?}: sent during quiet hours");
         clock.set("2026-06-02T07:00:01Z");
         let it = app.wait_state(&id, &["sent"]).await;

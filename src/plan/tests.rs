@@ -176,6 +176,8 @@ fn quiet_hours_hold_until_the_window_ends_in_the_recipients_zone() {
         assert_eq!(decision(i), ("hold", "held", Some("quiet_hours")), "{}", i.channel);
         assert_eq!(i.run_at, Some(end.as_microsecond()));
         assert!(i.payload.is_some(), "content is frozen at ingest, not at wake-up");
+        let detail = i.detail.as_deref().unwrap_or_default();
+        assert!(detail.ends_with("due 2026-06-02T07:00:00Z (2026-06-02 07:00:00 +00:00 UTC)"), "{detail}");
     }
     assert_eq!(decision(&out[2]), ("send", "queued", None), "in-app is not held unless listed");
     // outside the window: sent now
@@ -197,6 +199,14 @@ fn quiet_hours_use_the_inline_timezone_over_the_directory() {
     let out = run(&ev, &route(&["sms"]), &dir(row("u-1", prefs.clone(), 1)));
     let end: Timestamp = "2026-06-02T01:15:00Z".parse().unwrap(); // 07:00 +05:45
     assert_eq!(out[0].run_at, Some(end.as_microsecond()));
+    // When it will go, in UTC and in the recipient's zone, and the window that held it.
+    assert_eq!(
+        out[0].detail.as_deref(),
+        Some(
+            "quiet hours 21:00–07:00 in Asia/Kathmandu, preferences v1; \
+             due 2026-06-02T01:15:00Z (2026-06-02 07:00:00 +05:45 Asia/Kathmandu)"
+        )
+    );
     // In Los Angeles it is 16:00: no hold.
     let ev = event(json!([{"id": "u-1", "timezone": "America/Los_Angeles"}]));
     assert_eq!(decision(&run(&ev, &route(&["sms"]), &dir(row("u-1", prefs, 1)))[0]), ("send", "queued", None));
@@ -232,6 +242,16 @@ fn a_digest_route_batches_by_window_and_key() {
     assert_eq!(d.window_start, "2026-06-01T23:00:00Z".parse::<Timestamp>().unwrap().as_microsecond());
     assert_eq!(d.closes_at - d.window_start, 3_600_000_000);
     assert!(out[0].run_at.is_none(), "members are sent as part of the digest, not alone");
+    assert_eq!(
+        out[0].detail.as_deref(),
+        Some(
+            format!(
+                "in the digest {}; due when it closes 2026-06-02T00:00:00Z (2026-06-02 00:00:00 +00:00 UTC)",
+                d.key
+            )
+            .as_str()
+        )
+    );
     assert_eq!(decision(&out[1]), ("send", "queued", None), "in-app is not batched by default");
     // the same recipient, key and window: the same digest
     let mut ev2 = event(json!([{"id": "u-1"}]));
