@@ -173,9 +173,16 @@ fn decide(
     }
     if prefs.opted_out(channel) {
         set(&mut intent, Decision::Suppress, State::Suppressed, Some(Reason::OptedOut));
-        if route.critical {
-            intent.detail = Some("critical route, but an explicit opt-out is always honoured".into());
-        }
+        // The part of the preferences that decided, so support can show it.
+        let switched_off = format!(
+            "\"channels\": {{\"{}\": false}}{}",
+            channel.as_str(),
+            version.map(|v| format!(" in preferences v{v}")).unwrap_or_default()
+        );
+        intent.detail = Some(match route.critical {
+            true => format!("{switched_off}: critical route, but an explicit opt-out is always honoured"),
+            false => switched_off,
+        });
         return intent;
     }
     match destination(channel, recipient) {

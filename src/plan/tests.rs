@@ -153,6 +153,8 @@ fn an_opt_out_suppresses_with_the_preferences_version() {
     let out = run(&ev, &route(&["sms", "email"]), &dir(row("u-1", json!({"channels": {"sms": false}}), 4)));
     assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("opted_out")));
     assert_eq!(out[0].preferences_version, Some(4));
+    // The part of the preferences that decided, not only its version.
+    assert_eq!(out[0].detail.as_deref(), Some(r#""channels": {"sms": false} in preferences v4"#));
     assert_eq!(decision(&out[1]), ("send", "queued", None));
 }
 
@@ -164,7 +166,10 @@ fn an_opt_out_wins_over_a_critical_route_and_a_missing_address() {
     entry.phone = None;
     let out = run(&event(json!([{"id": "u-1"}])), &r, &dir(entry));
     assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("opted_out")));
-    assert!(out[0].detail.as_deref().unwrap().contains("critical"));
+    assert_eq!(
+        out[0].detail.as_deref(),
+        Some(r#""channels": {"sms": false} in preferences v2: critical route, but an explicit opt-out is always honoured"#)
+    );
 }
 
 #[test]
