@@ -42,6 +42,8 @@ mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
 pub use console::ConsoleConfig;
+pub use load::Origins;
+pub(crate) use load::closest;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -122,6 +124,9 @@ pub struct Config {
     /// `[suppression]`: the key the suppression list's lookups are made with.
     #[serde(default)]
     pub suppression: SuppressionConfig,
+    /// Where each key was set, for errors found after loading.
+    #[serde(skip)]
+    pub origins: Origins,
 }
 
 /// `[suppression]`. The list keeps each address only as an HMAC under `key`
