@@ -12,7 +12,7 @@ use crate::channel::smtp::Smtp;
 use crate::channel::twilio::{Sender, Twilio, TwilioSettings};
 use crate::channel::webhook::Webhook;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, EmailConfig, SmsConfig, SmsProvider};
+use crate::config::{Config, EmailConfig, Route, SmsConfig, SmsProvider};
 use crate::deliver::digest::DigestCloser;
 use crate::deliver::{Providers, Worker};
 use crate::event::Channel;
@@ -68,16 +68,18 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
     for (i, route) in config.routes.iter().enumerate() {
         if let Some(d) = &route.digest {
             if !set.contains(&d.template) {
-                return Err(AppError::Route(format!("routes[{i}].digest.template: no template {:?}", d.template)));
+                return Err(unknown_template(
+                    config,
+                    &set,
+                    &format!("routes[{i}].digest.template"),
+                    route,
+                    &d.template,
+                ));
             }
             set.add_key(&d.key).map_err(|e| AppError::Route(format!("routes[{i}].digest.key: {e}")))?;
         }
         if !set.contains(&route.template) {
-            return Err(AppError::Route(format!(
-                "routes[{i}].template: no template {:?} in {}",
-                route.template,
-                config.templates_dir.as_ref().map_or("the built-in templates".into(), |d| d.display().to_string())
-            )));
+            return Err(unknown_template(config, &set, &format!("routes[{i}].template"), route, &route.template));
         }
     }
     // A file a route needs and does not have would kill each of its
@@ -92,6 +94,17 @@ pub fn load_templates(config: &Config) -> Result<TemplateSet, AppError> {
         return Err(AppError::Route(missing.join("\n")));
     }
     Ok(set)
+}
+
+/// `routes[0].template: no template "po_aproved" in ./templates (route
+/// purchase_order.approved); did you mean "po_approved"? (from ./herald.toml)`:
+/// a misspelt name is answered as a misspelt key is.
+fn unknown_template(config: &Config, set: &TemplateSet, key: &str, route: &Route, name: &str) -> AppError {
+    let dir = config.templates_dir.as_ref().map_or("the built-in templates".into(), |d| d.display().to_string());
+    let known: Vec<&str> = set.ids().collect();
+    let near = crate::config::closest(name, &known).map(|t| format!("; did you mean {t:?}?")).unwrap_or_default();
+    let msg = format!("{key}: no template {name:?} in {dir} (route {}){near}", route.event);
+    AppError::Route(config.origins.add_to(msg))
 }
 
 pub fn build_providers(

@@ -42,6 +42,8 @@ mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
 pub use console::ConsoleConfig;
+pub use load::Origins;
+pub(crate) use load::closest;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -122,6 +124,9 @@ pub struct Config {
     /// `[suppression]`: the key the suppression list's lookups are made with.
     #[serde(default)]
     pub suppression: SuppressionConfig,
+    /// Where each key was set, for errors found after loading.
+    #[serde(skip)]
+    pub origins: Origins,
 }
 
 /// `[suppression]`. The list keeps each address only as an HMAC under `key`
@@ -704,7 +709,16 @@ pub fn check_log_filter(filter: &str) -> Result<(), String> {
 /// `"30s"`, `"15m"`, `"1h 30m"`, `"200ms"`, `"14d"` (jiff's friendly format; a
 /// day is 24 hours here) or ISO 8601 (`PT30S`).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration like 30s, 15m, 1h or 14d");
+    let digits = s.trim().trim_start_matches('-');
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(bare_number(s.trim()));
+    }
+    let bad = || {
+        format!(
+            "{s:?} is not a duration: write a number and a unit (ms, s, m, h or d, or their names: seconds, \
+             minutes…), like \"30s\", \"5m\", \"1h 30m\" or \"14d\""
+        )
+    };
     let d: jiff::SignedDuration = match s.trim().parse() {
         Ok(d) => d,
         // Days are calendar units to jiff; here a day is 24 hours.
@@ -716,9 +730,44 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from(d).map_err(|_| format!("{s:?} must not be negative"))
 }
 
+/// `lease = 30` in the file, or `HERALD_WORKER__LEASE=30`: a number with no unit,
+/// which Herald will not guess at (seconds? milliseconds?).
+fn bare_number(n: &str) -> String {
+    format!(
+        "{n} has no unit: a duration is a string with a unit, like \"30s\", \"5m\" or \"24h\" (for {n} seconds write \"{n}s\")"
+    )
+}
+
+/// A duration key: a string [`parse_duration`] reads. A number in the file
+/// reaches here as one, and is refused with the unit it lacks.
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let s = String::deserialize(d)?;
-    parse_duration(&s).map_err(serde::de::Error::custom)
+    struct DurationVisitor;
+
+    impl serde::de::Visitor<'_> for DurationVisitor {
+        type Value = Duration;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a duration, a string with a unit like \"30s\", \"5m\" or \"24h\"")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+            parse_duration(s).map_err(E::custom)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+            Err(E::custom(bare_number(&n.to_string())))
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
+            Err(E::custom(bare_number(&n.to_string())))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Duration, E> {
+            Err(E::custom(bare_number(&n.to_string())))
+        }
+    }
+
+    d.deserialize_str(DurationVisitor)
 }
 
 /// `15m30s`, `1h`, `200ms`: the compact form the CLI prints.
@@ -1100,6 +1149,56 @@ mod tests {
             .to_string();
         assert!(e.contains("5m") && e.contains("15m30s") && e.contains("horizon"), "{e}");
         assert!(load("dedupe_window = \"15m31s\"\n", &[]).is_ok());
+    }
+
+    /// Issue 33: `lease = 30` said "found signed int `30`, expected a string",
+    /// and `HERALD_WORKER__LEASE=30` that "30" was not a duration.
+    #[test]
+    fn a_duration_written_as_a_bare_number_asks_for_a_unit() {
+        let keys = [
+            "dedupe_window",
+            "shutdown_grace",
+            "retry.base",
+            "retry.max",
+            "worker.lease",
+            "worker.poll_interval",
+            "retention.payloads",
+            "console.session_ttl",
+        ];
+        for key in keys {
+            let toml = match key.split_once('.') {
+                Some((section, leaf)) => format!("[{section}]\n{leaf} = 30\n"),
+                None => format!("{key} = 30\n"),
+            };
+            let e = load(&toml, &[]).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("{key}: 30 has no unit")), "{e}");
+            assert!(e.contains(r#"like "30s", "5m" or "24h""#) && e.ends_with("herald.toml)"), "{e}");
+        }
+        let e = load("[worker]\nlease = 30\n", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("worker.lease: 30 has no unit: a duration is a string with a unit"), "{e}");
+        assert!(e.contains(r#"(for 30 seconds write "30s")"#) && e.ends_with("herald.toml)"), "{e}");
+        let e = load("[worker]\nlease = 1.5\n", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("worker.lease: 1.5 has no unit"), "{e}");
+        let route = "[[routes]]\nevent = \"a\"\ntemplate = \"t\"\nchannels = [\"email\"]\n";
+        let e = load(&format!("{route}digest = {{ window = 3600, template = \"d\" }}\n"), &[]).unwrap_err().to_string();
+        assert!(e.starts_with("routes[0].digest.window: 3600 has no unit"), "{e}");
+        // the environment's text says the same, naming the variable
+        let e = load("", &[("HERALD_WORKER__LEASE", "30")]).unwrap_err().to_string();
+        assert!(e.starts_with("worker.lease: 30 has no unit"), "{e}");
+        assert!(e.ends_with("(from environment variable HERALD_WORKER__LEASE)"), "{e}");
+    }
+
+    #[test]
+    fn a_string_that_is_not_a_duration_lists_the_units() {
+        let e = load("[retry]\nbase = \"thirty seconds\"\n", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("retry.base: \"thirty seconds\" is not a duration: write a number and a unit"), "{e}");
+        assert!(e.contains("ms, s, m, h or d") && e.ends_with("herald.toml)"), "{e}");
+        let e = load("", &[("HERALD_RETRY__MAX", "1 fortnight")]).unwrap_err().to_string();
+        assert!(e.contains("retry.max") && e.contains("ms, s, m, h or d"), "{e}");
+        assert!(e.ends_with("(from environment variable HERALD_RETRY__MAX)"), "{e}");
+        // jiff's long unit names are durations too
+        assert_eq!(parse_duration("30 secs").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2 hours 5 minutes").unwrap(), Duration::from_secs(7500));
     }
 
     #[test]

@@ -390,13 +390,21 @@ fn a_deleted_template_file_fails_both_checks_naming_it() {
 /// missing, with the message `config check` gives.
 #[test]
 fn serve_refuses_to_start_with_a_template_file_missing() {
-    use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     templates_without(dir.path(), &["en/sms.j2"]);
     let check = stderr(&run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]));
     let message = check.lines().find(|l| l.contains("po_approved/en/sms.j2")).unwrap_or_else(|| panic!("{check}"));
     let message = message.trim_start_matches("config: ").to_string();
-    let (mut child, log) = serve_logging_to_a_file(dir.path());
+    let (code, text) = serve_until_it_stops_or_listens(dir.path());
+    assert_eq!(code, Some(1), "serve started: {text}");
+    assert!(text.contains(&message), "{message:?} not in {text}");
+}
+
+/// `herald serve --config herald.toml` in `dir`: its exit code (`None` if it
+/// came up listening, or ran a minute) and what it logged.
+fn serve_until_it_stops_or_listens(dir: &Path) -> (Option<i32>, String) {
+    use std::time::{Duration, Instant};
+    let (mut child, log) = serve_logging_to_a_file(dir);
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -411,9 +419,48 @@ fn serve_refuses_to_start_with_a_template_file_missing() {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(status.and_then(|s| s.code()), Some(1), "serve started: {text}");
-    assert!(text.contains(&message), "{message:?} not in {text}");
+    (status.and_then(|s| s.code()), std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+/// Issue 33: a misspelt template in a route said only that there was no such
+/// template. Both checks now name the route, the nearest template and the
+/// source of the route, as a misspelt key's error does.
+#[test]
+fn a_misspelt_template_is_refused_with_the_nearest_one_and_the_routes_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let route = |template: &str, digest: &str| {
+        format!(
+            "[[routes]]\nevent = \"purchase_order.approved\"\ntemplate = {template:?}\nchannels = [\"email\"]\n\
+             {digest}[channels.email]\nsink = \"herald-outbox\"\n"
+        )
+    };
+    let check = |toml: &str| {
+        std::fs::write(dir.path().join("herald.toml"), toml).unwrap();
+        let out = run(dir.path(), &["config", "check", "--config", "herald.toml"], &[]);
+        assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+        stderr(&out)
+    };
+    let said = check(&route("po_aproved", ""));
+    let expected = "config: routes[0].template: no template \"po_aproved\" in the built-in templates \
+                    (route purchase_order.approved); did you mean \"po_approved\"? (from herald.toml)";
+    assert_eq!(said.trim_end(), expected);
+    let digest = "digest = { window = \"1h\", template = \"po_aprovd\" }\n";
+    let said = check(&route("po_approved", digest));
+    assert!(said.starts_with("config: routes[0].digest.template: no template \"po_aprovd\""), "{said}");
+    assert!(said.contains("did you mean \"po_approved\"? (from herald.toml)"), "{said}");
+    // a name near nothing gets no guess
+    let said = check(&route("welcome_email", ""));
+    assert!(said.contains("no template \"welcome_email\"") && !said.contains("did you mean"), "{said}");
+    // routes from the environment name the variable
+    let routes = r#"[{event = "purchase_order.approved", template = "po_aproved", channels = ["in_app"]}]"#;
+    let out = run(dir.path(), &["config", "check"], &[("HERALD_ROUTES", routes)]);
+    let said = stderr(&out);
+    assert!(said.contains("did you mean \"po_approved\"? (from environment variable HERALD_ROUTES)"), "{said}");
+    // and serve refuses to start with the same words
+    std::fs::write(dir.path().join("herald.toml"), route("po_aproved", "")).unwrap();
+    let (code, text) = serve_until_it_stops_or_listens(dir.path());
+    assert_eq!(code, Some(1), "serve started: {text}");
+    assert!(text.contains(expected.trim_start_matches("config: ")), "{text}");
 }
 
 /// A variable the fixtures lack is named with its file and line.

@@ -43,7 +43,40 @@ pub(super) fn load(path: Option<&Path>, env_vars: &[(String, String)]) -> Result
         other => other,
     })?;
     config.log.from_env = log_filter_from(env_vars)?;
+    config.origins = Origins { figment, env };
     Ok(config)
+}
+
+/// Where each key was set, kept for the checks made once the configuration
+/// meets something else: a route's template is looked for when the templates
+/// are loaded, and its error names the source of the route as a load error would.
+#[derive(Clone)]
+pub struct Origins {
+    figment: Figment,
+    env: EnvSource,
+}
+
+impl Origins {
+    /// `msg`, which begins with the key it is about (`routes[0].template: …`),
+    /// with where that key was set added.
+    pub fn add_to(&self, msg: String) -> String {
+        with_origin(msg, &self.figment, &self.env)
+    }
+}
+
+impl Default for Origins {
+    /// A configuration built by hand: its keys came from nowhere to name.
+    fn default() -> Self {
+        Origins { figment: Figment::new(), env: EnvSource { vars: Vec::new() } }
+    }
+}
+
+/// Where a key came from is not a setting: two configurations that set the
+/// same values from different files print the same.
+impl std::fmt::Debug for Origins {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Origins")
+    }
 }
 
 /// `HERALD_LOG`, checked like `log.level`; an empty one is as good as none.
@@ -127,12 +160,14 @@ impl Provider for &FileSource {
 }
 
 /// One `HERALD_SECTION__KEY=value`.
+#[derive(Clone)]
 struct EnvVar {
     name: String,
     path: Vec<String>,
     value: String,
 }
 
+#[derive(Clone)]
 struct EnvSource {
     vars: Vec<EnvVar>,
 }
@@ -269,7 +304,7 @@ fn describe(e: &figment::Error, env: &EnvSource) -> String {
 }
 
 /// The known name nearest to a misspelt one, if any is near enough.
-fn closest<'a>(field: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn closest<'a>(field: &str, known: &[&'a str]) -> Option<&'a str> {
     known
         .iter()
         .map(|k| (strsim::levenshtein(field, k), *k))
