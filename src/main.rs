@@ -424,6 +424,24 @@ async fn open_existing(config: &Config) -> anyhow::Result<std::sync::Arc<dyn her
         .with_context(|| format!("cannot use {}", app::redact_url(&config.database_url)))
 }
 
+/// A table as the CLI prints one: no borders, two spaces between columns,
+/// each column as wide as its widest cell, whatever the values.
+fn table(header: &[&str]) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::NOTHING).set_header(header.to_vec());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    table
+}
+
+fn print_table(table: &comfy_table::Table) -> std::io::Result<()> {
+    for line in table.lines() {
+        outln!("{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
 async fn why(
     entity: &str,
     recipient: &str,
@@ -498,20 +516,18 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             let filter =
                 DeadLetterFilter { tenant: Some(tenant), reason, since_us: since_us(&since)?, cursor: None, limit };
             let page = store.dead_letters_list(filter).await?;
-            outln!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED")?;
+            let mut rows = table(&["ID", "CHANNEL", "REASON", "DIED", "ENTITY → RECIPIENT"]);
             for d in &page.items {
                 let i = &d.intent;
-                outln!(
-                    "{:<32}  {:<8}  {:<20}  {:<24}  {}:{} → {}",
-                    i.key,
-                    i.channel,
-                    i.reason.as_deref().unwrap_or("-"),
+                rows.add_row(vec![
+                    i.key.to_string(),
+                    i.channel.to_string(),
+                    i.reason.as_deref().unwrap_or("-").to_string(),
                     herald::clock::rfc3339(i.updated_at).unwrap_or_default(),
-                    i.entity_type,
-                    i.entity_id,
-                    i.recipient_id
-                )?;
+                    format!("{}:{} → {}", i.entity_type, i.entity_id, i.recipient_id),
+                ]);
             }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: narrow with --reason or --since, or raise --limit)")?;
             }
@@ -586,18 +602,17 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
     match command {
         SuppressionsCommand::List { limit, .. } => {
             let page = store.suppressions_list(&tenant, None, limit).await?;
-            outln!("{:<24}  {:<24}  {:<18}  {:<24}  SOURCE INTENT", "ID", "ADDRESS", "REASON", "SINCE")?;
+            let mut rows = table(&["ID", "ADDRESS", "REASON", "SINCE", "SOURCE INTENT"]);
             for s in &page.items {
-                let since = herald::clock::rfc3339(s.created_at).unwrap_or_default();
-                outln!(
-                    "{:<24}  {:<24}  {:<18}  {:<24}  {}",
-                    s.id.as_deref().unwrap_or("-"),
-                    s.masked,
-                    s.reason,
-                    since,
-                    s.source_intent
-                )?;
+                rows.add_row(vec![
+                    s.id.as_deref().unwrap_or("-").to_string(),
+                    s.masked.to_string(),
+                    s.reason.to_string(),
+                    herald::clock::rfc3339(s.created_at).unwrap_or_default(),
+                    s.source_intent.to_string(),
+                ]);
             }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: raise --limit)")?;
             }
@@ -650,19 +665,21 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
     match command {
         RejectedCommand::List { limit, .. } => {
             let page = store.rejected_list(Some(&tenant), None, limit).await?;
-            outln!("{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  SUBJECT", "ID", "AT", "STREAM", "SEQ", "CODE")?;
+            let mut rows = table(&["ID", "AT", "STREAM", "SEQ", "CODE", "SUBJECT"]);
             for r in &page.items {
-                let at = herald::clock::rfc3339(r.created_at).unwrap_or_default();
-                outln!(
-                    "{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  {}",
-                    r.id,
-                    at,
-                    r.stream,
-                    r.stream_seq,
-                    r.code,
-                    r.subject
-                )?;
+                rows.add_row(vec![
+                    r.id.to_string(),
+                    herald::clock::rfc3339(r.created_at).unwrap_or_default(),
+                    r.stream.to_string(),
+                    r.stream_seq.to_string(),
+                    r.code.to_string(),
+                    r.subject.to_string(),
+                ]);
             }
+            if let Some(seq) = rows.column_mut(3) {
+                seq.set_cell_alignment(comfy_table::CellAlignment::Right);
+            }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: raise --limit)")?;
             }
