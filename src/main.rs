@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use herald::app;
-use herald::config::{Config, format_duration};
-use std::path::PathBuf;
+use herald::config::{Config, ConfigSource, format_duration};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -36,6 +36,7 @@ enum Command {
         /// Default: `default` without tokens; with tokens, the one tenant they name.
         #[arg(long)]
         tenant: Option<String>,
+        /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -71,6 +72,7 @@ struct DlqScope {
     /// Default: `default` without tokens; with tokens, the one tenant they name.
     #[arg(long)]
     tenant: Option<String>,
+    /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one).
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -169,6 +171,8 @@ enum TemplatesCommand {
         /// The template directory (default: the config's templates_dir, else the built-in templates).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one,
+        /// unless --dir is given).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -182,7 +186,8 @@ enum ConfigCommand {
 
 #[derive(clap::Args)]
 struct ConfigArg {
-    /// The TOML config file; without it, the embedded default.
+    /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is
+    /// one, else the embedded default); `HERALD_…` variables override it.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -250,10 +255,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(a) => serve(a.config).await,
         Command::Migrate(a) => {
-            let config = Config::load(a.config.as_deref())?;
+            let (config, source) = load_config(a.config.as_deref())?;
             let store = herald::store::connect(&config.database_url).await?;
             store.migrate().await?;
-            outln!("migrations applied to {}", app::redact_url(&config.database_url))?;
+            outln!("migrations applied to {} (from {source})", app::redact_url(&config.database_url))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check(a) } => config_check(a.config),
@@ -266,6 +271,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             shadow_report(since, until, scope).await
         }
     }
+}
+
+/// The configuration as every command finds it (see [`ConfigSource`]), and
+/// where it came from.
+fn load_config(flag: Option<&Path>) -> anyhow::Result<(Config, ConfigSource)> {
+    let source = ConfigSource::locate(flag);
+    let config = source.load()?;
+    Ok((config, source))
 }
 
 /// Log lines on stderr, and spans to the collector when one is configured
@@ -301,8 +314,9 @@ fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tr
 }
 
 async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = Config::load(path.as_deref())?;
+    let (config, source) = load_config(path.as_deref())?;
     let tracing = init_logging(&config)?;
+    tracing::info!(from = %source, "configuration read");
     let running = app::start(config).await.context("cannot start")?;
     let shutdown = running.shutdown_handle();
     tokio::spawn(async move {
@@ -339,7 +353,8 @@ async fn wait_for_signal() {
 }
 
 fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(path.as_deref()) {
+    let source = ConfigSource::locate(path.as_deref());
+    let config = match source.load() {
         Ok(c) => c,
         Err(e) => {
             errln!("config: {e}");
@@ -347,6 +362,7 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     };
     let templates = app::load_templates(&config);
+    outln!("config          {source}")?;
     outln!("retry horizon   {}", format_duration(config.retry_policy().horizon()))?;
     outln!("dedupe window   {}", format_duration(config.dedupe_window))?;
     outln!(
@@ -370,11 +386,12 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use herald::render::{TemplateSet, check};
     // The routes' needs when there is a config to read them from: the one
-    // given, or the one that names the directory (not the embedded default's
-    // route when only a directory is given).
-    let config = match (&dir, &config) {
-        (Some(_), None) => None,
-        _ => Some(Config::load(config.as_deref())?),
+    // named, or the one that names the directory (neither a ./herald.toml
+    // nor the embedded default's route when only a directory is given).
+    let source = ConfigSource::locate(config.as_deref());
+    let config = match (&dir, source.is_explicit()) {
+        (Some(_), false) => None,
+        _ => Some(source.load()?),
     };
     let needs = config.as_ref().map(|c| check::route_needs(&c.routes)).unwrap_or_default();
     let set = match (dir, config.and_then(|c| c.templates_dir)) {
@@ -418,10 +435,16 @@ fn tenant_for(given: Option<String>, config: &Config) -> Result<String, String> 
 }
 
 /// The database as it is: a command that reads creates and migrates nothing.
-async fn open_existing(config: &Config) -> anyhow::Result<std::sync::Arc<dyn herald::store::Store>> {
-    herald::store::open_existing(&config.database_url)
-        .await
-        .with_context(|| format!("cannot use {}", app::redact_url(&config.database_url)))
+/// Which one, and from which configuration, is said on stderr first: a
+/// command that found no configuration reads the embedded default's
+/// `./herald.db`, which is rarely the database meant.
+async fn open_existing(
+    config: &Config,
+    source: &ConfigSource,
+) -> anyhow::Result<std::sync::Arc<dyn herald::store::Store>> {
+    let url = app::redact_url(&config.database_url);
+    errln!("reading {url} (from {source})");
+    herald::store::open_existing(&config.database_url).await.with_context(|| format!("cannot use {url}"))
 }
 
 /// A table as the CLI prints one: no borders, two spaces between columns,
@@ -452,7 +475,7 @@ async fn why(
         errln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
         return Ok(ExitCode::from(2));
     };
-    let config = Config::load(config.as_deref())?;
+    let (config, source) = load_config(config.as_deref())?;
     let tenant = match tenant_for(tenant, &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -460,7 +483,7 @@ async fn why(
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     let history = herald::why::history(store.as_ref(), &tenant, (kind, id), recipient).await?;
     output::out(format_args!("{}", herald::why::timeline((kind, id), recipient, &history)))?;
     Ok(ExitCode::SUCCESS)
@@ -468,7 +491,7 @@ async fn why(
 
 async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqScope) -> anyhow::Result<ExitCode> {
     use herald::ops::shadow_report;
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant, &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -484,7 +507,7 @@ async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqS
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     let report = shadow_report::build(store.as_ref(), Some(&tenant), since, until).await?;
     output::out(format_args!("{}", shadow_report::table(&report)))?;
     Ok(ExitCode::SUCCESS)
@@ -495,7 +518,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
     let scope = match &command {
         DlqCommand::List { scope, .. } | DlqCommand::Show { scope, .. } | DlqCommand::Replay { scope, .. } => scope,
     };
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -503,7 +526,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     // The same strict reader as the API's (and occurred_at's).
     let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
         s.as_deref()
@@ -587,7 +610,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
 
 async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> {
     let (SuppressionsCommand::List { scope, .. } | SuppressionsCommand::Remove { scope, .. }) = &command;
-    let mut config = Config::load(scope.config.as_deref())?;
+    let (mut config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -595,7 +618,7 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     // The key, and the entries of the old scheme rekeyed and named, as
     // `serve` does at start-up.
     let key = herald::suppression::resolve(&mut config, store.as_ref()).await?;
@@ -653,7 +676,7 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
 
 async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
     let (RejectedCommand::List { scope, .. } | RejectedCommand::Show { scope, .. }) = &command;
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -661,7 +684,7 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     match command {
         RejectedCommand::List { limit, .. } => {
             let page = store.rejected_list(Some(&tenant), None, limit).await?;

@@ -542,3 +542,45 @@ async fn list_columns_line_up_with_their_headers_whatever_the_widths() {
         assert!(seq.ends_with(" 1") || seq.ends_with(" 2"), "SEQ is right-aligned under its header:\n{text}");
     }
 }
+
+/// Without `--config`, a command reads the configuration `serve` would:
+/// `HERALD_CONFIG`'s file here, whose database is not `./herald.db` — and
+/// it says which database it reads, and from where.
+#[test]
+fn a_command_reads_the_configuration_herald_config_names_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let db = elsewhere.path().join("named.db");
+    let config = elsewhere.path().join("herald.toml");
+    std::fs::write(&config, format!("database_url = \"sqlite://{}\"\n", db.display())).unwrap();
+    let env = [("HERALD_CONFIG", config.to_str().unwrap())];
+    let out = run(dir.path(), &["migrate"], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(db.exists(), "migrate wrote the database HERALD_CONFIG names");
+    for args in READ_ONLY.iter().copied().chain([&["rejected", "list"][..], &["suppressions", "list"]]) {
+        let out = run(dir.path(), args, &env);
+        let err = stderr(&out);
+        assert!(out.status.code() != Some(101), "{args:?}: {err}");
+        let said = format!("reading sqlite://{} (from HERALD_CONFIG={})", db.display(), config.display());
+        assert!(err.contains(&said), "{args:?}: {err}");
+        assert!(!dir.path().join("herald.db").exists(), "{args:?} used ./herald.db");
+        if args != READ_ONLY[2] {
+            assert!(out.status.success(), "{args:?}: {err}");
+        }
+    }
+    // and ./herald.toml when there is one, with a password never shown
+    std::fs::write(dir.path().join("herald.toml"), format!("database_url = \"sqlite://{}\"\n", db.display())).unwrap();
+    let out = run(dir.path(), &["dlq", "list"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(from ./herald.toml)"), "{}", stderr(&out));
+    if backends().contains(&Backend::Postgres) {
+        let mut url = url::Url::parse(&std::env::var("HERALD_TEST_DATABASE_URL").unwrap()).unwrap();
+        url.set_password(Some("hunter2")).unwrap();
+        url.set_path("/herald_test_never_created");
+        let out = run(dir.path(), &["dlq", "list"], &[("HERALD_DATABASE_URL", url.as_str())]);
+        let err = stderr(&out);
+        url.set_password(Some("***")).unwrap();
+        assert!(err.contains(&format!("reading {url} (from ./herald.toml)")), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
