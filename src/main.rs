@@ -292,7 +292,7 @@ fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tr
     use tracing_subscriber::util::SubscriberInitExt;
     // Checked when the config was loaded (HERALD_LOG included), so nothing
     // falls back here without a word.
-    let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
+    let filter = tracing_subscriber::EnvFilter::new(herald::ops::log::quiet_notices(config.log_filter()));
     let lines_only = filter_fn(|m| m.is_event()).and(filter);
     let sample = herald::ops::log::SampleRoutine::new(config.log.sample_accepted);
     let export = trace::Export::of(&config.tracing).map_err(anyhow::Error::msg)?;

@@ -584,3 +584,33 @@ fn a_command_reads_the_configuration_herald_config_names_and_says_so() {
         assert!(!err.contains("hunter2"), "{err}");
     }
 }
+
+/// Postgres answers each start's `CREATE TABLE IF NOT EXISTS _sqlx_migrations`
+/// with a notice, which sqlx logs at info: a line on every start of every
+/// process that says nothing is wrong. It stays out of the info log.
+#[tokio::test]
+async fn a_second_start_on_postgres_logs_no_already_exists_notice() {
+    use std::time::{Duration, Instant};
+    let Some(db) = common::postgres_db().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("herald.toml"),
+        format!("listen = \"127.0.0.1:0\"\ndatabase_url = \"{}\"\n", db.url),
+    )
+    .unwrap();
+    for start in 0..2 {
+        let (mut child, log) = serve_logging_to_a_file(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("herald is listening") || Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(text.contains("herald is listening"), "start {start}: {text}");
+        assert!(!text.contains("already exists"), "start {start}: {text}");
+    }
+}
