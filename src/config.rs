@@ -786,6 +786,72 @@ pub fn format_duration(d: Duration) -> String {
     out
 }
 
+/// Where a command's configuration comes from, found the same way by every
+/// command (`serve` and the ones that only read alike): `--config FILE`, else
+/// `HERALD_CONFIG`, else `./herald.toml` when there is one, else the
+/// embedded default. `HERALD_…` variables then override whichever it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    Flag(PathBuf),
+    Env(PathBuf),
+    Local(PathBuf),
+    Embedded,
+}
+
+/// The file a command reads when neither `--config` nor `HERALD_CONFIG` names one.
+pub const LOCAL_CONFIG: &str = "herald.toml";
+
+impl ConfigSource {
+    /// The source for `--config` (when given), this process's environment and
+    /// working directory.
+    pub fn locate(flag: Option<&Path>) -> ConfigSource {
+        let env = std::env::var_os("HERALD_CONFIG").map(PathBuf::from);
+        ConfigSource::locate_with(flag, env, Path::new(LOCAL_CONFIG).is_file())
+    }
+
+    /// As [`ConfigSource::locate`], with `HERALD_CONFIG` and the presence of
+    /// `./herald.toml` given. An empty `HERALD_CONFIG` is as good as none.
+    pub fn locate_with(flag: Option<&Path>, env: Option<PathBuf>, local_exists: bool) -> ConfigSource {
+        match (flag, env.filter(|p| !p.as_os_str().is_empty())) {
+            (Some(path), _) => ConfigSource::Flag(path.to_path_buf()),
+            (None, Some(path)) => ConfigSource::Env(path),
+            (None, None) if local_exists => ConfigSource::Local(PathBuf::from(LOCAL_CONFIG)),
+            (None, None) => ConfigSource::Embedded,
+        }
+    }
+
+    /// The file to read; `None` for the embedded default.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            ConfigSource::Flag(p) | ConfigSource::Env(p) | ConfigSource::Local(p) => Some(p),
+            ConfigSource::Embedded => None,
+        }
+    }
+
+    /// Whether a person named the file (`--config` or `HERALD_CONFIG`),
+    /// rather than it being found in the working directory or built in.
+    pub fn is_explicit(&self) -> bool {
+        matches!(self, ConfigSource::Flag(_) | ConfigSource::Env(_))
+    }
+
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        Config::load(self.path())
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    /// As a person would say where the configuration came from:
+    /// `./herald.toml`, `HERALD_CONFIG=/etc/herald.toml`, `the embedded default`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::Flag(p) => write!(f, "{}", p.display()),
+            ConfigSource::Env(p) => write!(f, "HERALD_CONFIG={}", p.display()),
+            ConfigSource::Local(p) => write!(f, "./{}", p.display()),
+            ConfigSource::Embedded => f.write_str("the embedded default"),
+        }
+    }
+}
+
 impl Config {
     /// The file at `path`, or the embedded default; then the environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
@@ -1103,6 +1169,23 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let env: Vec<_> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::load_with_env(Some(&path), &env)
+    }
+
+    #[test]
+    fn the_flag_wins_then_herald_config_then_a_local_file_then_the_default() {
+        let (flag, env) = (Path::new("a.toml"), Some(PathBuf::from("/etc/herald.toml")));
+        assert_eq!(ConfigSource::locate_with(Some(flag), env.clone(), true), ConfigSource::Flag(flag.into()));
+        assert_eq!(ConfigSource::locate_with(None, env.clone(), true), ConfigSource::Env("/etc/herald.toml".into()));
+        assert_eq!(
+            ConfigSource::locate_with(None, Some(PathBuf::new()), true),
+            ConfigSource::Local("herald.toml".into())
+        );
+        assert_eq!(ConfigSource::locate_with(None, None, false), ConfigSource::Embedded);
+        assert_eq!(ConfigSource::locate_with(None, env, false).to_string(), "HERALD_CONFIG=/etc/herald.toml");
+        assert_eq!(ConfigSource::Local("herald.toml".into()).to_string(), "./herald.toml");
+        // HERALD_CONFIG names the file; it is not a key of it
+        let c = load("", &[("HERALD_CONFIG", "/etc/herald.toml")]);
+        assert!(c.is_ok(), "{:?}", c.err());
     }
 
     #[test]

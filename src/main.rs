@@ -3,8 +3,8 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use herald::app;
-use herald::config::{Config, format_duration};
-use std::path::PathBuf;
+use herald::config::{Config, ConfigSource, format_duration};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -36,6 +36,7 @@ enum Command {
         /// Default: `default` without tokens; with tokens, the one tenant they name.
         #[arg(long)]
         tenant: Option<String>,
+        /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -71,6 +72,7 @@ struct DlqScope {
     /// Default: `default` without tokens; with tokens, the one tenant they name.
     #[arg(long)]
     tenant: Option<String>,
+    /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one).
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -169,6 +171,8 @@ enum TemplatesCommand {
         /// The template directory (default: the config's templates_dir, else the built-in templates).
         #[arg(long)]
         dir: Option<PathBuf>,
+        /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is one,
+        /// unless --dir is given).
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -182,7 +186,8 @@ enum ConfigCommand {
 
 #[derive(clap::Args)]
 struct ConfigArg {
-    /// The TOML config file; without it, the embedded default.
+    /// The TOML config file (default: $HERALD_CONFIG, else ./herald.toml when there is
+    /// one, else the embedded default); `HERALD_…` variables override it.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -250,10 +255,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(a) => serve(a.config).await,
         Command::Migrate(a) => {
-            let config = Config::load(a.config.as_deref())?;
+            let (config, source) = load_config(a.config.as_deref())?;
             let store = herald::store::connect(&config.database_url).await?;
             store.migrate().await?;
-            outln!("migrations applied to {}", app::redact_url(&config.database_url))?;
+            outln!("migrations applied to {} (from {source})", app::redact_url(&config.database_url))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Config { command: ConfigCommand::Check(a) } => config_check(a.config),
@@ -268,6 +273,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The configuration as every command finds it (see [`ConfigSource`]), and
+/// where it came from.
+fn load_config(flag: Option<&Path>) -> anyhow::Result<(Config, ConfigSource)> {
+    let source = ConfigSource::locate(flag);
+    let config = source.load()?;
+    Ok((config, source))
+}
+
 /// Log lines on stderr, and spans to the collector when one is configured
 /// (the span layer then is the only one that sees spans: the lines read as
 /// they do without it). Returns the provider to flush at shutdown.
@@ -279,7 +292,7 @@ fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tr
     use tracing_subscriber::util::SubscriberInitExt;
     // Checked when the config was loaded (HERALD_LOG included), so nothing
     // falls back here without a word.
-    let filter = tracing_subscriber::EnvFilter::new(config.log_filter());
+    let filter = tracing_subscriber::EnvFilter::new(herald::ops::log::quiet_notices(config.log_filter()));
     let lines_only = filter_fn(|m| m.is_event()).and(filter);
     let sample = herald::ops::log::SampleRoutine::new(config.log.sample_accepted);
     let export = trace::Export::of(&config.tracing).map_err(anyhow::Error::msg)?;
@@ -301,8 +314,9 @@ fn init_logging(config: &Config) -> anyhow::Result<Option<herald::ops::trace::Tr
 }
 
 async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = Config::load(path.as_deref())?;
+    let (config, source) = load_config(path.as_deref())?;
     let tracing = init_logging(&config)?;
+    tracing::info!(from = %source, "configuration read");
     let running = app::start(config).await.context("cannot start")?;
     let shutdown = running.shutdown_handle();
     tokio::spawn(async move {
@@ -339,7 +353,8 @@ async fn wait_for_signal() {
 }
 
 fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let config = match Config::load(path.as_deref()) {
+    let source = ConfigSource::locate(path.as_deref());
+    let config = match source.load() {
         Ok(c) => c,
         Err(e) => {
             errln!("config: {e}");
@@ -347,6 +362,7 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     };
     let templates = app::load_templates(&config);
+    outln!("config          {source}")?;
     outln!("retry horizon   {}", format_duration(config.retry_policy().horizon()))?;
     outln!("dedupe window   {}", format_duration(config.dedupe_window))?;
     outln!(
@@ -370,11 +386,12 @@ fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 fn templates_check(dir: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use herald::render::{TemplateSet, check};
     // The routes' needs when there is a config to read them from: the one
-    // given, or the one that names the directory (not the embedded default's
-    // route when only a directory is given).
-    let config = match (&dir, &config) {
-        (Some(_), None) => None,
-        _ => Some(Config::load(config.as_deref())?),
+    // named, or the one that names the directory (neither a ./herald.toml
+    // nor the embedded default's route when only a directory is given).
+    let source = ConfigSource::locate(config.as_deref());
+    let config = match (&dir, source.is_explicit()) {
+        (Some(_), false) => None,
+        _ => Some(source.load()?),
     };
     let needs = config.as_ref().map(|c| check::route_needs(&c.routes)).unwrap_or_default();
     let set = match (dir, config.and_then(|c| c.templates_dir)) {
@@ -418,10 +435,34 @@ fn tenant_for(given: Option<String>, config: &Config) -> Result<String, String> 
 }
 
 /// The database as it is: a command that reads creates and migrates nothing.
-async fn open_existing(config: &Config) -> anyhow::Result<std::sync::Arc<dyn herald::store::Store>> {
-    herald::store::open_existing(&config.database_url)
-        .await
-        .with_context(|| format!("cannot use {}", app::redact_url(&config.database_url)))
+/// Which one, and from which configuration, is said on stderr first: a
+/// command that found no configuration reads the embedded default's
+/// `./herald.db`, which is rarely the database meant.
+async fn open_existing(
+    config: &Config,
+    source: &ConfigSource,
+) -> anyhow::Result<std::sync::Arc<dyn herald::store::Store>> {
+    let url = app::redact_url(&config.database_url);
+    errln!("reading {url} (from {source})");
+    herald::store::open_existing(&config.database_url).await.with_context(|| format!("cannot use {url}"))
+}
+
+/// A table as the CLI prints one: no borders, two spaces between columns,
+/// each column as wide as its widest cell, whatever the values.
+fn table(header: &[&str]) -> comfy_table::Table {
+    let mut table = comfy_table::Table::new();
+    table.load_style(comfy_table::presets::NOTHING).set_header(header.to_vec());
+    for column in table.column_iter_mut() {
+        column.set_padding((0, 2));
+    }
+    table
+}
+
+fn print_table(table: &comfy_table::Table) -> std::io::Result<()> {
+    for line in table.lines() {
+        outln!("{}", line.trim_end())?;
+    }
+    Ok(())
 }
 
 async fn why(
@@ -434,7 +475,7 @@ async fn why(
         errln!("--entity: must be TYPE:ID, like purchase_order:PO-4482");
         return Ok(ExitCode::from(2));
     };
-    let config = Config::load(config.as_deref())?;
+    let (config, source) = load_config(config.as_deref())?;
     let tenant = match tenant_for(tenant, &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -442,7 +483,7 @@ async fn why(
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     let history = herald::why::history(store.as_ref(), &tenant, (kind, id), recipient).await?;
     output::out(format_args!("{}", herald::why::timeline((kind, id), recipient, &history)))?;
     Ok(ExitCode::SUCCESS)
@@ -450,7 +491,7 @@ async fn why(
 
 async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqScope) -> anyhow::Result<ExitCode> {
     use herald::ops::shadow_report;
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant, &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -466,7 +507,7 @@ async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqS
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     let report = shadow_report::build(store.as_ref(), Some(&tenant), since, until).await?;
     output::out(format_args!("{}", shadow_report::table(&report)))?;
     Ok(ExitCode::SUCCESS)
@@ -477,7 +518,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
     let scope = match &command {
         DlqCommand::List { scope, .. } | DlqCommand::Show { scope, .. } | DlqCommand::Replay { scope, .. } => scope,
     };
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -485,7 +526,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     // The same strict reader as the API's (and occurred_at's).
     let since_us = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
         s.as_deref()
@@ -498,20 +539,18 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
             let filter =
                 DeadLetterFilter { tenant: Some(tenant), reason, since_us: since_us(&since)?, cursor: None, limit };
             let page = store.dead_letters_list(filter).await?;
-            outln!("{:<32}  {:<8}  {:<20}  {:<24}  ENTITY → RECIPIENT", "ID", "CHANNEL", "REASON", "DIED")?;
+            let mut rows = table(&["ID", "CHANNEL", "REASON", "DIED", "ENTITY → RECIPIENT"]);
             for d in &page.items {
                 let i = &d.intent;
-                outln!(
-                    "{:<32}  {:<8}  {:<20}  {:<24}  {}:{} → {}",
-                    i.key,
-                    i.channel,
-                    i.reason.as_deref().unwrap_or("-"),
+                rows.add_row(vec![
+                    i.key.to_string(),
+                    i.channel.to_string(),
+                    i.reason.as_deref().unwrap_or("-").to_string(),
                     herald::clock::rfc3339(i.updated_at).unwrap_or_default(),
-                    i.entity_type,
-                    i.entity_id,
-                    i.recipient_id
-                )?;
+                    format!("{}:{} → {}", i.entity_type, i.entity_id, i.recipient_id),
+                ]);
             }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: narrow with --reason or --since, or raise --limit)")?;
             }
@@ -571,7 +610,7 @@ async fn dlq(command: DlqCommand) -> anyhow::Result<ExitCode> {
 
 async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> {
     let (SuppressionsCommand::List { scope, .. } | SuppressionsCommand::Remove { scope, .. }) = &command;
-    let mut config = Config::load(scope.config.as_deref())?;
+    let (mut config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -579,25 +618,24 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     // The key, and the entries of the old scheme rekeyed and named, as
     // `serve` does at start-up.
     let key = herald::suppression::resolve(&mut config, store.as_ref()).await?;
     match command {
         SuppressionsCommand::List { limit, .. } => {
             let page = store.suppressions_list(&tenant, None, limit).await?;
-            outln!("{:<24}  {:<24}  {:<18}  {:<24}  SOURCE INTENT", "ID", "ADDRESS", "REASON", "SINCE")?;
+            let mut rows = table(&["ID", "ADDRESS", "REASON", "SINCE", "SOURCE INTENT"]);
             for s in &page.items {
-                let since = herald::clock::rfc3339(s.created_at).unwrap_or_default();
-                outln!(
-                    "{:<24}  {:<24}  {:<18}  {:<24}  {}",
-                    s.id.as_deref().unwrap_or("-"),
-                    s.masked,
-                    s.reason,
-                    since,
-                    s.source_intent
-                )?;
+                rows.add_row(vec![
+                    s.id.as_deref().unwrap_or("-").to_string(),
+                    s.masked.to_string(),
+                    s.reason.to_string(),
+                    herald::clock::rfc3339(s.created_at).unwrap_or_default(),
+                    s.source_intent.to_string(),
+                ]);
             }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: raise --limit)")?;
             }
@@ -638,7 +676,7 @@ async fn suppressions(command: SuppressionsCommand) -> anyhow::Result<ExitCode> 
 
 async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
     let (RejectedCommand::List { scope, .. } | RejectedCommand::Show { scope, .. }) = &command;
-    let config = Config::load(scope.config.as_deref())?;
+    let (config, source) = load_config(scope.config.as_deref())?;
     let tenant = match tenant_for(scope.tenant.clone(), &config) {
         Ok(t) => t,
         Err(usage) => {
@@ -646,23 +684,25 @@ async fn rejected(command: RejectedCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let store = open_existing(&config).await?;
+    let store = open_existing(&config, &source).await?;
     match command {
         RejectedCommand::List { limit, .. } => {
             let page = store.rejected_list(Some(&tenant), None, limit).await?;
-            outln!("{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  SUBJECT", "ID", "AT", "STREAM", "SEQ", "CODE")?;
+            let mut rows = table(&["ID", "AT", "STREAM", "SEQ", "CODE", "SUBJECT"]);
             for r in &page.items {
-                let at = herald::clock::rfc3339(r.created_at).unwrap_or_default();
-                outln!(
-                    "{:<32}  {:<24}  {:<16}  {:>8}  {:<22}  {}",
-                    r.id,
-                    at,
-                    r.stream,
-                    r.stream_seq,
-                    r.code,
-                    r.subject
-                )?;
+                rows.add_row(vec![
+                    r.id.to_string(),
+                    herald::clock::rfc3339(r.created_at).unwrap_or_default(),
+                    r.stream.to_string(),
+                    r.stream_seq.to_string(),
+                    r.code.to_string(),
+                    r.subject.to_string(),
+                ]);
             }
+            if let Some(seq) = rows.column_mut(3) {
+                seq.set_cell_alignment(comfy_table::CellAlignment::Right);
+            }
+            print_table(&rows)?;
             if page.next.is_some() {
                 outln!("(more: raise --limit)")?;
             }

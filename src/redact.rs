@@ -143,19 +143,45 @@ fn ipv4(chars: &[char]) -> Option<usize> {
     Some(at)
 }
 
+/// A stored body as it is shown back: the JSON it holds, or, when it holds
+/// none (a malformed message is why many are rejected), its text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ShownBody {
+    Json(Value),
+    Text(String),
+}
+
+impl ShownBody {
+    /// `json` or `text`, as the views name the form.
+    pub fn format(&self) -> &'static str {
+        match self {
+            ShownBody::Json(_) => "json",
+            ShownBody::Text(_) => "text",
+        }
+    }
+
+    /// The body as a JSON value: the JSON itself, or the text as a string.
+    pub fn into_value(self) -> Value {
+        match self {
+            ShownBody::Json(v) => v,
+            ShownBody::Text(t) => Value::String(t),
+        }
+    }
+}
+
 /// A stored body shown back (a rejected bus message): JSON of any shape with
 /// every key and value that looks like an address or a number masked — an
 /// inline recipient's fields by their kind, any other string as text, a URL
 /// to its scheme and host, a number of seven digits or more as a masked
 /// string. A body that is not JSON is scrubbed as text, URLs included.
-pub fn scrub_body(body: &str) -> String {
+pub fn scrub_body(body: &str) -> ShownBody {
     match serde_json::from_str::<Value>(body) {
         Ok(mut value) => {
             crate::recipient::mask_inline_recipients(&mut value);
             scrub_json(&mut value);
-            value.to_string()
+            ShownBody::Json(value)
         }
-        Err(_) => scrub_text(&mask_urls(body)),
+        Err(_) => ShownBody::Text(scrub_text(&mask_urls(body))),
     }
 }
 
@@ -258,14 +284,14 @@ mod tests {
             "hook": "see https://hooks.example.com/services/T0/B0/SECRET now",
             "data": {"total": 1200, "at": "2026-12-02T08:17:24Z", "price": 12.5}
         });
-        let shown: Value = serde_json::from_str(&scrub_body(&body.to_string())).unwrap();
+        let ShownBody::Json(shown) = scrub_body(&body.to_string()) else { panic!("JSON shown as text") };
         assert_eq!(shown["recipients"]["u-1"], json!({"email": "a***@example.com", "phone": "+14155****78"}));
         assert_eq!(shown["recipients"]["k***@example.com"], json!([["+97798******32"]]));
         assert_eq!(shown["hook"], "see https://hooks.example.com/*** now");
         assert_eq!(shown["data"], body["data"], "short numbers and dates are kept");
         assert_eq!(
             scrub_body("to asha@example.com, phone +9779800000035 https://h.example.com/x?secret=1"),
-            "to a***@example.com, phone +97798******35 https://h.example.com/***"
+            ShownBody::Text("to a***@example.com, phone +97798******35 https://h.example.com/***".into())
         );
     }
 
@@ -325,7 +351,7 @@ mod tests {
         #[test]
         fn no_address_or_number_survives_in_a_json_body(parts in proptest::collection::vec(fragment(), 1..8)) {
             let body = json!({"recipients": {(parts[0].clone()): parts.clone()}, "n": 14155550778_u64}).to_string();
-            let shown = scrub_body(&body);
+            let shown = scrub_body(&body).into_value().to_string();
             prop_assert!(!has_email_like(&shown), "{body} → {shown}");
             prop_assert!(!has_seven_digits(&shown), "{body} → {shown}");
         }

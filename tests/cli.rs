@@ -489,3 +489,175 @@ fn serve_logging_to_a_file(dir: &std::path::Path) -> (std::process::Child, std::
         .expect("start herald serve");
     (child, log)
 }
+
+/// Where each of `names` starts in `line`, in characters.
+fn column_starts(line: &str, names: &[&str]) -> Vec<usize> {
+    names
+        .iter()
+        .map(|n| {
+            let at = line.find(n).unwrap_or_else(|| panic!("{n} not in {line:?}"));
+            line[..at].chars().count()
+        })
+        .collect()
+}
+
+/// The text of `line` from character `start`.
+fn from_column(line: &str, start: usize) -> String {
+    line.chars().skip(start).collect()
+}
+
+/// Every row's value of each column starts where its header does, however
+/// wide the values (the hand-padded widths put a long reason or stream in
+/// the next column's place, and every column after it out of step).
+#[tokio::test]
+async fn list_columns_line_up_with_their_headers_whatever_the_widths() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let sms = common::FakeSms::start().await;
+    let phones = ["+15550000401", "+15550000402"];
+    for phone in phones {
+        sms.script(phone, vec![common::Reply::status(400, serde_json::json!({"error": "invalid_destination"}))]);
+    }
+    let app = common::TestApp::new(&db).with_sms(&sms).spawn().await;
+    let mut keys = Vec::new();
+    for (n, phone) in phones.iter().enumerate() {
+        let entity = ["PO-1", "PO-A-MUCH-LONGER-ENTITY-ID-THAN-THE-OTHER"][n];
+        let (_, body, _) = app.post_event(&common::sms_event(entity, phone), None).await;
+        let id = body["intents"][0]["id"].as_str().unwrap().to_string();
+        let dead = app.wait_state(&id, &["dead"]).await;
+        keys.push(dead["key"].as_str().unwrap_or_else(|| panic!("{dead}")).to_string());
+    }
+    app.running.stop().await;
+    let long_reason = "provider_refused_the_destination_for_good";
+    common::execute(&db, &format!("UPDATE intents SET reason = '{long_reason}' WHERE key = '{}'", keys[1])).await;
+    let store = db.store().await;
+    for (seq, (stream, code)) in
+        [("s", "malformed_json"), ("a-stream-name-longer-than-sixteen", "idempotency_key_mismatch_by_far")]
+            .into_iter()
+            .enumerate()
+    {
+        let row = herald::store::RejectedMessage {
+            id: herald::store::RejectedMessage::id_of(stream, seq as i64 + 1),
+            tenant: "default".into(),
+            stream: stream.into(),
+            consumer: "herald".into(),
+            subject: format!("{stream}.events"),
+            stream_seq: seq as i64 + 1,
+            deliveries: 1,
+            status: 400,
+            code: code.into(),
+            message: "refused".into(),
+            body: None,
+            created_at: 1_700_000_000_000_000 + seq as i64,
+        };
+        store.rejected_record(row).await.unwrap();
+    }
+    drop(store);
+
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HERALD_DATABASE_URL", db.url.as_str())];
+    let out = run(dir.path(), &["dlq", "list"], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let starts = column_starts(lines[0], &["ID", "CHANNEL", "REASON", "DIED", "ENTITY"]);
+    assert_eq!(lines.len(), 3, "{text}");
+    for row in &lines[1..] {
+        assert!(keys.iter().any(|k| from_column(row, starts[0]).starts_with(k.as_str())), "{text}");
+        assert!(from_column(row, starts[1]).starts_with("sms "), "CHANNEL:\n{text}");
+        let reason = from_column(row, starts[2]);
+        assert!(reason.starts_with("invalid_destination ") || reason.starts_with(long_reason), "REASON:\n{text}");
+        assert!(from_column(row, starts[3]).starts_with("20"), "DIED:\n{text}");
+        assert!(from_column(row, starts[4]).starts_with("purchase_order:PO-"), "ENTITY:\n{text}");
+    }
+
+    let out = run(dir.path(), &["rejected", "list"], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    let starts = column_starts(lines[0], &["ID", "AT", "STREAM", "CODE", "SUBJECT"]);
+    let seq_end = column_starts(lines[0], &["SEQ"])[0] + 3;
+    assert_eq!(lines.len(), 3, "{text}");
+    for row in &lines[1..] {
+        let stream = from_column(row, starts[2]);
+        let stream = stream.split(' ').next().unwrap();
+        assert!(["s", "a-stream-name-longer-than-sixteen"].contains(&stream), "STREAM:\n{text}");
+        assert!(from_column(row, starts[1]).starts_with("20"), "AT:\n{text}");
+        let code = from_column(row, starts[3]);
+        assert!(code.starts_with("malformed_json") || code.starts_with("idempotency_key"), "CODE:\n{text}");
+        assert!(from_column(row, starts[4]).starts_with(&format!("{stream}.events")), "SUBJECT:\n{text}");
+        let seq: String = row.chars().take(seq_end).collect();
+        assert!(seq.ends_with(" 1") || seq.ends_with(" 2"), "SEQ is right-aligned under its header:\n{text}");
+    }
+}
+
+/// Without `--config`, a command reads the configuration `serve` would:
+/// `HERALD_CONFIG`'s file here, whose database is not `./herald.db` — and
+/// it says which database it reads, and from where.
+#[test]
+fn a_command_reads_the_configuration_herald_config_names_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let db = elsewhere.path().join("named.db");
+    let config = elsewhere.path().join("herald.toml");
+    std::fs::write(&config, format!("database_url = \"sqlite://{}\"\n", db.display())).unwrap();
+    let env = [("HERALD_CONFIG", config.to_str().unwrap())];
+    let out = run(dir.path(), &["migrate"], &env);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(db.exists(), "migrate wrote the database HERALD_CONFIG names");
+    for args in READ_ONLY.iter().copied().chain([&["rejected", "list"][..], &["suppressions", "list"]]) {
+        let out = run(dir.path(), args, &env);
+        let err = stderr(&out);
+        assert!(out.status.code() != Some(101), "{args:?}: {err}");
+        let said = format!("reading sqlite://{} (from HERALD_CONFIG={})", db.display(), config.display());
+        assert!(err.contains(&said), "{args:?}: {err}");
+        assert!(!dir.path().join("herald.db").exists(), "{args:?} used ./herald.db");
+        if args != READ_ONLY[2] {
+            assert!(out.status.success(), "{args:?}: {err}");
+        }
+    }
+    // and ./herald.toml when there is one, with a password never shown
+    std::fs::write(dir.path().join("herald.toml"), format!("database_url = \"sqlite://{}\"\n", db.display())).unwrap();
+    let out = run(dir.path(), &["dlq", "list"], &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("(from ./herald.toml)"), "{}", stderr(&out));
+    if backends().contains(&Backend::Postgres) {
+        let mut url = url::Url::parse(&std::env::var("HERALD_TEST_DATABASE_URL").unwrap()).unwrap();
+        url.set_password(Some("hunter2")).unwrap();
+        url.set_path("/herald_test_never_created");
+        let out = run(dir.path(), &["dlq", "list"], &[("HERALD_DATABASE_URL", url.as_str())]);
+        let err = stderr(&out);
+        url.set_password(Some("***")).unwrap();
+        assert!(err.contains(&format!("reading {url} (from ./herald.toml)")), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+}
+
+/// Postgres answers each start's `CREATE TABLE IF NOT EXISTS _sqlx_migrations`
+/// with a notice, which sqlx logs at info: a line on every start of every
+/// process that says nothing is wrong. It stays out of the info log.
+#[tokio::test]
+async fn a_second_start_on_postgres_logs_no_already_exists_notice() {
+    use std::time::{Duration, Instant};
+    let Some(db) = common::postgres_db().await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("herald.toml"),
+        format!("listen = \"127.0.0.1:0\"\ndatabase_url = \"{}\"\n", db.url),
+    )
+    .unwrap();
+    for start in 0..2 {
+        let (mut child, log) = serve_logging_to_a_file(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("herald is listening") || Instant::now() > deadline {
+                break text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(text.contains("herald is listening"), "start {start}: {text}");
+        assert!(!text.contains("already exists"), "start {start}: {text}");
+    }
+}

@@ -430,10 +430,9 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         c.call("get", "/v1/rejected", "/v1/rejected", Some(READER), None).await;
         let rejected = "/v1/rejected/{id}";
         let (_, one, _) = c.call("get", rejected, &format!("/v1/rejected/{}", row.id), t, None).await;
-        assert!(
-            one["body"].as_str().is_some_and(|b| b.contains("\"id\":\"u1\"") && !b.contains("9800000042")),
-            "{one}"
-        );
+        assert_eq!(one["body_format"], "json", "{one}");
+        assert_eq!(one["body"]["recipients"][0]["id"], "u1", "{one}");
+        assert!(!one["body"].to_string().contains("9800000042"), "{one}");
         c.call("get", rejected, "/v1/rejected/00000000000000000000000000000000", t, None).await;
 
         // The shadow report: the tenant's, every tenant's, refused params and scopes.

@@ -30,6 +30,8 @@ pub enum Body {
     /// are the malformed ones (recipients as an object, a phone as a number),
     /// so every key and value that looks like an address or a number is
     /// masked, at any depth; a body that is not JSON is scrubbed as text.
+    /// JSON is shown as JSON (as a dead letter's event is), text as a
+    /// string, and `body_format` says which.
     Masked,
 }
 
@@ -50,7 +52,11 @@ pub fn view(r: &RejectedMessage, body: Body) -> Value {
     match (body, r.body.as_deref()) {
         (Body::Omitted, _) => {}
         (_, None) => v["body"] = Value::Null,
-        (Body::Masked, Some(b)) => v["body"] = json!(crate::redact::scrub_body(b)),
+        (Body::Masked, Some(b)) => {
+            let shown = crate::redact::scrub_body(b);
+            v["body_format"] = shown.format().into();
+            v["body"] = shown.into_value();
+        }
     }
     v
 }
@@ -131,10 +137,23 @@ pub mod doc {
         pub error: RejectedError,
         #[schema(format = DateTime)]
         pub rejected_at: Option<String>,
-        /// The message body (only on `GET /v1/rejected/{id}`), every key and
-        /// value that looks like an address or a number masked at any depth
-        /// (a body that is not JSON is scrubbed as text); null after retention.
-        pub body: Option<String>,
+        /// The message body (only on `GET /v1/rejected/{id}`): the JSON it
+        /// holds, of whatever shape, or a string when it holds no JSON (see
+        /// `body_format`). Every key and value that looks like an address or
+        /// a number is masked at any depth (text is scrubbed as text); null
+        /// after retention.
+        pub body: Option<serde_json::Value>,
+        /// How `body` is shown (only with a body).
+        pub body_format: Option<BodyFormat>,
+    }
+
+    /// `json`: the body parsed as JSON and is shown as that JSON; `text`:
+    /// it did not (a malformed message), and is shown as a string.
+    #[derive(ToSchema, Serialize)]
+    #[serde(rename_all = "lowercase")]
+    pub enum BodyFormat {
+        Json,
+        Text,
     }
 
     #[derive(ToSchema, Serialize)]

@@ -18,9 +18,13 @@ use std::marker::PhantomData;
 use std::path::Path;
 
 /// `HERALD_…` variables that are not configuration keys: the tracing filter
-/// (docs/observability.md, *Logs*), the test suite's and the benchmarks' own settings.
+/// (docs/observability.md, *Logs*), the file to read (`HERALD_CONFIG`, see
+/// [`super::ConfigSource`]), the test suite's and the benchmarks' own settings.
 fn is_reserved(name: &str) -> bool {
-    name == "HERALD_LOG" || name.starts_with("HERALD_TEST_") || name.starts_with("HERALD_BENCH_")
+    name == "HERALD_LOG"
+        || name == "HERALD_CONFIG"
+        || name.starts_with("HERALD_TEST_")
+        || name.starts_with("HERALD_BENCH_")
 }
 
 /// Keys whose values are never repeated in an error.

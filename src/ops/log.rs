@@ -204,9 +204,39 @@ pub fn shadowed(key: &str, channel: Channel, template: TemplateRef<'_>, trace_id
     );
 }
 
+/// The target sqlx logs a Postgres notice under, at info whatever it says.
+pub const PG_NOTICES: &str = "sqlx::postgres::notice";
+
+/// `filter` with Postgres's notices kept out of an info log. Each start's
+/// migration check creates `_sqlx_migrations` "if not exists", and Postgres
+/// answers with a notice ("relation … already exists, skipping") that sqlx
+/// would log at info on every start of every process. They still show when
+/// the filter asks for debug or trace everywhere, or names a `sqlx` target
+/// itself (`HERALD_LOG=info,sqlx::postgres::notice=info`).
+pub fn quiet_notices(filter: &str) -> String {
+    let directives: Vec<&str> = filter.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    let everywhere = |level: &str| directives.iter().any(|d| d.eq_ignore_ascii_case(level));
+    let names_sqlx = directives.iter().any(|d| d.starts_with("sqlx"));
+    if everywhere("info") && !everywhere("debug") && !everywhere("trace") && !names_sqlx {
+        format!("{},{PG_NOTICES}=warn", directives.join(","))
+    } else {
+        filter.to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn postgres_notices_stay_out_of_an_info_log_unless_asked_for() {
+        assert_eq!(quiet_notices("info"), "info,sqlx::postgres::notice=warn");
+        assert_eq!(quiet_notices("herald=debug, info"), "herald=debug,info,sqlx::postgres::notice=warn");
+        assert_eq!(quiet_notices("warn,herald=debug"), "warn,herald=debug", "no notice shows at warn anyway");
+        assert_eq!(quiet_notices("debug"), "debug");
+        assert_eq!(quiet_notices("info,sqlx=info"), "info,sqlx=info");
+        assert_eq!(quiet_notices("info,sqlx::postgres::notice=info"), "info,sqlx::postgres::notice=info");
+    }
 
     #[test]
     fn sampling_is_by_key_and_keeps_about_the_ratio() {
