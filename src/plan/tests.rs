@@ -168,7 +168,9 @@ fn an_opt_out_wins_over_a_critical_route_and_a_missing_address() {
     assert_eq!(decision(&out[0]), ("suppress", "suppressed", Some("opted_out")));
     assert_eq!(
         out[0].detail.as_deref(),
-        Some(r#""channels": {"sms": false} in preferences v2: critical route, but an explicit opt-out is always honoured"#)
+        Some(
+            r#""channels": {"sms": false} in preferences v2: critical route, but an explicit opt-out is always honoured"#
+        )
     );
 }
 
