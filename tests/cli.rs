@@ -299,21 +299,10 @@ async fn the_shadow_report_prints_what_shadow_would_have_sent() {
 /// them wherever stderr went.)
 #[test]
 fn serve_writes_plain_log_lines_when_stderr_is_not_a_terminal() {
-    use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("herald.toml"), "listen = \"127.0.0.1:0\"\ndatabase_url = \"sqlite://h.db\"\n")
         .unwrap();
-    let (mut child, log) = serve_logging_to_a_file(dir.path());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let text = loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("herald is listening") || Instant::now() > deadline {
-            break text;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (_, text) = serve_until_it_stops_or_listens(dir.path());
     assert!(text.contains("herald is listening"), "serve did not say it was listening: {text:?}");
     assert!(!text.contains('\u{1b}'), "escape codes in a log file: {text:?}");
     assert!(text.contains(" addr=127.0.0.1:"), "the field is not plain name=value: {text:?}");
@@ -637,7 +626,6 @@ fn a_command_reads_the_configuration_herald_config_names_and_says_so() {
 /// process that says nothing is wrong. It stays out of the info log.
 #[tokio::test]
 async fn a_second_start_on_postgres_logs_no_already_exists_notice() {
-    use std::time::{Duration, Instant};
     let Some(db) = common::postgres_db().await else { return };
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -646,17 +634,7 @@ async fn a_second_start_on_postgres_logs_no_already_exists_notice() {
     )
     .unwrap();
     for start in 0..2 {
-        let (mut child, log) = serve_logging_to_a_file(dir.path());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let text = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains("herald is listening") || Instant::now() > deadline {
-                break text;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        child.kill().unwrap();
-        child.wait().unwrap();
+        let (_, text) = serve_until_it_stops_or_listens(dir.path());
         assert!(text.contains("herald is listening"), "start {start}: {text}");
         assert!(!text.contains("already exists"), "start {start}: {text}");
     }

@@ -45,3 +45,8 @@ pub fn report(finished: &[FinishedAttempt], applied: &[(String, i64)]) -> Finish
 pub fn applied_set(applied: &[(String, i64)]) -> HashSet<(&str, i64)> {
     applied.iter().map(|(k, n)| (k.as_str(), *n)).collect()
 }
+
+/// An intent's replays from the dead letters, oldest first: the same
+/// statement on both backends (`$1`, the intent's key).
+pub const REPLAYS_OF_INTENT: &str = "SELECT replayed_at, previous_reason, requested_by FROM dead_letter_replays
+     WHERE intent_key = $1 ORDER BY replayed_at";

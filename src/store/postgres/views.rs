@@ -2,7 +2,7 @@
 //! attempts and receipts, and the shadow report's figures.
 
 use super::{PostgresStore, dead_letters, queue, receipts, suppressions};
-use crate::store::shared::page;
+use crate::store::shared::{REPLAYS_OF_INTENT, page};
 use crate::store::{
     AttemptRow, Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, IntentCount, IntentDetail, IntentFilter,
     IntentRow, Page, QueueStats, ReceiptRow, ReportFilter, ReportRows, SmsCount, StoreError, StoreResult, TallyKind,
@@ -43,13 +43,7 @@ pub(super) async fn intent_get(pool: &PgPool, tenant: &str, key: &str) -> StoreR
     .fetch_all(pool)
     .await?;
     let receipts = receipts::receipts_of(pool, std::slice::from_ref(&intent.key)).await?;
-    let replays = sqlx::query_as(
-        "SELECT replayed_at, previous_reason, requested_by FROM dead_letter_replays WHERE intent_key = $1
-         ORDER BY replayed_at",
-    )
-    .bind(key)
-    .fetch_all(pool)
-    .await?;
+    let replays = sqlx::query_as(REPLAYS_OF_INTENT).bind(key).fetch_all(pool).await?;
     Ok(Some(IntentDetail { intent, content, event_body, attempts, receipts, replays }))
 }
 
