@@ -184,6 +184,59 @@ async fn one_tenant_never_sees_another_tenants_intents() {
     app.running.stop().await;
 }
 
+/// Issue 33: times a person can read — to the second, in UTC or the
+/// recipient's zone as the operator chooses, with their age beside them —
+/// and a search result row that is one link, not only its timestamp.
+#[tokio::test]
+async fn times_read_in_the_chosen_zone_with_their_age_and_a_whole_row_is_a_link() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = TestApp::new(&db).with_sms(&sms).with_toml(&tokens()).spawn().await;
+        let mut event = sms_event("PO-ZONE", "+9779800000077");
+        event["recipients"][0]["timezone"] = json!("Asia/Kathmandu");
+        let posted = post_event(&app.base, WRITER, &event).await;
+        let key = posted["intents"][0]["key"].as_str().unwrap().to_string();
+        let sent = wait_state(&app.base, WRITER, &key, &["sent"]).await;
+        let created: jiff::Timestamp = sent["created_at"].as_str().unwrap().parse().unwrap();
+
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let found = user.get("/console/search?q=purchase_order%3APO-ZONE").await;
+        let href = format!("href=\"/console/intents/{key}\"");
+        assert_eq!(found.body.matches(&href).count(), 9, "{backend:?}: every cell of the row links: {}", found.body);
+        let row_links = format!("{href} tabindex=\"-1\"");
+        assert_eq!(found.body.matches(&row_links).count(), 8, "one keyboard stop a row: {}", found.body);
+        let utc = created.strftime("%Y-%m-%d %H:%M:%S UTC").to_string();
+        assert!(
+            found.body.contains(&format!("{utc}</time> <span class=\"ago\">(")),
+            "{utc} with its age: {}",
+            found.body
+        );
+
+        let timeline = user.get(&format!("/console/intents/{key}")).await;
+        assert!(timeline.body.contains(&format!(">{utc}</time>")), "UTC by default: {}", timeline.body);
+        assert!(
+            timeline.body.contains("href=\"?zone=recipient\">Asia&#x2f;Kathmandu</a> (the recipient's)"),
+            "{}",
+            timeline.body
+        );
+        let local = created.to_zoned(jiff::tz::TimeZone::get("Asia/Kathmandu").unwrap());
+        let local = format!(">{} Asia/Kathmandu</time>", local.strftime("%Y-%m-%d %H:%M:%S +05:45"));
+        let theirs = user.get(&format!("/console/intents/{key}?zone=recipient")).await;
+        assert!(theirs.body.contains(&local), "{backend:?}: {local} in {}", theirs.body);
+        assert!(
+            theirs.body.contains("<strong>Asia&#x2f;Kathmandu</strong>"),
+            "the chosen zone is marked: {}",
+            theirs.body
+        );
+        let bogus = user.get(&format!("/console/intents/{key}?zone=mars")).await;
+        assert_eq!(bogus.status, 400, "{}", bogus.body);
+        assert!(bogus.body.contains("zone"), "{}", bogus.body);
+        app.running.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn dead_letters_are_grouped_by_reason_and_a_group_replays_after_confirmation() {
     for backend in backends() {
@@ -597,7 +650,7 @@ async fn an_admin_sees_every_tenant_with_the_tenant_shown_and_an_ops_token_only_
         admin.sign_in(ADMIN).await;
         let found = admin.get("/console/search?q=purchase_order%3APO-52").await;
         assert!(
-            found.body.contains(key_b) && found.body.contains("<td class=\"tenant\">globex</td>"),
+            found.body.contains(key_b) && found.body.contains("tabindex=\"-1\">globex</a></td>"),
             "{backend:?}: {}",
             found.body
         );

@@ -14,7 +14,7 @@ use crate::clock::rfc3339;
 use crate::event::{Channel, NotificationKey};
 use crate::intent::{self, Decision};
 use crate::receipt::{DeliveryStatus, current};
-use crate::store::{Cursor, IntentFilter, IntentRow, ReceiptRow};
+use crate::store::{Cursor, IntentDetail, IntentFilter, IntentRow, ReceiptRow};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -117,10 +117,11 @@ pub async fn search(
     let Query(query) = query.map_err(|e| ConsoleError::invalid("query", e.body_text()))?;
     let q = query.q.trim();
     let by = query.by.as_deref().unwrap_or("auto");
+    let now = app.clock.now().to_string();
     let show = |rows: Vec<Row>, next: Option<String>, searched: bool| {
         pages::render(
             "search.html",
-            context! { op => operator_context(&op), q, by, rows, next, searched, page => "search" },
+            context! { op => operator_context(&op), q, by, rows, next, searched, now, page => "search" },
         )
     };
     if q.is_empty() {
@@ -165,11 +166,26 @@ pub async fn search(
 /// One intent as a timeline: the event and its data, the decision and the
 /// preferences version behind it, the content as frozen, every attempt and
 /// receipt, and where it stands. Another tenant's intent is not found.
+/// The timeline's `?zone=`: `utc` (the default) or `recipient` (the
+/// recipient's time zone, from the event or the directory, when known).
+#[derive(Debug, Default, Deserialize)]
+pub struct TimelineQuery {
+    #[serde(default)]
+    zone: Option<String>,
+}
+
 pub async fn intent(
     State(app): State<AppState>,
     op: Operator,
     Path(key): Path<String>,
+    query: Result<Query<TimelineQuery>, QueryRejection>,
 ) -> Result<Response, ConsoleError> {
+    let Query(query) = query.map_err(|e| ConsoleError::invalid("query", e.body_text()))?;
+    let wants_recipient = match query.zone.as_deref() {
+        None | Some("utc") => false,
+        Some("recipient") => true,
+        Some(_) => return Err(ConsoleError::invalid("zone", "is utc or recipient".to_string())),
+    };
     let not_found = || match op.reads() {
         Some(tenant) => ConsoleError::NotFound(format!("No intent {key:?} in tenant {tenant}.")),
         None => ConsoleError::NotFound(format!("No intent {key:?} in any tenant.")),
@@ -198,10 +214,37 @@ pub async fn intent(
     let event = serde_json::to_string_pretty(&view["event"]).unwrap_or_default();
     let data = serde_json::to_string_pretty(&view["event"]["data"]).unwrap_or_default();
     let sms = (i.channel == Channel::Sms).then(|| view["content"]["body"].as_str().map(sms_facts)).flatten();
+    let recipient_zone = recipient_zone(&app, &tenant, &detail).await?;
+    let zone = match (&recipient_zone, wants_recipient) {
+        (Some(z), true) => z.clone(),
+        _ => "UTC".to_string(),
+    };
+    let now = app.clock.now().to_string();
     Ok(pages::render(
         "intent.html",
-        context! { op => operator_context(&op), intent => view, tenant, decided_because, event, data, sms, page => "search" },
+        context! {
+            op => operator_context(&op), intent => view, tenant, decided_because, event, data, sms, zone,
+            recipient_zone, now, page => "search"
+        },
     ))
+}
+
+/// The recipient's time zone as this intent was planned with it: given
+/// inline with the event, else the directory's.
+async fn recipient_zone(app: &AppState, tenant: &str, d: &IntentDetail) -> Result<Option<String>, ConsoleError> {
+    let inline = d.event_body.as_deref().and_then(|b| serde_json::from_str::<Value>(b).ok()).and_then(|event| {
+        let recipients = event["recipients"].as_array()?.clone();
+        let me = recipients.into_iter().find(|r| r["id"] == d.intent.recipient_id.as_str())?;
+        me["timezone"].as_str().map(str::to_string)
+    });
+    let zone = match inline {
+        Some(z) => Some(z),
+        None => {
+            let ids = [d.intent.recipient_id.clone()];
+            app.store.recipients_get(tenant, &ids).await?.into_iter().find_map(|r| r.timezone)
+        }
+    };
+    Ok(zone.filter(|z| jiff::tz::TimeZone::get(z).is_ok()))
 }
 
 /// The tenant of an intent this operator may open: their own tenant's, or
