@@ -198,7 +198,10 @@ async fn the_console_works_in_a_real_browser() {
     let results = text_of(&c, "#results").await;
     assert!(results.contains("email") && results.contains("sms") && results.contains("in_app"), "{results}");
     screenshot(&c, "search").await;
-    c.find(Locator::Css(&format!("a[href='/console/intents/{email}']"))).await.unwrap().click().await.unwrap();
+    // The whole row is the link: a click on the row's channel cell opens the timeline.
+    let cells = c.find_all(Locator::Css(&format!("a[href='/console/intents/{email}']"))).await.unwrap();
+    assert!(cells.len() > 5, "every cell of the row links: {}", cells.len());
+    cells[4].click().await.unwrap();
     let timeline = text_of(&c, "#timeline").await;
     for expected in ["Event received", "Decided: send", "Attempt 1: accepted", "Now sent"] {
         assert!(timeline.contains(expected), "{expected:?} not in {timeline}");
@@ -243,6 +246,16 @@ async fn the_console_works_in_a_real_browser() {
     for key in &dead[..2] {
         wait_state(&base, WRITER_A, key, &["sent"]).await;
     }
+    // The replay is an entry of the timeline, between the attempts, and its
+    // time reads to the second with its age.
+    c.goto(&format!("{base}/console/intents/{}", dead[0])).await.unwrap();
+    let timeline = text_of(&c, "#timeline").await;
+    let order = ["Attempt 1: permanent", "Replayed from the dead letters by console:", "Attempt 2: accepted"];
+    let at: Vec<Option<usize>> = order.iter().map(|line| timeline.find(line)).collect();
+    assert!(at.iter().all(Option::is_some) && at.is_sorted(), "{order:?} in order in {timeline}");
+    assert!(timeline.contains(" UTC (just now)") || timeline.contains(" s ago)"), "{timeline}");
+    c.execute("document.querySelector('li.replay').scrollIntoView({block: 'center'})", vec![]).await.unwrap();
+    screenshot(&c, "timeline-replayed").await;
     c.goto(&format!("{base}/console/dead-letters")).await.unwrap();
     let groups = text_of(&c, "#groups").await;
     assert!(!groups.contains("rejected") && groups.contains("retries_exhausted"), "{groups}");
