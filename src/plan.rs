@@ -230,24 +230,25 @@ fn decide(
     }
 
     let mut bypassed = Vec::new();
-    if let Some(q) = prefs.quiet_hours.as_ref().filter(|q| q.channels.contains(&channel)) {
-        let tz = recipient.timezone.as_deref().and_then(|z| TimeZone::get(z).ok()).unwrap_or(TimeZone::UTC);
-        if let Some(until) = q.holds_until(&tz, input.now) {
-            if !route.critical {
-                set(&mut intent, Decision::Hold, State::Held, Some(Reason::QuietHours));
-                intent.run_at = Some(until.as_microsecond());
-                intent.detail = Some(format!(
-                    "quiet hours {}–{} in {}{}; due {}",
-                    hh_mm(q.start),
-                    hh_mm(q.end),
-                    zone_name(&tz),
-                    intent.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default(),
-                    due(until, &tz)
-                ));
-                return intent;
-            }
-            bypassed.push("quiet hours");
+    // The recipient's zone: where quiet hours are read, and a due time told.
+    let tz = recipient.timezone.as_deref().and_then(|z| TimeZone::get(z).ok()).unwrap_or(TimeZone::UTC);
+    if let Some(q) = prefs.quiet_hours.as_ref().filter(|q| q.channels.contains(&channel))
+        && let Some(until) = q.holds_until(&tz, input.now)
+    {
+        if !route.critical {
+            set(&mut intent, Decision::Hold, State::Held, Some(Reason::QuietHours));
+            intent.run_at = Some(until.as_microsecond());
+            intent.detail = Some(format!(
+                "quiet hours {}–{} in {}{}; due {}",
+                hh_mm(q.start),
+                hh_mm(q.end),
+                zone_name(&tz),
+                intent.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default(),
+                due(until, &tz)
+            ));
+            return intent;
         }
+        bypassed.push("quiet hours");
     }
     if let Some(d) = route.digest.as_ref().filter(|d| d.batches(route, channel)) {
         if prefs.digest == Some(false) {
@@ -259,8 +260,6 @@ fn decide(
                 Ok(window) => {
                     set(&mut intent, Decision::Digest, State::Held, None);
                     if let Ok(closes) = Timestamp::from_microsecond(window.closes_at) {
-                        let tz =
-                            recipient.timezone.as_deref().and_then(|z| TimeZone::get(z).ok()).unwrap_or(TimeZone::UTC);
                         intent.detail =
                             Some(format!("in the digest {}; due when it closes {}", window.key, due(closes, &tz)));
                     }

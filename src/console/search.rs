@@ -233,8 +233,7 @@ pub async fn intent(
 /// inline with the event, else the directory's.
 async fn recipient_zone(app: &AppState, tenant: &str, d: &IntentDetail) -> Result<Option<String>, ConsoleError> {
     let inline = d.event_body.as_deref().and_then(|b| serde_json::from_str::<Value>(b).ok()).and_then(|event| {
-        let recipients = event["recipients"].as_array()?.clone();
-        let me = recipients.into_iter().find(|r| r["id"] == d.intent.recipient_id.as_str())?;
+        let me = event["recipients"].as_array()?.iter().find(|r| r["id"] == d.intent.recipient_id.as_str())?;
         me["timezone"].as_str().map(str::to_string)
     });
     let zone = match inline {
