@@ -106,6 +106,7 @@ async fn run(url: &str, total: usize) -> anyhow::Result<()> {
             directory: &directory,
             configured: &|_| true,
             suppressions: &HashMap::new(),
+            caps: &Default::default(),
             now,
         });
         store

@@ -58,6 +58,7 @@ fn measure(events: &[Event], route: &Route, templates: &TemplateSet, rounds: usi
                 directory: &directory,
                 configured: &|_| true,
                 suppressions: &suppressions,
+                caps: &Default::default(),
                 now,
             });
             assert!(planned.iter().all(|i| i.reason.is_none()), "every intent planned as intended");

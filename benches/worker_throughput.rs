@@ -105,6 +105,7 @@ async fn run(
                 preferences_version: None,
                 digest: None,
                 mode: herald::intent::Mode::Live,
+                cap: None,
             })
             .collect();
         store

@@ -32,6 +32,7 @@ sink = "herald-outbox"
 "#;
 
 mod bus;
+mod caps;
 mod console;
 mod email;
 mod failover;
@@ -41,6 +42,7 @@ mod receipts;
 mod sms;
 
 pub use bus::{IngestConfig, NatsIngestConfig, NatsPublishConfig, PublishConfig};
+pub use caps::{Applied as AppliedCap, Cap, Caps};
 pub use console::ConsoleConfig;
 pub use load::Origins;
 pub(crate) use load::closest;
@@ -124,6 +126,10 @@ pub struct Config {
     /// `[suppression]`: the key the suppression list's lookups are made with.
     #[serde(default)]
     pub suppression: SuppressionConfig,
+    /// `[caps]`: how many messages one recipient may be sent on a channel in a
+    /// period (see [`caps`]).
+    #[serde(default)]
+    pub caps: Caps,
     /// Where each key was set, for errors found after loading.
     #[serde(skip)]
     pub origins: Origins,
@@ -406,6 +412,12 @@ pub struct Route {
     /// `live` or `shadow` for this route; unset: the deployment's.
     #[serde(default, deserialize_with = "mode::optional")]
     pub mode: Option<Mode>,
+    /// This route's own caps, in place of `[caps]`'s for the channels it names.
+    pub caps: Option<Caps>,
+    /// Never capped (one-time codes); its messages still count toward the
+    /// caps of the recipient's other messages.
+    #[serde(default)]
+    pub uncapped: bool,
 }
 
 /// `digest = { window = "1h", key = "{{ entity.id }}", template = "…", channels = ["email"] }`
@@ -981,6 +993,7 @@ impl Config {
         }
         self.validate_ops()?;
         self.validate_retention()?;
+        self.validate_caps()?;
         self.console.validate()?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(invalid(format!("log.format: {:?} must be \"text\" or \"json\"", self.log.format)));

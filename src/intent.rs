@@ -141,6 +141,9 @@ string_enum!(
         // The destination is on the tenant's suppression list.
         AddressBounced = "address_bounced",
         AddressComplained = "address_complained",
+        // The recipient has been sent as many messages on the channel as its
+        // frequency cap allows in the period (`[caps]`).
+        FrequencyCap = "frequency_cap",
     }
 );
 

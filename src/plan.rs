@@ -13,14 +13,19 @@
 //! 5. quiet hours (not on a critical route) → `hold`/`quiet_hours` until the window ends
 //! 6. a digest route (not critical, recipient not opted out of digests) → `digest`
 //! 7. otherwise → `send`
+//!
+//! An intent to be sent or held (5, 7) carries the frequency cap its route and
+//! channel are held to ([`CapCheck`]); the transaction that writes it counts the
+//! recipient's recent messages and suppresses it (`frequency_cap`), or folds it
+//! into its route's digest, when it is over ([`crate::store::caps`]).
 
-use crate::config::Route;
+use crate::config::{Caps, Route};
 use crate::event::identity::sha256_hex;
 use crate::event::{Channel, Event, RecipientSpec, Tenant};
 use crate::intent::{Decision, Mode, Reason, State};
 use crate::preferences::Preferences;
 use crate::render::{Rendered, TemplateSet};
-use crate::store::{NewDigest, NewIntent, RecipientRow, SuppressionRow};
+use crate::store::{CapCheck, NewDigest, NewIntent, RecipientRow, SuppressionRow};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use std::collections::HashMap;
@@ -37,6 +42,8 @@ pub struct PlanInput<'a> {
     /// The tenant's suppression entries for the event's addresses, by the
     /// address normalised ([`crate::suppression::normalised`]).
     pub suppressions: &'a HashMap<String, SuppressionRow>,
+    /// The deployment's `[caps]` (a route's own replace them).
+    pub caps: &'a Caps,
     pub now: Timestamp,
 }
 
@@ -166,6 +173,7 @@ fn decide(
         digest: None,
         // The deployment's setting, applied by the caller (`ingest`).
         mode: Mode::Live,
+        cap: None,
     };
     if !(input.configured)(channel) {
         set(&mut intent, Decision::Suppress, State::Suppressed, Some(Reason::ChannelDisabled));
@@ -246,6 +254,7 @@ fn decide(
                 intent.preferences_version.map(|v| format!(", preferences v{v}")).unwrap_or_default(),
                 due(until, &tz)
             ));
+            intent.cap = cap_check(input, channel, recipient, &intent, &tz);
             return intent;
         }
         bypassed.push("quiet hours");
@@ -278,7 +287,36 @@ fn decide(
         intent.detail = Some(format!("critical route: bypassed {}", bypassed.join(" and ")));
     }
     intent.run_at = Some(input.now.as_microsecond());
+    intent.cap = cap_check(input, channel, recipient, &intent, &tz);
     intent
+}
+
+/// The frequency cap an intent to be sent is held to, if any; with the
+/// digest window it joins instead when over, where its route batches the
+/// channel and is not critical (a critical message over the cap is
+/// suppressed: folding it would delay it past the point of being critical).
+fn cap_check(
+    input: &PlanInput<'_>,
+    channel: Channel,
+    recipient: &RecipientSpec,
+    intent: &NewIntent,
+    tz: &TimeZone,
+) -> Option<CapCheck> {
+    let route = input.route;
+    let applied = input.caps.applied(route, channel)?;
+    let fold = (route.digest.as_ref())
+        .filter(|d| d.batches(route, channel) && !route.critical)
+        .and_then(|d| digest_window(input, channel, recipient, intent, d).ok())
+        .map(|window| {
+            let closes = Timestamp::from_microsecond(window.closes_at).map(|t| due(t, tz)).unwrap_or_default();
+            (window, closes)
+        });
+    Some(CapCheck {
+        max: applied.cap.max,
+        per_us: i64::try_from(applied.cap.per.as_micros()).unwrap_or(i64::MAX),
+        source: applied.source,
+        fold,
+    })
 }
 
 /// The aligned window this event falls in, for this recipient, channel and

@@ -48,11 +48,13 @@ pub async fn history(
 /// The reason that goes with a decision. An intent keeps one `reason`, which
 /// ends up saying how it ended (`retries_exhausted`, `hard_bounce`); only a
 /// suppression's reason is the decision's own, and a hold is always for quiet
-/// hours. A send or a digest has no reason of its own.
+/// hours. A send has no reason of its own, nor a digest member, unless the
+/// frequency cap put it there.
 pub fn decision_reason<'r>(decision: &str, reason: Option<&'r str>) -> Option<&'r str> {
     match decision {
         "suppress" => reason,
         "hold" => Some("quiet_hours"),
+        "digest" => reason.filter(|r| *r == "frequency_cap"),
         _ => None,
     }
 }

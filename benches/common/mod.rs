@@ -31,6 +31,8 @@ pub fn sms_route(event: &str, digest_key: Option<&str>) -> Route {
             channels: None,
         }),
         mode: None,
+        caps: None,
+        uncapped: false,
     }
 }
 

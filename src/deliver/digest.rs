@@ -206,6 +206,8 @@ impl DigestCloser {
             preferences_version: None,
             digest: None,
             mode,
+            // A digest is what an intent over the cap folds into.
+            cap: None,
         };
         match self.templates.render_context(&template, channel, &locale, &ctx) {
             Ok(r) => {

@@ -394,6 +394,7 @@ impl Ingestor {
             directory: &directory,
             configured: &configured,
             suppressions: &suppressions,
+            caps: &self.config.caps,
             now,
         });
         // Shadow or live is decided now and stored with each intent: a later

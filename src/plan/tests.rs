@@ -14,6 +14,8 @@ fn route(channels: &[&str]) -> Route {
         failover_on_unknown: false,
         digest: None,
         mode: None,
+        caps: None,
+        uncapped: false,
     }
 }
 
@@ -44,6 +46,7 @@ fn run_at(ev: &Event, r: &Route, dir: &HashMap<String, RecipientRow>, now: Times
         directory: dir,
         configured: &|_| true,
         suppressions: &HashMap::new(),
+        caps: &Caps::default(),
         now,
     })
 }
@@ -112,6 +115,7 @@ fn an_unconfigured_channel_is_channel_disabled() {
         directory: &HashMap::new(),
         configured: &|c| c != Channel::Sms,
         suppressions: &HashMap::new(),
+        caps: &Caps::default(),
         now: night(),
     };
     assert_eq!(plan(&input)[0].reason, Some(Reason::ChannelDisabled));
@@ -285,4 +289,69 @@ fn quiet_hours_come_before_digests() {
     let prefs = json!({"quiet_hours": {"start": "21:00", "end": "07:00"}});
     let out = run(&event(json!([{"id": "u-1"}])), &digest_route(), &dir(row("u-1", prefs, 1)));
     assert_eq!(decision(&out[0]), ("hold", "held", Some("quiet_hours")));
+}
+
+fn run_capped(r: &Route, caps: &Caps, dir: &HashMap<String, RecipientRow>) -> Vec<NewIntent> {
+    let (templates, tenant) = (TemplateSet::built_in(), Tenant::default_tenant());
+    let ev = event(json!([{"id": "u-1", "phone": "+9779800000000", "email": "a@example.com"}]));
+    plan(&PlanInput {
+        tenant: &tenant,
+        event: &ev,
+        route: r,
+        templates: &templates,
+        directory: dir,
+        configured: &|_| true,
+        suppressions: &HashMap::new(),
+        caps,
+        now: night(),
+    })
+}
+
+fn sms_cap(max: u32) -> Caps {
+    Caps { sms: Some(crate::config::Cap { max, per: Duration::from_secs(3600) }), ..Caps::default() }
+}
+
+#[test]
+fn an_intent_to_be_sent_or_held_carries_its_cap_and_others_none() {
+    let out = run_capped(&route(&["sms", "email"]), &sms_cap(10), &HashMap::new());
+    let cap = out[0].cap.as_ref().expect("the SMS is capped");
+    assert_eq!((cap.max, cap.per_us, cap.source.as_str(), cap.fold.is_some()), (10, 3_600_000_000, "caps.sms", false));
+    assert_eq!(out[1].cap, None, "email has no cap");
+
+    let quiet = json!({"quiet_hours": {"start": "21:00", "end": "07:00"}});
+    let held = run_capped(&route(&["sms"]), &sms_cap(10), &dir(row("u-1", quiet, 1)));
+    assert_eq!((decision(&held[0]), held[0].cap.is_some()), (("hold", "held", Some("quiet_hours")), true));
+
+    let opted_out =
+        run_capped(&route(&["sms"]), &sms_cap(10), &dir(row("u-1", json!({"channels": {"sms": false}}), 1)));
+    assert_eq!((decision(&opted_out[0]).2, &opted_out[0].cap), (Some("opted_out"), &None));
+
+    let mut code = route(&["sms"]);
+    code.uncapped = true;
+    assert_eq!(run_capped(&code, &sms_cap(10), &HashMap::new())[0].cap, None);
+}
+
+#[test]
+fn a_capped_intent_on_a_digest_route_knows_the_window_it_would_join() {
+    let mut r = route(&["sms"]);
+    r.digest = Some(DigestRoute {
+        window: Duration::from_secs(3600),
+        key: "{{ approver.name }}".into(),
+        template: "po_approved".into(),
+        channels: None,
+    });
+    // One by one by the recipient's choice, until the cap.
+    let out = run_capped(&r, &sms_cap(3), &dir(row("u-1", json!({"digest": false}), 2)));
+    let (window, closes) = out[0].cap.as_ref().and_then(|c| c.fold.clone()).expect("a window to fold into");
+    assert_eq!(
+        (window.group_key.as_str(), closes.as_str()),
+        ("Asha", "2026-06-02T00:00:00Z (2026-06-02 00:00:00 +00:00 UTC)")
+    );
+    r.critical = true;
+    let critical = run_capped(&r, &sms_cap(3), &dir(row("u-1", json!({}), 2)));
+    assert_eq!(
+        critical[0].cap.as_ref().map(|c| c.fold.is_none()),
+        Some(true),
+        "a critical message is never delayed into a digest"
+    );
 }

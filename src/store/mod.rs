@@ -7,6 +7,7 @@
 
 mod backfill;
 mod batch;
+pub mod caps;
 pub mod decide;
 mod postgres;
 mod postgres_batch;

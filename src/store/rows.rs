@@ -61,6 +61,23 @@ pub struct NewIntent {
     pub digest: Option<NewDigest>,
     /// Live or shadow, as configured for its route and channel when planned.
     pub mode: Mode,
+    /// The frequency cap the transaction that writes it holds it to (see
+    /// [`super::caps`]); None when no cap applies or it is not to be sent.
+    pub cap: Option<CapCheck>,
+}
+
+/// A frequency cap on one intent, as the planner found it: at most `max`
+/// messages to its recipient on its channel per `per_us`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapCheck {
+    pub max: u32,
+    pub per_us: i64,
+    /// The key it was set at (`caps.sms`, `caps.sms of route po.approved`).
+    pub source: String,
+    /// Where its route batches this channel: the digest window it joins
+    /// instead when over the cap, and when that window closes (told as a
+    /// held intent's due time is). Else an intent over the cap is suppressed.
+    pub fold: Option<(NewDigest, String)>,
 }
 
 /// A digest window a member intent joins; created by the first member.

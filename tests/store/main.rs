@@ -41,6 +41,7 @@ fn new_intent(key: &str, channel: &str, run_at: Option<i64>) -> NewIntent {
         preferences_version: None,
         digest: None,
         mode: herald::intent::Mode::Live,
+        cap: None,
     }
 }
 

@@ -10,6 +10,7 @@ use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
 use std::sync::Arc;
 use tokio::sync::{Notify, mpsc};
 
+mod caps;
 mod dead_letters;
 mod digests;
 mod directory;
@@ -224,12 +225,17 @@ impl PostgresStore {
     /// A batch of requests: when it fits (see [`super::batch`]), first as one
     /// statement on the guess that all of it is new; else, or when the guess
     /// was wrong, as [`PostgresStore::ingest_decided`] decides it.
+    ///
+    /// A batch with a capped intent takes neither shortcut: its caps are
+    /// decided in the transaction that writes it ([`super::caps`]).
     async fn ingest_tx(&self, batch: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
-        let fits = batch::fits(batch);
-        if fits && let Some(outcomes) = self.ingest_all_new(batch).await? {
+        if !super::caps::any(batch)
+            && batch::fits(batch)
+            && let Some(outcomes) = self.ingest_all_new(batch).await?
+        {
             return Ok(outcomes);
         }
-        self.ingest_decided(batch, fits).await
+        self.ingest_decided(batch).await
     }
 
     /// A batch that fits, as one statement on the guess that every row is
@@ -256,23 +262,26 @@ impl PostgresStore {
     }
 
     /// One transaction for a batch of requests, each decided as it would be
-    /// alone: set-wise when the batch `fits`, else — and for what the set-wise
-    /// pass leaves undecided — request by request in savepoints.
-    async fn ingest_decided(&self, batch: &[Ingest], fits: bool) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+    /// alone: set-wise when the batch fits, else — and for what the set-wise
+    /// pass leaves undecided — request by request in savepoints. Its caps
+    /// first, and again in the transaction that replaces it.
+    async fn ingest_decided(&self, planned: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
         let mut tx = self.pool.begin().await?;
-        let outcomes = match fits {
-            true => match batch::write(&PgStatements, &mut tx, batch).await? {
+        let batch = super::caps::decide(&caps::PgCaps, &mut tx, planned).await?;
+        let outcomes = match batch::fits(&batch) {
+            true => match batch::write(&PgStatements, &mut tx, &batch).await? {
                 Pass::Decided(decided) => {
-                    let rest = ingest_tx::ingest_batch(&mut tx, batch::undecided(&decided, batch), true).await?;
+                    let rest = ingest_tx::ingest_batch(&mut tx, batch::undecided(&decided, &batch), true).await?;
                     batch::merge(decided, rest)
                 }
                 Pass::Raced => {
                     tx.rollback().await?;
                     tx = self.pool.begin().await?;
-                    ingest_tx::ingest_batch(&mut tx, batch, true).await?
+                    let batch = super::caps::decide(&caps::PgCaps, &mut tx, planned).await?;
+                    ingest_tx::ingest_batch(&mut tx, batch.iter(), true).await?
                 }
             },
-            false => ingest_tx::ingest_batch(&mut tx, batch, true).await?,
+            false => ingest_tx::ingest_batch(&mut tx, batch.iter(), true).await?,
         };
         tx.commit().await?;
         if outcomes.iter().any(|o| matches!(o, Ok(IngestOutcome::Accepted { any_created: true, .. }))) {
