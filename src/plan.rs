@@ -314,6 +314,7 @@ fn cap_check(
     Some(CapCheck {
         max: applied.cap.max,
         per_us: i64::try_from(applied.cap.per.as_micros()).unwrap_or(i64::MAX),
+        per: crate::config::format_duration(applied.cap.per),
         source: applied.source,
         fold,
     })

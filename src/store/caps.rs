@@ -23,13 +23,11 @@
 //! longer one).
 
 use super::{CapCheck, Ingest, NewIntent, StoreResult};
-use crate::config::format_duration;
 use crate::event::Channel;
 use crate::intent::{Decision, Reason, State};
 use sqlx::Transaction;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
-use std::time::Duration;
 
 /// Whose messages a cap counts: one recipient's, on one channel.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -149,10 +147,10 @@ fn apply(batch: &[Ingest], stored: &HashMap<(Recipient<'_>, i64), i64>) -> Vec<I
 
 /// An intent over its cap: suppressed, or a member of its route's digest.
 fn over(intent: &mut NewIntent, cap: &CapCheck, used: i64) {
-    let per = format_duration(Duration::from_micros(u64::try_from(cap.per_us).unwrap_or_default()));
     let reached = format!(
-        "frequency cap: {used} {} message(s) to this recipient in the last {per}; at most {} ({})",
+        "frequency cap: {used} {} message(s) to this recipient in the last {}; at most {} ({})",
         intent.channel.as_str(),
+        cap.per,
         cap.max,
         cap.source
     );
@@ -184,7 +182,7 @@ mod tests {
     const T0: i64 = 1_780_000_000_000_000;
 
     fn cap(max: u32) -> CapCheck {
-        CapCheck { max, per_us: HOUR, source: "caps.sms".into(), fold: None }
+        CapCheck { max, per_us: HOUR, per: "1h".into(), source: "caps.sms".into(), fold: None }
     }
 
     fn intent(key: &str, recipient: &str, cap: Option<CapCheck>) -> NewIntent {

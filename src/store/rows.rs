@@ -72,6 +72,8 @@ pub struct NewIntent {
 pub struct CapCheck {
     pub max: u32,
     pub per_us: i64,
+    /// The period as configured (`1h`), for the detail.
+    pub per: String,
     /// The key it was set at (`caps.sms`, `caps.sms of route po.approved`).
     pub source: String,
     /// Where its route batches this channel: the digest window it joins
