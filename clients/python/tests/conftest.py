@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[3]
 OPS_TOKEN = "ops-" + secrets.token_hex(16)
 READ_TOKEN = "read-" + secrets.token_hex(16)
 TENANT = "acme"
+# A tenant only the shadow report's test posts to, so its counts are its own.
+LOOKOUT_TOKEN = "lookout-" + secrets.token_hex(16)
 # Quick retries for the tests; a Retry-After still sets the floor.
 QUICK = RetryPolicy(attempts=3, base=0.05, max=0.2)
 
@@ -38,7 +40,10 @@ QUICK = RetryPolicy(attempts=3, base=0.05, max=0.2)
 def herald_bin() -> Path:
     """$HERALD_BIN, else this checkout's release build, else its debug build."""
     if "HERALD_BIN" in os.environ:
-        return Path(os.environ["HERALD_BIN"])
+        given = Path(os.environ["HERALD_BIN"])
+        if not given.is_file():
+            pytest.fail(f"HERALD_BIN={given}: no such file")
+        return given
     for profile in ("release", "debug"):
         candidate = REPO / "target" / profile / "herald"
         if candidate.exists():
@@ -74,17 +79,17 @@ class RunningHerald:
 
 
 def _config(workdir: Path, sms_url: str, receipt_secret: str) -> str:
-    def token(name: str, value: str, scopes: list[str]) -> str:
+    def token(name: str, value: str, scopes: list[str], tenant: str = TENANT) -> str:
         digest = hashlib.sha256(value.encode()).hexdigest()
         return (
-            f'[[auth.tokens]]\nname = "{name}"\ntenant = "{TENANT}"\n'
+            f'[[auth.tokens]]\nname = "{name}"\ntenant = "{tenant}"\n'
             f'token_sha256 = "{digest}"\nscopes = {json.dumps(scopes)}\n'
         )
 
     return (
         'listen = "127.0.0.1:0"\n'
         f'database_url = "sqlite://{workdir}/herald.db"\n'
-        "[retry]\nattempts = 2\nbase = \"1s\"\nmax = \"1s\"\n"
+        '[retry]\nattempts = 2\nbase = "1s"\nmax = "1s"\n'
         '[worker]\npoll_interval = "50ms"\n'
         '[[routes]]\nevent = "purchase_order.approved"\ntemplate = "po_approved"\nchannels = ["sms"]\n'
         f'[channels.sms]\nurl = "{sms_url}"\ntimeout = "5s"\n'
@@ -93,6 +98,7 @@ def _config(workdir: Path, sms_url: str, receipt_secret: str) -> str:
         '[log]\nformat = "json"\n'
         + token("ops", OPS_TOKEN, ["events:write", "intents:read", "recipients:write", "ops", "admin"])
         + token("reader", READ_TOKEN, ["intents:read"])
+        + token("lookout", LOOKOUT_TOKEN, ["events:write", "ops"], tenant="lookout")
     )
 
 
@@ -193,7 +199,9 @@ async def connect(request: pytest.FixtureRequest, herald: RunningHerald) -> Asyn
     """Makes clients of the flavour under test (typed as the async one)."""
     closers: list[Callable[[], Awaitable[None]]] = []
 
-    def make(*, base_url: str | None = None, token: str | None = OPS_TOKEN, retry: RetryPolicy | None = QUICK) -> AsyncHerald:
+    def make(
+        *, base_url: str | None = None, token: str | None = OPS_TOKEN, retry: RetryPolicy | None = QUICK
+    ) -> AsyncHerald:
         url = base_url or herald.base_url
         if request.param == "async":
             client = AsyncHerald(url, token=token, retry=retry)
@@ -215,4 +223,3 @@ async def connect(request: pytest.FixtureRequest, herald: RunningHerald) -> Asyn
 @pytest.fixture
 def client(connect: Connect) -> AsyncHerald:
     return connect()
-

@@ -112,7 +112,11 @@ async def test_an_invalid_field_is_named(client: AsyncHerald) -> None:
     event = an_event("12345")
     with pytest.raises(InvalidField) as invalid:
         await client.post_event(event)
-    assert (invalid.value.status, invalid.value.code, invalid.value.field) == (400, "invalid_field", "recipients[0].phone")
+    assert (invalid.value.status, invalid.value.code, invalid.value.field) == (
+        400,
+        "invalid_field",
+        "recipients[0].phone",
+    )
 
     with pytest.raises(InvalidField) as bad_key:
         await client.post_event(an_event(a_phone()), idempotency_key="has spaces")

@@ -1,9 +1,6 @@
-"""A client for Herald's HTTP API: `Herald` (blocking) and `AsyncHerald` (async).
-
-    from herald_client import Herald
-    with Herald("http://127.0.0.1:8080", token="…") as herald:
-        answer = herald.post_event({...})
-"""
+"""A client for Herald's HTTP API: `Herald` (blocking) and `AsyncHerald` (async),
+with the same calls, typed answers (`herald_client.types`), typed errors
+(`herald_client.errors`) and retries as `RetryPolicy` says."""
 
 from ._core import EventAnswer, RetryPolicy, __version__, parse_retry_after
 from .aio import AsyncHerald

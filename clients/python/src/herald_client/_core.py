@@ -345,15 +345,15 @@ def list_dead_letters(
     return cast(DeadLetterPage, _json_of(response))
 
 
-def dead_letter_summary(since: str | datetime | None, tenant: str | None, all_tenants: bool) -> Steps[DeadLetterSummary]:
+def dead_letter_summary(
+    since: str | datetime | None, tenant: str | None, all_tenants: bool
+) -> Steps[DeadLetterSummary]:
     params = _params(since=since, tenant=tenant, all_tenants=all_tenants)
     response = yield Request("GET", "/v1/dead-letters/summary", params=params)
     return cast(DeadLetterSummary, _json_of(response))
 
 
-def replay_dead_letters(
-    ids: list[str] | None, reason: str | None, since: str | datetime | None
-) -> Steps[ReplayResult]:
+def replay_dead_letters(ids: list[str] | None, reason: str | None, since: str | datetime | None) -> Steps[ReplayResult]:
     body: dict[str, Any] = {}
     if ids is not None:
         body["ids"] = ids
@@ -419,4 +419,3 @@ class ClientCore:
             content=request.body,
             headers={**self._headers, **request.headers},
         )
-

@@ -1,4 +1,4 @@
-"""`AsyncHerald`: the asyncio (or trio) client. Every call is an operation of `_core`,
+"""`AsyncHerald`: the async client. Every call is an operation of `_core`,
 driven here exactly as `Herald` drives it, with `await` where it blocks."""
 
 from __future__ import annotations
