@@ -639,3 +639,22 @@ async fn a_second_start_on_postgres_logs_no_already_exists_notice() {
         assert!(!text.contains("already exists"), "start {start}: {text}");
     }
 }
+
+/// A misspelt template name in a route: `templates check` fails naming the
+/// route and suggests the name, as `serve` and `config check` do.
+#[test]
+fn templates_check_suggests_the_template_a_route_misspelt() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("herald.toml"),
+        "[[routes]]\nevent = \"a.b\"\ntemplate = \"po_aproved\"\nchannels = [\"sms\"]\n",
+    )
+    .unwrap();
+    let out = run(dir.path(), &["templates", "check", "--config", "herald.toml"], &[]);
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("routes[0] names template po_aproved, which is not here; did you mean po_approved?"),
+        "{said}"
+    );
+}

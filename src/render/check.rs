@@ -173,12 +173,11 @@ pub fn check_with(set: &TemplateSet, needs: &[Need]) -> Vec<CheckRow> {
         }
     }
     for n in needs.iter().filter(|n| !set.contains(&n.template)) {
-        rows.push(failed(
-            &n.template,
-            "-",
-            n.channel,
-            format!("{} names template {}, which is not here", n.by, n.template),
-        ));
+        rows.push(failed(&n.template, "-", n.channel, {
+            let known: Vec<&str> = set.ids().collect();
+            let near = crate::config::closest(&n.template, &known).map(|t| format!("; did you mean {t}?"));
+            format!("{} names template {}, which is not here{}", n.by, n.template, near.unwrap_or_default())
+        }));
     }
     for (m, message) in missing {
         rows.push(failed(&m.template, &m.locale, m.channel, message));
