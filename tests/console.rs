@@ -22,7 +22,7 @@ fn tokens() -> String {
     tokens_toml(&[
         ("ops-acme", "acme", OPS_A, &["ops", "intents:read"]),
         ("ops-globex", "globex", OPS_B, &["ops", "intents:read"]),
-        ("erp-acme", "acme", WRITER, &["events:write", "intents:read"]),
+        ("erp-acme", "acme", WRITER, &["events:write", "intents:read", "recipients:write"]),
         ("erp-globex", "globex", WRITER_B, &["events:write", "intents:read"]),
         ("reader-acme", "acme", READER, &["intents:read"]),
     ])
@@ -233,6 +233,22 @@ async fn times_read_in_the_chosen_zone_with_their_age_and_a_whole_row_is_a_link(
         let bogus = user.get(&format!("/console/intents/{key}?zone=mars")).await;
         assert_eq!(bogus.status, 400, "{}", bogus.body);
         assert!(bogus.body.contains("zone"), "{}", bogus.body);
+
+        // The search page: UTC, or each row in its recipient's zone where the
+        // directory has one.
+        let put = reqwest::Client::new()
+            .put(format!("{}/v1/recipients/u-PO-ZONE", app.base))
+            .bearer_auth(WRITER)
+            .json(&json!({"timezone": "Asia/Kathmandu"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(put.status().is_success(), "{}", put.status());
+        let theirs = user.get("/console/search?q=purchase_order%3APO-ZONE&zone=recipient").await;
+        assert!(theirs.body.contains(&local), "{backend:?}: {local} in {}", theirs.body);
+        assert!(theirs.body.contains("<option value=\"recipient\" selected>"), "{}", theirs.body);
+        let bogus = user.get("/console/search?q=purchase_order%3APO-ZONE&zone=mars").await;
+        assert_eq!(bogus.status, 400, "{}", bogus.body);
         app.running.stop().await;
     }
 }

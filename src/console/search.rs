@@ -33,6 +33,19 @@ pub struct SearchQuery {
     by: Option<String>,
     #[serde(default)]
     cursor: Option<String>,
+    /// `utc` (the default) or `recipient`: each row's time in its
+    /// recipient's zone, as the directory has it.
+    #[serde(default)]
+    zone: Option<String>,
+}
+
+/// `?zone=` as the console's pages read it: true for `recipient`.
+fn wants_recipient(zone: Option<&str>) -> Result<bool, ConsoleError> {
+    match zone {
+        None | Some("utc") => Ok(false),
+        Some("recipient") => Ok(true),
+        Some(_) => Err(ConsoleError::invalid("zone", "is utc or recipient".to_string())),
+    }
 }
 
 /// What a search names.
@@ -85,6 +98,8 @@ struct Row {
     reason: Option<String>,
     state: intent::State,
     delivery_status: Option<&'static str>,
+    /// The zone its time is shown in.
+    zone: String,
 }
 
 fn row(i: &IntentRow, receipts: &[&ReceiptRow]) -> Row {
@@ -102,7 +117,34 @@ fn row(i: &IntentRow, receipts: &[&ReceiptRow]) -> Row {
         reason: i.reason.clone(),
         state: i.state,
         delivery_status: current(applied).map(DeliveryStatus::as_str),
+        zone: "UTC".into(),
     }
+}
+
+/// The directory's time zone of each recipient on the page, by (tenant,
+/// recipient id): one read per tenant on the page. A zone given only inline
+/// with an event is shown on its timeline, not here (it would cost a read
+/// of every row's event).
+async fn directory_zones(
+    app: &AppState,
+    items: &[IntentRow],
+) -> Result<HashMap<(String, String), String>, ConsoleError> {
+    let mut ids: HashMap<&str, Vec<String>> = HashMap::new();
+    for i in items {
+        let of_tenant = ids.entry(i.tenant.as_str()).or_default();
+        if !of_tenant.contains(&i.recipient_id) {
+            of_tenant.push(i.recipient_id.clone());
+        }
+    }
+    let mut zones = HashMap::new();
+    for (tenant, ids) in ids {
+        for r in app.store.recipients_get(tenant, &ids).await? {
+            if let Some(z) = r.timezone.filter(|z| jiff::tz::TimeZone::get(z).is_ok()) {
+                zones.insert((r.tenant, r.id), z);
+            }
+        }
+    }
+    Ok(zones)
 }
 
 pub fn operator_context(op: &Operator) -> minijinja::Value {
@@ -118,10 +160,12 @@ pub async fn search(
     let q = query.q.trim();
     let by = query.by.as_deref().unwrap_or("auto");
     let now = app.clock.now().to_string();
+    let in_recipient_zone = wants_recipient(query.zone.as_deref())?;
+    let zone = if in_recipient_zone { "recipient" } else { "utc" };
     let show = |rows: Vec<Row>, next: Option<String>, searched: bool| {
         pages::render(
             "search.html",
-            context! { op => operator_context(&op), q, by, rows, next, searched, now, page => "search" },
+            context! { op => operator_context(&op), q, by, zone, rows, next, searched, now, page => "search" },
         )
     };
     if q.is_empty() {
@@ -159,7 +203,19 @@ pub async fn search(
     for r in &receipts {
         by_key.entry(r.intent_key.as_str()).or_default().push(r);
     }
-    let rows = page.items.iter().map(|i| row(i, by_key.get(i.key.as_str()).map_or(&[][..], Vec::as_slice))).collect();
+    let zones = match in_recipient_zone {
+        true => directory_zones(&app, &page.items).await?,
+        false => HashMap::new(),
+    };
+    let rows = (page.items.iter())
+        .map(|i| {
+            let mut r = row(i, by_key.get(i.key.as_str()).map_or(&[][..], Vec::as_slice));
+            if let Some(z) = zones.get(&(i.tenant.clone(), i.recipient_id.clone())) {
+                r.zone = z.clone();
+            }
+            r
+        })
+        .collect();
     Ok(show(rows, page.next.map(|c| c.to_string()), true))
 }
 
@@ -181,11 +237,7 @@ pub async fn intent(
     query: Result<Query<TimelineQuery>, QueryRejection>,
 ) -> Result<Response, ConsoleError> {
     let Query(query) = query.map_err(|e| ConsoleError::invalid("query", e.body_text()))?;
-    let wants_recipient = match query.zone.as_deref() {
-        None | Some("utc") => false,
-        Some("recipient") => true,
-        Some(_) => return Err(ConsoleError::invalid("zone", "is utc or recipient".to_string())),
-    };
+    let wants_recipient = wants_recipient(query.zone.as_deref())?;
     let not_found = || match op.reads() {
         Some(tenant) => ConsoleError::NotFound(format!("No intent {key:?} in tenant {tenant}.")),
         None => ConsoleError::NotFound(format!("No intent {key:?} in any tenant.")),
