@@ -76,6 +76,18 @@ pub fn any(batch: &[Ingest]) -> bool {
     batch.iter().flat_map(|r| &r.intents).any(|i| i.cap.is_some() && counts(i))
 }
 
+/// The messages a cap counts among the stored intents, as the SQL of both
+/// backends: [`counts`] as it stands since — planned to go, and neither
+/// suppressed since (superseded) nor dead at planning; one dead after its
+/// attempts counts, since it was attempted.
+macro_rules! counted_sql {
+    () => {
+        "decision IN ('send', 'hold') AND state <> 'suppressed'
+         AND NOT (state = 'dead' AND reason IN ('template_error', 'sms_too_long'))"
+    };
+}
+pub(super) use counted_sql;
+
 /// A message the recipient is to be sent, as planned.
 fn counts(intent: &NewIntent) -> bool {
     matches!(intent.decision, Decision::Send | Decision::Hold) && matches!(intent.state, State::Queued | State::Held)

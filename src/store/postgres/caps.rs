@@ -1,7 +1,7 @@
 //! The frequency cap's statements on Postgres (see [`crate::store::caps`]).
 
 use crate::store::StoreResult;
-use crate::store::caps::{CapStatements, Recipient};
+use crate::store::caps::{CapStatements, Recipient, counted_sql};
 use sqlx::{Postgres, Transaction};
 
 pub(super) struct PgCaps;
@@ -32,13 +32,11 @@ impl CapStatements for PgCaps {
         since_us: i64,
         keys: &[&str],
     ) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar(concat!(
             "SELECT count(*) FROM intents
-             WHERE tenant = $1 AND recipient_id = $2 AND created_at > $3 AND channel = $4
-               AND decision IN ('send', 'hold') AND state <> 'suppressed'
-               AND NOT (state = 'dead' AND reason IN ('template_error', 'sms_too_long'))
-               AND key <> ALL($5)",
-        )
+             WHERE tenant = $1 AND recipient_id = $2 AND created_at > $3 AND channel = $4 AND key <> ALL($5) AND ",
+            counted_sql!()
+        ))
         .bind(who.tenant)
         .bind(who.recipient_id)
         .bind(since_us)

@@ -1,7 +1,7 @@
 //! The frequency cap's statements on SQLite (see [`crate::store::caps`]).
 
 use crate::store::StoreResult;
-use crate::store::caps::{CapStatements, Recipient};
+use crate::store::caps::{CapStatements, Recipient, counted_sql};
 use sqlx::{Sqlite, Transaction};
 
 pub(super) struct SqliteCaps;
@@ -24,13 +24,12 @@ impl CapStatements for SqliteCaps {
         keys: &[&str],
     ) -> StoreResult<i64> {
         let keys = serde_json::to_string(keys).map_err(|e| crate::store::StoreError::Corrupt(e.to_string()))?;
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar(concat!(
             "SELECT count(*) FROM intents
              WHERE tenant = ?1 AND recipient_id = ?2 AND created_at > ?3 AND channel = ?4
-               AND decision IN ('send', 'hold') AND state <> 'suppressed'
-               AND NOT (state = 'dead' AND reason IN ('template_error', 'sms_too_long'))
-               AND key NOT IN (SELECT value FROM json_each(?5))",
-        )
+               AND key NOT IN (SELECT value FROM json_each(?5)) AND ",
+            counted_sql!()
+        ))
         .bind(who.tenant)
         .bind(who.recipient_id)
         .bind(since_us)
