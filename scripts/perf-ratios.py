@@ -104,3 +104,12 @@ if floor is not None:
             if own is not None and setup.startswith("pg"):
                 print(f"#   {setup} {build}: with Herald's own {own:.3f} ms, CPU-bound end to end cannot pass "
                       f"{per / (floor + own):.2f}x the notifier on this host")
+
+sqlite_floor = figures.get("floor_sqlite_rate")
+rate = notifier("distinct_e2e_rate")
+if sqlite_floor is not None and rate:
+    print(f"# SQLite floor: its one writer commits the rows Herald's promises require for at most {sqlite_floor:.0f} "
+          f"notifications/s (scripts/perf-floor-sqlite, batches of 32, nothing else paid for: "
+          f"{figures.get('floor_sqlite_writer_cpu_per_notification', 0):.3f} ms CPU a notification, "
+          f"writer {figures.get('floor_sqlite_writer_busy', 0):.0f} % busy); "
+          f"so SQLite end to end cannot pass {sqlite_floor / rate:.2f}x the notifier on this host")
