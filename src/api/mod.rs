@@ -187,6 +187,11 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(suppressions::list))
         .routes(routes!(rejected::list))
         .routes(routes!(shadow::report))
+        .routes({
+            // A send log is larger than an event: its own limit.
+            let (schemas, paths, route) = routes!(shadow::compare);
+            (schemas, paths, route.layer(DefaultBodyLimit::max(shadow::COMPARE_MAX_BYTES)))
+        })
         // Twilio's callback URL carries the intent's key as its query.
         .routes(routes!(receipts::twilio))
 }

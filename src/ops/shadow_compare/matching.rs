@@ -14,7 +14,7 @@
 
 use super::sends::{Recipient, Send, Tagger};
 use super::{
-    Both, Comparison, Duplicates, EntityRef, HeraldIntent, HeraldOnly, OldNotification, OnlyHerald, OnlyOld,
+    Both, Comparison, DuplicateSends, Entity, HeraldIntent, HeraldOnly, OldNotification, OnlyHerald, OnlyOld,
     ReasonCount, RecipientDuplicates, Request, SendCounts, Who,
 };
 use crate::clock::rfc3339;
@@ -54,7 +54,7 @@ fn verdict(state: State) -> Verdict {
 
 /// The sends of one (entity, event type, channel, recipient), oldest first.
 struct Group {
-    entity: EntityRef,
+    entity: Entity,
     event_type: Option<String>,
     channel: Channel,
     recipient: Recipient,
@@ -120,7 +120,7 @@ impl<'a> Matcher<'a> {
                 (s.entity_type.clone(), s.entity_id.clone(), s.channel, s.recipient.clone(), s.event_type.clone());
             let g = *index.entry(key).or_insert_with(|| {
                 groups.push(Group {
-                    entity: EntityRef { kind: s.entity_type.clone(), id: s.entity_id.clone() },
+                    entity: Entity { kind: s.entity_type.clone(), id: s.entity_id.clone() },
                     event_type: s.event_type.clone(),
                     channel: s.channel,
                     recipient: s.recipient.clone(),
@@ -223,7 +223,7 @@ impl<'a> Matcher<'a> {
             only.listed.push(HeraldOnly {
                 key: intent.key.clone(),
                 channel: intent.channel.as_str().to_string(),
-                entity: EntityRef { kind: intent.entity_type.clone(), id: intent.entity_id.clone() },
+                entity: Entity { kind: intent.entity_type.clone(), id: intent.entity_id.clone() },
                 event_type: intent.event_type.clone(),
                 recipient: Who { id: Some(intent.recipient_id.clone()), destination: None, hash: None },
                 decision: intent.decision.as_str().to_string(),
@@ -260,7 +260,7 @@ impl<'a> Matcher<'a> {
         let mut both = Both::default();
         let mut only_old = OnlyOld::default();
         let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-        let mut duplicates = Duplicates::default();
+        let mut duplicates = DuplicateSends::default();
         let mut per_recipient: BTreeMap<(Who, String), RecipientDuplicates> = BTreeMap::new();
         let mut duplicated = Vec::new();
         for n in notifications {

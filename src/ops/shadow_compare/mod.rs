@@ -62,13 +62,13 @@ impl fmt::Display for Who {
 
 /// The entity a notification is about.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
-pub struct EntityRef {
+pub struct Entity {
     #[serde(rename = "type")]
     pub kind: String,
     pub id: String,
 }
 
-impl fmt::Display for EntityRef {
+impl fmt::Display for Entity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.kind, self.id)
     }
@@ -93,7 +93,7 @@ pub struct HeraldIntent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OldNotification {
     pub channel: String,
-    pub entity: EntityRef,
+    pub entity: Entity,
     /// Null when the log has no event type.
     pub event_type: Option<String>,
     pub recipient: Who,
@@ -119,7 +119,7 @@ pub struct OldNotification {
 pub struct HeraldOnly {
     pub key: String,
     pub channel: String,
-    pub entity: EntityRef,
+    pub entity: Entity,
     pub event_type: String,
     pub recipient: Who,
     pub decision: String,
@@ -194,7 +194,7 @@ pub struct RecipientDuplicates {
 /// The same notification (event, channel, recipient) sent more than once by
 /// the old notifier.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct Duplicates {
+pub struct DuplicateSends {
     pub notifications: usize,
     pub sends: usize,
     pub extra_sends: usize,
@@ -219,23 +219,27 @@ pub struct Comparison {
     pub both: Both,
     pub only_old: OnlyOld,
     pub only_herald: OnlyHerald,
-    pub duplicates: Duplicates,
+    pub duplicates: DuplicateSends,
     /// The most notifications each list holds; the counts are complete.
     pub limit: usize,
 }
 
 /// The range compared: `since` and `until` as the shadow report reads them
-/// when either is given; otherwise the log's own span (its first send to just
-/// after its last), or the last day for an empty log.
+/// when either is given. Otherwise the log's own span, begun a window before
+/// its first send (an event comes before its sends: Herald planned the first
+/// one's up to a window earlier) and ended just after its last; the last
+/// day for an empty log.
 pub fn range(
     since: Option<&str>,
     until: Option<&str>,
     sends: &[Send],
+    window: Duration,
     now_us: i64,
 ) -> Result<(i64, i64), (&'static str, String)> {
     let span = sends.iter().map(|s| s.at_us).min().zip(sends.iter().map(|s| s.at_us).max());
+    let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
     match (since, until, span) {
-        (None, None, Some((first, last))) => Ok((first, last.saturating_add(1))),
+        (None, None, Some((first, last))) => Ok((first.saturating_sub(window_us), last.saturating_add(1))),
         _ => shadow_report::range(since, until, now_us),
     }
 }
