@@ -282,6 +282,18 @@ impl fmt::Display for SendsError {
     }
 }
 
+impl SendsError {
+    /// The error with the log called `log` (a file's name) where the API
+    /// says `sends`.
+    pub fn naming(&self, log: &str) -> String {
+        let text = self.to_string();
+        match text.strip_prefix("sends") {
+            Some(rest) => format!("{log}{rest}"),
+            None => text,
+        }
+    }
+}
+
 /// Tags destinations under the deployment's suppression key, per tenant.
 pub struct Tagger<'a> {
     pub key: &'a SuppressionKey,
