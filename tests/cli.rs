@@ -679,7 +679,7 @@ async fn shadow_compare_prints_what_differs_from_the_old_notifiers_log() {
     assert_eq!(words(line("sent by both")), "sent by both 1 sms 1", "{text}");
     assert_eq!(words(line("sent only by the old notifier")), "sent only by the old notifier 1 no_route 1", "{text}");
     assert_eq!(words(line("would be sent only by Herald")), "would be sent only by Herald 1 sms 1", "{text}");
-    assert_eq!(words(line("sent more than once")), "sent more than once by the old notifier 1 1 extra sends", "{text}");
+    assert_eq!(words(line("sent more than once")), "sent more than once by the old notifier 1 1 extra send", "{text}");
     let hash = api["only_old"]["listed"][0]["recipient"]["hash"].as_str().unwrap();
     assert!(text.contains(&format!("+97798******09 #{hash}")), "the API's hash: {hash}\n{text}");
     let worst = words(line("2 "));

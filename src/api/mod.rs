@@ -24,6 +24,7 @@ pub use error::ApiError;
 pub use events::checked_idempotency_key;
 pub use openapi::document as openapi_document;
 pub use rejected::{Body as RejectedBody, view as rejected_json};
+pub use shadow::COMPARE_MAX_BYTES;
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {

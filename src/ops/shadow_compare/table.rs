@@ -91,7 +91,7 @@ pub fn table(c: &Comparison) -> String {
         "sent more than once by the old notifier".to_string(),
         c.duplicates.notifications.to_string(),
         if c.duplicates.notifications > 0 {
-            format!("{} extra sends", c.duplicates.extra_sends)
+            format!("{} extra send{}", c.duplicates.extra_sends, if c.duplicates.extra_sends == 1 { "" } else { "s" })
         } else {
             String::new()
         },
