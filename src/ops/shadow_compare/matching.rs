@@ -108,8 +108,9 @@ fn occurred_us(intent: &PlannedIntent) -> i64 {
 }
 
 impl<'a> Matcher<'a> {
-    pub fn new(request: Request<'a>, window_us: i64) -> Matcher<'a> {
-        let Request { tenant, key, sends, since_us, until_us, window: _, limit } = request;
+    pub fn new(request: Request<'a>) -> Matcher<'a> {
+        let Request { tenant, key, sends, since_us, until_us, window, limit } = request;
+        let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let read = sends.len();
         let mut sends: Vec<Send> = sends.into_iter().filter(|s| s.at_us >= since_us && s.at_us < until_us).collect();
         sends.sort_by_key(|s| s.at_us);
@@ -447,7 +448,7 @@ mod tests {
 
     const MIN: i64 = 60_000_000;
     /// 2026-11-29T10:00:00Z
-    const T10: i64 = 1_764_410_400_000_000;
+    const T10: i64 = 1_795_946_400_000_000;
 
     fn key() -> SuppressionKey {
         SuppressionKey::new(vec![9; 32]).unwrap()
@@ -502,7 +503,7 @@ mod tests {
             window: std::time::Duration::from_secs(600),
             limit,
         };
-        let mut m = Matcher::new(request, 10 * MIN);
+        let mut m = Matcher::new(request);
         let mut intents = intents;
         intents.sort_by(|a, b| (a.created_at, &a.key).cmp(&(b.created_at, &b.key)));
         for i in intents {

@@ -237,11 +237,14 @@ pub fn range(
     now_us: i64,
 ) -> Result<(i64, i64), (&'static str, String)> {
     let span = sends.iter().map(|s| s.at_us).min().zip(sends.iter().map(|s| s.at_us).max());
-    let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
     match (since, until, span) {
-        (None, None, Some((first, last))) => Ok((first.saturating_sub(window_us), last.saturating_add(1))),
+        (None, None, Some((first, last))) => Ok((first.saturating_sub(micros_of(window)), last.saturating_add(1))),
         _ => shadow_report::range(since, until, now_us),
     }
+}
+
+fn micros_of(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// What to compare.
@@ -260,9 +263,9 @@ pub struct Request<'a> {
 /// read a page at a time and matched as they come, so memory grows with the
 /// log and the lists, not with the tenant's traffic.
 pub async fn compare(store: &dyn ViewStore, r: Request<'_>) -> StoreResult<Comparison> {
-    let window_us = i64::try_from(r.window.as_micros()).unwrap_or(i64::MAX);
+    let window_us = micros_of(r.window);
     let (tenant, since_us, until_us) = (r.tenant, r.since_us, r.until_us);
-    let mut matcher = Matcher::new(r, window_us);
+    let mut matcher = Matcher::new(r);
     let mut after: Option<Cursor> = None;
     loop {
         let page = store
@@ -284,4 +287,34 @@ pub async fn compare(store: &dyn ViewStore, r: Request<'_>) -> StoreResult<Compa
         }
     }
     Ok(matcher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Channel;
+    use sends::Recipient;
+
+    fn at(us: i64) -> Send {
+        Send {
+            at_us: us,
+            channel: Channel::Sms,
+            entity_type: "po".into(),
+            entity_id: "1".into(),
+            event_type: None,
+            recipient: Recipient::Id("u".into()),
+        }
+    }
+
+    #[test]
+    fn the_range_is_the_logs_span_from_a_window_before_its_first_send_unless_one_is_given() {
+        let now = 1_800_000_000_000_000;
+        let sends = [at(5_000_000_000), at(9_000_000_000), at(7_000_000_000)];
+        let window = Duration::from_secs(600);
+        assert_eq!(range(None, None, &sends, window, now), Ok((5_000_000_000 - 600_000_000, 9_000_000_001)));
+        let (since, until) = range(Some("2026-11-29T00:00:00Z"), None, &sends, window, now).unwrap();
+        assert_eq!((until, since), (now, 1_795_910_400_000_000), "as the shadow report reads them");
+        assert_eq!(range(None, None, &[], window, now), Ok((now - 86_400_000_000, now)), "the last day");
+        assert_eq!(range(Some("soon"), None, &sends, window, now).unwrap_err().0, "since");
+    }
 }
