@@ -197,8 +197,9 @@ pub(super) async fn intents_planned(pool: &SqlitePool, f: &PlannedFilter) -> Sto
     q.push_bind(&f.tenant).push(" AND i.created_at >= ").push_bind(f.since_us);
     q.push(" AND i.created_at < ").push_bind(f.until_us);
     if let Some(c) = &f.after {
-        q.push(" AND (i.created_at > ").push_bind(c.at);
-        q.push(" OR (i.created_at = ").push_bind(c.at).push(" AND i.key > ").push_bind(&c.id).push("))");
+        // The first bound alone is what lets the index start at the cursor.
+        q.push(" AND i.created_at >= ").push_bind(c.at);
+        q.push(" AND (i.created_at > ").push_bind(c.at).push(" OR i.key > ").push_bind(&c.id).push(")");
     }
     q.push(" AND NOT EXISTS (SELECT 1 FROM digests d WHERE d.key = i.key)");
     q.push(" ORDER BY i.created_at, i.key LIMIT ").push_bind(i64::from(f.limit));
