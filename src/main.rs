@@ -142,6 +142,69 @@ enum ShadowCommand {
         #[command(flatten)]
         scope: DlqScope,
     },
+    /// The old notifier's send log beside Herald's intents: sent by both, sent
+    /// only by the old notifier (and why Herald would not have), would be sent
+    /// only by Herald, and the old notifier's duplicates, worst first.
+    Compare(Box<CompareArgs>),
+}
+
+#[derive(clap::Args)]
+struct CompareArgs {
+    /// The old notifier's send log: CSV with a header row, or JSON Lines; `-`
+    /// reads standard input. Read, matched and forgotten: nothing of it is stored.
+    #[arg(long)]
+    sends: PathBuf,
+    /// csv or jsonl (default: by the file's extension, .csv, .jsonl or .ndjson)
+    #[arg(long)]
+    format: Option<String>,
+    /// A mapping file (TOML): [columns] (time = "sent_at", …), time_format,
+    /// [channels] (the old notifier's names: mail = "email"). Flags override it.
+    #[arg(long)]
+    map: Option<PathBuf>,
+    /// The column of the send's time (default: time)
+    #[arg(long)]
+    time_column: Option<String>,
+    /// The column of the channel (default: channel)
+    #[arg(long)]
+    channel_column: Option<String>,
+    /// The column of the recipient id (default: recipient_id)
+    #[arg(long)]
+    recipient_column: Option<String>,
+    /// The column of the address or number, matched by its keyed hash where a
+    /// row has no recipient id (default: destination)
+    #[arg(long)]
+    destination_column: Option<String>,
+    /// The column of the entity type (default: entity_type)
+    #[arg(long)]
+    entity_type_column: Option<String>,
+    /// The column of the entity id (default: entity_id)
+    #[arg(long)]
+    entity_id_column: Option<String>,
+    /// The column of the event type (default: event_type; without one a send
+    /// matches any of its entity's events)
+    #[arg(long)]
+    event_type_column: Option<String>,
+    /// rfc3339 (default), unix (seconds) or unix_ms
+    #[arg(long)]
+    time_format: Option<String>,
+    /// How far a send may be from Herald's event (its time, or when Herald
+    /// planned it) and still be the same notification
+    #[arg(long, default_value = "10m")]
+    window: String,
+    /// RFC 3339 (default: a window before the log's first send)
+    #[arg(long)]
+    since: Option<String>,
+    /// RFC 3339 (default: just after the log's last send)
+    #[arg(long)]
+    until: Option<String>,
+    /// The most notifications listed in each part; the counts are complete
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Print JSON, as POST /v1/shadow/compare answers
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    scope: DlqScope,
 }
 
 #[derive(Subcommand)]
@@ -270,6 +333,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Shadow { command: ShadowCommand::Report { since, until, scope } } => {
             shadow_report(since, until, scope).await
         }
+        Command::Shadow { command: ShadowCommand::Compare(args) } => shadow_compare(*args).await,
     }
 }
 
@@ -510,6 +574,108 @@ async fn shadow_report(since: Option<String>, until: Option<String>, scope: DlqS
     let store = open_existing(&config, &source).await?;
     let report = shadow_report::build(store.as_ref(), Some(&tenant), since, until).await?;
     output::out(format_args!("{}", shadow_report::table(&report)))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The mapping `--map` and the column flags name; an error names the flag
+/// (or the mapping file's key).
+fn compare_mapping(a: &CompareArgs) -> Result<herald::ops::shadow_compare::sends::Mapping, String> {
+    use herald::ops::shadow_compare::sends::{Field, Mapping, TimeFormat};
+    let mut mapping = match &a.map {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("--map {}: {e}", path.display()))?;
+            Mapping::from_toml(&text).map_err(|e| format!("--map {}: {e}", path.display()))?
+        }
+        None => Mapping::default(),
+    };
+    let columns = [
+        (Field::Time, "--time-column", &a.time_column),
+        (Field::Channel, "--channel-column", &a.channel_column),
+        (Field::RecipientId, "--recipient-column", &a.recipient_column),
+        (Field::Destination, "--destination-column", &a.destination_column),
+        (Field::EntityType, "--entity-type-column", &a.entity_type_column),
+        (Field::EntityId, "--entity-id-column", &a.entity_id_column),
+        (Field::EventType, "--event-type-column", &a.event_type_column),
+    ];
+    for (field, flag, column) in columns {
+        if let Some(column) = column {
+            mapping.set_column(field, column).map_err(|e| format!("{flag}: {e}"))?;
+        }
+    }
+    if let Some(t) = &a.time_format {
+        mapping.time_format =
+            TimeFormat::parse(t).ok_or_else(|| format!("--time-format: {t:?} must be rfc3339, unix or unix_ms"))?;
+    }
+    Ok(mapping)
+}
+
+async fn shadow_compare(a: CompareArgs) -> anyhow::Result<ExitCode> {
+    use herald::ops::shadow_compare::{self, sends};
+    let usage = |message: String| {
+        errln!("herald: {message}");
+        Ok(ExitCode::from(2))
+    };
+    let mapping = match compare_mapping(&a) {
+        Ok(m) => m,
+        Err(message) => return usage(message),
+    };
+    let window = match herald::config::parse_duration(&a.window) {
+        Ok(w) => w,
+        Err(m) => return usage(format!("--window: {m}")),
+    };
+    let stdin = a.sends.as_os_str() == "-";
+    let format = match (&a.format, stdin) {
+        (Some(f), _) => match sends::Format::parse(f) {
+            Some(f) => f,
+            None => return usage(format!("--format: {f:?} must be csv or jsonl")),
+        },
+        (None, false) => match sends::Format::of_path(&a.sends) {
+            Some(f) => f,
+            None => return usage(format!("--format: {} is neither .csv nor .jsonl; say which", a.sends.display())),
+        },
+        (None, true) => return usage("--format: say which the standard input is, csv or jsonl".into()),
+    };
+    let body = match stdin {
+        true => {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).context("reading standard input")?;
+            buf
+        }
+        false => std::fs::read(&a.sends).with_context(|| format!("--sends {}", a.sends.display()))?,
+    };
+    let (config, source) = load_config(a.scope.config.as_deref())?;
+    let tenant = match tenant_for(a.scope.tenant.clone(), &config) {
+        Ok(t) => t,
+        Err(message) => return usage(message),
+    };
+    let store = open_existing(&config, &source).await?;
+    let key = herald::suppression::key_for_reading(&config, store.as_ref()).await?;
+    let log = if stdin { "standard input".to_string() } else { a.sends.display().to_string() };
+    let sends = match sends::read(&body, format, &mapping, &sends::Tagger { key: &key, tenant: &tenant }) {
+        Ok(s) => s,
+        Err(e) => return usage(e.naming(&log)),
+    };
+    drop(body);
+    let now = jiff::Timestamp::now().as_microsecond();
+    let (since_us, until_us) = match shadow_compare::range(a.since.as_deref(), a.until.as_deref(), &sends, window, now)
+    {
+        Ok(r) => r,
+        Err((field, message)) => return usage(format!("--{field}: {message}")),
+    };
+    let request = shadow_compare::Request {
+        tenant: &tenant,
+        key: &key,
+        sends,
+        since_us,
+        until_us,
+        window,
+        limit: a.limit.max(1),
+    };
+    let comparison = shadow_compare::compare(store.as_ref(), request).await?;
+    match a.json {
+        true => outln!("{}", serde_json::to_string_pretty(&comparison)?)?,
+        false => output::out(format_args!("{}", shadow_compare::table(&comparison)))?,
+    }
     Ok(ExitCode::SUCCESS)
 }
 

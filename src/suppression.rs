@@ -168,6 +168,42 @@ pub async fn resolve(config: &mut Config, store: &dyn DirectoryStore) -> Result<
     Ok(key)
 }
 
+/// The key `serve` settled on this database, found without writing anything:
+/// for a command that only reads (`herald shadow compare`). The configured
+/// key when the database's fingerprint agrees with it, else the one Herald
+/// keeps in the database. A database no Herald has started on has neither:
+/// a key is drawn for this command alone (nothing there is keyed yet).
+pub async fn key_for_reading(config: &Config, store: &dyn DirectoryStore) -> Result<SuppressionKey, StoreError> {
+    let refused = |why: String| StoreError::Schema(format!("suppression.key: {why}"));
+    let recorded = store.setting_get(STORED_FINGERPRINT).await?;
+    if let Some(text) = config.suppression.key.as_deref() {
+        let key = SuppressionKey::from_base64(text).map_err(refused)?;
+        return match recorded {
+            Some(f) if f != key.fingerprint() => Err(refused(format!(
+                "this database is keyed with the key of fingerprint {f}, and the configured key's is {}; use the \
+                 configuration `herald serve` runs with",
+                key.fingerprint()
+            ))),
+            _ => Ok(key),
+        };
+    }
+    match (store.setting_get(STORED_KEY).await?, recorded) {
+        (Some(stored), _) => SuppressionKey::from_base64(&stored)
+            .map_err(|e| StoreError::Corrupt(format!("the database's stored suppression key {e}"))),
+        (None, Some(_)) => Err(refused(
+            "this database is keyed with a configured suppression.key, and none is configured here; use the \
+             configuration `herald serve` runs with"
+                .into(),
+        )),
+        (None, None) => {
+            let mut drawn = [0u8; 32];
+            rand::TryRngCore::try_fill_bytes(&mut rand::rngs::OsRng, &mut drawn)
+                .map_err(|e| StoreError::Corrupt(format!("no randomness to draw a suppression key: {e}")))?;
+            SuppressionKey::new(drawn.to_vec()).map_err(StoreError::Corrupt)
+        }
+    }
+}
+
 /// Rekeys, now and then, entries of the old scheme that appear after
 /// start-up: during a rolling upgrade a process of the previous release
 /// still writes them. Cheap when there are none (a partial index).

@@ -3,8 +3,8 @@
 //! entity and read its timeline, replay a dead-letter group and see it leave
 //! the list, a token without `ops` refused, a form posted without its CSRF
 //! token refused, one tenant unable to open another's intent by URL, a
-//! template's UCS-2 culprits highlighted (the page reached by keyboard), and
-//! the health page.
+//! template's UCS-2 culprits highlighted (the page reached by keyboard), the
+//! health page, and an old notifier's send log compared with what Herald did.
 //! Screenshots of the main pages go to `docs/console/`.
 //!
 //! Runs when `HERALD_TEST_BROWSER=1` (`.ci/run` installs Debian's `chromium`
@@ -298,6 +298,48 @@ async fn the_console_works_in_a_real_browser() {
     let attempts = text_of(&c, "#attempts").await;
     assert!(attempts.contains("accepted") && attempts.contains("permanent"), "{attempts}");
     screenshot(&c, "health").await;
+
+    // The old notifier's log beside what Herald did: PO-4482's email to u-20
+    // three times, its SMS to u-21, an email to u-21 (who has no address), and
+    // an SMS about an order Herald never heard of. Pasted, as a person would.
+    // Its sends came as Herald planned the same events: a few seconds after.
+    let planned = wait_state(&base, WRITER_A, &email, &["sent"]).await["created_at"].as_str().unwrap().to_string();
+    let planned: jiff::Timestamp = planned.parse().unwrap();
+    let t = |s: i64| planned.checked_add(jiff::SignedDuration::from_secs(60 - s)).unwrap().to_string();
+    let log = format!(
+        "time,channel,recipient_id,destination,entity_type,entity_id,event_type\n\
+         {},email,u-20,,purchase_order,PO-4482,purchase_order.approved\n\
+         {},email,u-20,,purchase_order,PO-4482,purchase_order.approved\n\
+         {},email,u-20,,purchase_order,PO-4482,purchase_order.approved\n\
+         {},sms,u-21,,purchase_order,PO-4482,purchase_order.approved\n\
+         {},email,u-21,,purchase_order,PO-4482,purchase_order.approved\n\
+         {},sms,,+9779800000077,purchase_order,PO-77,purchase_order.approved\n",
+        t(50),
+        t(40),
+        t(30),
+        t(50),
+        t(50),
+        t(20)
+    );
+    c.goto(&format!("{base}/console/shadow/compare")).await.unwrap();
+    let area = c.wait().for_element(Locator::Css("#sends")).await.unwrap();
+    area.send_keys(&log).await.unwrap();
+    c.find(Locator::Css("#compare")).await.unwrap().click().await.unwrap();
+    assert_eq!(text_of(&c, "#both").await, "2");
+    // Herald's alone: u-20's SMS and in-app card, u-21's card, and the two
+    // dead letters replayed and sent (the third is still dead: not sent).
+    assert_eq!(text_of(&c, "#only-herald").await, "5");
+    assert!(text_of(&c, "#duplicated").await.starts_with("1 (2 extra sends)"));
+    let worst = text_of(&c, "#duplicates tbody tr").await.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(worst.starts_with("3 email u-20 purchase_order.approved purchase_order:PO-4482"), "{worst}");
+    c.find(Locator::Css("#reason-no_route summary")).await.unwrap().click().await.unwrap();
+    let groups = text_of(&c, "#only-old-groups").await;
+    assert!(groups.contains("suppressed no_destination") && groups.contains("no_route"), "{groups}");
+    assert!(groups.contains("+97798******77 #"), "masked, with its hash: {groups}");
+    assert!(!c.source().await.unwrap().contains("9800000077"), "no number in clear");
+    assert_eq!(c.find(Locator::Css("#sends")).await.unwrap().prop("value").await.unwrap().as_deref(), Some(""));
+    c.execute("window.scrollTo(0, document.querySelector('#comparison').offsetTop - 8)", vec![]).await.unwrap();
+    screenshot(&c, "shadow-compare").await;
 
     // Sign out.
     c.find(Locator::Css("form.who button")).await.unwrap().click().await.unwrap();

@@ -657,4 +657,70 @@ fn templates_check_suggests_the_template_a_route_misspelt() {
         said.contains("routes[0] names template po_aproved, which is not here; did you mean po_approved?"),
         "{said}"
     );
+
+/// `herald shadow compare`: the send log beside what Herald in shadow mode
+/// planned, as a table and as JSON, with the same keyed hashes as the API's;
+/// a bad row named by the file, line and column.
+#[tokio::test]
+async fn shadow_compare_prints_what_differs_from_the_old_notifiers_log() {
+    let db = TestDb::new(Backend::Sqlite).await;
+    let sms = common::FakeSms::start().await;
+    // The clock at the events' time, as when Herald runs beside the old notifier.
+    let clock = common::TestClock::at("2026-11-29T04:30:05Z");
+    let app = common::TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_clock(clock).spawn().await;
+    for (po, phone) in [("PO-1", "+9779800000001"), ("PO-2", "+9779800000002")] {
+        let (status, answer, _) = app.post_event(&common::sms_event(po, phone), None).await;
+        assert_eq!(status, 202, "{answer}");
+        app.wait_state(answer["intents"][0]["key"].as_str().unwrap(), &["shadowed"]).await;
+    }
+    let log = "time,channel,recipient_id,destination,entity_type,entity_id,event_type\n\
+               2026-11-29T04:30:10Z,sms,u-PO-1,,purchase_order,PO-1,purchase_order.approved\n\
+               2026-11-29T04:30:20Z,sms,u-PO-1,,purchase_order,PO-1,purchase_order.approved\n\
+               2026-11-29T04:30:30Z,sms,,+9779800000009,purchase_order,PO-9,purchase_order.approved\n";
+    let resp = (app.client.post(format!("{}/v1/shadow/compare", app.base)))
+        .header("content-type", "text/csv")
+        .body(log)
+        .send()
+        .await
+        .unwrap();
+    let api: serde_json::Value = resp.json().await.unwrap();
+    app.running.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("old.csv"), log).unwrap();
+    let env = [("HERALD_DATABASE_URL", db.url.as_str())];
+    let out = run(dir.path(), &["shadow", "compare", "--sends", "old.csv"], &env);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line = |start: &str| text.lines().find(|l| l.trim_start().starts_with(start)).unwrap_or_default().to_string();
+    let words = |l: String| l.split_whitespace().map(String::from).collect::<Vec<_>>().join(" ");
+    assert_eq!(words(line("sent by both")), "sent by both 1 sms 1", "{text}");
+    assert_eq!(words(line("sent only by the old notifier")), "sent only by the old notifier 1 no_route 1", "{text}");
+    assert_eq!(words(line("would be sent only by Herald")), "would be sent only by Herald 1 sms 1", "{text}");
+    assert_eq!(words(line("sent more than once")), "sent more than once by the old notifier 1 1 extra send", "{text}");
+    let hash = api["only_old"]["listed"][0]["recipient"]["hash"].as_str().unwrap();
+    assert!(text.contains(&format!("+97798******09 #{hash}")), "the API's hash: {hash}\n{text}");
+    let worst = words(line("2 "));
+    assert!(
+        worst.starts_with("2 sms u-PO-1 purchase_order.approved purchase_order:PO-1") && worst.contains("shadowed"),
+        "{text}"
+    );
+    assert!(!text.contains("9800000009"), "{text}");
+
+    let out = run(dir.path(), &["shadow", "compare", "--sends", "old.csv", "--json", "--window", "5m"], &env);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["window"], "5m");
+    assert_eq!(
+        (json["both"].clone(), json["only_herald"]["intents"].clone()),
+        (api["both"].clone(), serde_json::json!(1))
+    );
+    assert_eq!(json["duplicates"]["listed"][0]["sends"], 2);
+
+    std::fs::write(dir.path().join("bad.csv"), log.replace("04:30:20Z", "half past four")).unwrap();
+    let out = run(dir.path(), &["shadow", "compare", "--sends", "bad.csv"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("herald: bad.csv line 3: time: must be an RFC 3339 timestamp"), "{}", stderr(&out));
+    let out = run(dir.path(), &["shadow", "compare", "--sends", "old.txt"], &env);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--format: old.txt is neither .csv nor .jsonl"), "{}", stderr(&out));
 }

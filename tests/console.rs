@@ -708,3 +708,111 @@ async fn an_admin_sees_every_tenant_with_the_tenant_shown_and_an_ops_token_only_
         app.running.stop().await;
     }
 }
+
+/// The old notifier's log for the console's comparison: PO-1's SMS to u-1
+/// twice, PO-2's to u-2 (who opted out of SMS), PO-3's to u-3 by number, and
+/// an SMS to a number Herald never planned for.
+const OLD_LOG: &str = "\
+time,channel,recipient_id,destination,entity_type,entity_id,event_type
+2026-11-29T10:15:10Z,sms,u-1,,purchase_order,PO-1,purchase_order.approved
+2026-11-29T10:15:40Z,sms,u-1,,purchase_order,PO-1,purchase_order.approved
+2026-11-29T10:15:12Z,sms,u-2,,purchase_order,PO-2,purchase_order.approved
+2026-11-29T10:15:15Z,sms,,+9779800000003,purchase_order,PO-3,purchase_order.approved
+2026-11-29T10:15:20Z,sms,,+9779800000009,purchase_order,PO-9,purchase_order.approved
+";
+
+#[tokio::test]
+async fn the_comparison_page_takes_a_pasted_or_uploaded_log_and_groups_what_differs() {
+    const ERP: &str = "tok-erp-all-acme";
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let toml = tokens_toml(&[
+            ("ops-acme", "acme", OPS_A, &["ops"]),
+            ("erp-acme", "acme", ERP, &["events:write", "intents:read", "recipients:write"]),
+        ]);
+        let clock = common::TestClock::at("2026-11-29T10:15:05Z");
+        let app = TestApp::new(&db).with_sms(&sms).with_mode("shadow").with_clock(clock).with_toml(&toml).spawn().await;
+        let client = reqwest::Client::new();
+        let prefs = json!({"phone": "+9779800000002", "preferences": {"channels": {"sms": false}}});
+        let put = client.put(format!("{}/v1/recipients/u-2", app.base)).bearer_auth(ERP).json(&prefs).send().await;
+        assert!(put.unwrap().status().is_success());
+        for (po, who, phone) in
+            [("PO-1", "u-1", "+9779800000001"), ("PO-2", "u-2", "+9779800000002"), ("PO-3", "u-3", "+9779800000003")]
+        {
+            let mut event = sms_event(po, phone);
+            event["occurred_at"] = json!("2026-11-29T10:15:00Z");
+            event["recipients"][0]["id"] = json!(who);
+            let posted = post_event(&app.base, ERP, &event).await;
+            wait_state(&app.base, ERP, posted["intents"][0]["key"].as_str().unwrap(), &["shadowed", "suppressed"])
+                .await;
+        }
+        let mut user = User::new(&app.base);
+        user.sign_in(OPS_A).await;
+        let form = user.get("/console/shadow/compare").await;
+        assert_eq!(form.status, 200, "{}", form.body);
+        assert!(form.body.contains("href=\"/console/shadow/compare\" aria-current=\"page\""), "in the nav");
+        let csrf = form.csrf();
+
+        let pasted = user.post_multipart("/console/shadow/compare", &[("csrf", &csrf), ("sends", OLD_LOG)], None).await;
+        assert_eq!(pasted.status, 200, "{backend:?}: {}", pasted.body);
+        let page = &pasted.body;
+        for figure in [
+            "id=\"both\">2<",
+            "id=\"only-old\" class=\"bad\">2<",
+            "id=\"only-herald\">0<",
+            "id=\"duplicated\" class=\"bad\">1 ",
+        ] {
+            assert!(page.contains(figure), "{backend:?}: {figure} not in {page}");
+        }
+        assert!(page.contains("id=\"reason-no_route\"") && page.contains("id=\"reason-opted_out\""), "{page}");
+        assert!(page.contains("(1 extra send)"), "{page}");
+        assert!(page.contains("+97798******09 <span class=\"hint\""), "masked, with its hash: {page}");
+        assert!(!page.contains("9800000009") && !page.contains("9800000003"), "no number in clear: {page}");
+        assert!(!page.contains("2026-11-29T10:15:40Z,sms"), "the log is not shown back");
+        let duplicates = &page[page.find("id=\"duplicates\"").unwrap()..];
+        assert!(duplicates.contains("<td class=\"count bad\">2</td><td>sms</td><td>u-1</td>"), "{duplicates}");
+
+        // The same log uploaded as a JSON Lines file.
+        let lines: String = OLD_LOG
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                let mut row =
+                    json!({"time": f[0], "channel": f[1], "entity_type": f[4], "entity_id": f[5], "event_type": f[6]});
+                row[if f[2].is_empty() { "destination" } else { "recipient_id" }] =
+                    json!(if f[2].is_empty() { f[3] } else { f[2] });
+                format!("{row}\n")
+            })
+            .collect();
+        let uploaded = user
+            .post_multipart(
+                "/console/shadow/compare",
+                &[("csrf", &csrf), ("sends", "")],
+                Some(("file", "old.jsonl", &lines)),
+            )
+            .await;
+        assert_eq!(uploaded.status, 200, "{}", uploaded.body);
+        assert!(uploaded.body.contains("id=\"both\">2<") && uploaded.body.contains("id=\"only-old\" class=\"bad\">2<"));
+
+        // A bad row is named on the page; a form without its CSRF token is refused.
+        let bad = OLD_LOG.replacen("2026-11-29T10:15:40Z", "yesterday", 1);
+        let refused = user.post_multipart("/console/shadow/compare", &[("csrf", &csrf), ("sends", &bad)], None).await;
+        assert_eq!(refused.status, 400);
+        assert!(refused.body.contains("sends line 3: time: must be an RFC 3339 timestamp"), "{}", refused.body);
+        let empty = user.post_multipart("/console/shadow/compare", &[("csrf", &csrf), ("sends", " ")], None).await;
+        assert_eq!(empty.status, 400);
+        let forged = user.post_multipart("/console/shadow/compare", &[("sends", OLD_LOG)], None).await;
+        assert_eq!(forged.status, 403, "{}", forged.body);
+        let theirs = user
+            .post_multipart(
+                "/console/shadow/compare",
+                &[("csrf", &csrf), ("sends", OLD_LOG), ("tenant", "globex")],
+                None,
+            )
+            .await;
+        assert_eq!(theirs.status, 403, "{}", theirs.body);
+        app.running.stop().await;
+    }
+}

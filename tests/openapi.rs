@@ -160,6 +160,7 @@ fn every_endpoint_of_the_contract_is_described() {
         ("get", "/v1/rejected"),
         ("get", "/v1/rejected/{id}"),
         ("get", "/v1/shadow/report"),
+        ("post", "/v1/shadow/compare"),
     ];
     let want: BTreeSet<(String, String)> = want.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
     assert_eq!(operations(), want);
@@ -248,11 +249,37 @@ impl Checker<'_> {
     ) -> (u16, Value, reqwest::header::HeaderMap) {
         let m = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
         let mut req = self.app.client.request(m, format!("{}{path}", self.app.base));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
         if let Some(b) = body {
             req = req.json(b);
+        }
+        self.check(method, template, path, token, req).await
+    }
+
+    /// The same with a body of another type (a send log as CSV).
+    async fn call_text(
+        &mut self,
+        template: &str,
+        path: &str,
+        token: Option<&str>,
+        content_type: &str,
+        body: &str,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        let req = (self.app.client.post(format!("{}{path}", self.app.base)))
+            .header("content-type", content_type)
+            .body(body.to_string());
+        self.check("post", template, path, token, req).await
+    }
+
+    async fn check(
+        &mut self,
+        method: &str,
+        template: &str,
+        path: &str,
+        token: Option<&str>,
+        mut req: reqwest::RequestBuilder,
+    ) -> (u16, Value, reqwest::header::HeaderMap) {
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
         }
         let resp = req.send().await.unwrap();
         let status = resp.status().as_u16();
@@ -442,6 +469,22 @@ async fn every_answer_along_a_walk_through_the_api_conforms_to_the_document() {
         c.call("get", report, "/v1/shadow/report?until=tomorrow", t, None).await;
         c.call("get", report, report, Some(READER), None).await;
         c.call("get", report, report, None, None).await;
+
+        // The shadow comparison: a log as CSV and as JSON, and its refusals.
+        let compare = "/v1/shadow/compare";
+        let log = "time,channel,recipient_id,entity_type,entity_id,event_type\n\
+                   2026-11-29T10:15:10Z,sms,u-1,purchase_order,PO-1,purchase_order.approved\n";
+        let (s, _, _) = c.call_text(compare, compare, t, "text/csv", log).await;
+        assert_eq!(s, 200);
+        let rows = json!({"sends": [{"time": "2026-11-29T10:15:10Z", "channel": "sms", "destination": "+15550000100",
+            "entity_type": "purchase_order", "entity_id": "PO-1"}]});
+        let (s, _, _) = c.call("post", compare, compare, t, Some(&rows)).await;
+        assert_eq!(s, 200);
+        c.call_text(compare, compare, t, "text/csv", "time,channel\nyesterday,sms\n").await;
+        c.call_text(compare, compare, t, "text/plain", log).await;
+        c.call_text(compare, compare, Some(READER), "text/csv", log).await;
+        c.call_text(compare, compare, None, "text/csv", log).await;
+        c.call_text(compare, compare, t, "text/csv", &"x".repeat(17 * 1024 * 1024)).await;
 
         // The walk reached every operation.
         let reached: BTreeSet<(String, String)> = c.checked.iter().map(|(m, p, _)| (m.clone(), p.clone())).collect();

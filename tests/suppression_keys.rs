@@ -290,3 +290,32 @@ async fn configuring_the_drawn_key_moves_it_out_of_the_database() {
         assert!(err.expect("no key").to_string().contains("suppression.key"), "{backend:?}");
     }
 }
+
+/// A command that only reads (`herald shadow compare`) finds the key `serve`
+/// settled without writing: the database's own, the configured one when the
+/// database agrees, and a refusal naming the key when it does not.
+#[tokio::test]
+async fn a_reading_command_finds_the_key_serve_settled_and_writes_nothing() {
+    use herald::suppression::key_for_reading;
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        let bare = TestApp::new(&db).config();
+        // No Herald has started here: a key for this command alone, none written.
+        key_for_reading(&bare, store.as_ref()).await.expect("a drawn key");
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM settings").await, 0, "{backend:?}");
+        let app = TestApp::new(&db).spawn().await;
+        app.running.stop().await;
+        let settings = common::texts(&db, "SELECT name || '=' || value FROM settings ORDER BY name").await;
+        let stored = common::texts(&db, "SELECT value FROM settings WHERE name = 'suppression.key'").await.remove(0);
+        let found = key_for_reading(&bare, store.as_ref()).await.unwrap();
+        assert_eq!(found.fingerprint(), SuppressionKey::from_base64(&stored).unwrap().fingerprint());
+        let same = TestApp::new(&db).with_toml(&format!("[suppression]\nkey = \"{stored}\"\n")).config();
+        assert_eq!(key_for_reading(&same, store.as_ref()).await.unwrap().fingerprint(), found.fingerprint());
+        let other = TestApp::new(&db).with_toml(&format!("[suppression]\nkey = \"{KEY}\"\n")).config();
+        let err = key_for_reading(&other, store.as_ref()).await.unwrap_err().to_string();
+        assert!(err.starts_with("suppression.key: this database is keyed with the key of fingerprint"), "{err}");
+        let after = common::texts(&db, "SELECT name || '=' || value FROM settings ORDER BY name").await;
+        assert_eq!(after, settings, "{backend:?}: the settings as serve left them");
+    }
+}

@@ -24,6 +24,7 @@ pub use error::ApiError;
 pub use events::checked_idempotency_key;
 pub use openapi::document as openapi_document;
 pub use rejected::{Body as RejectedBody, view as rejected_json};
+pub use shadow::COMPARE_MAX_BYTES;
 
 /// An intent with its content and attempts, as the API shows it.
 pub fn intent_json(d: &crate::store::IntentDetail) -> serde_json::Value {
@@ -187,6 +188,11 @@ pub(crate) fn described_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(suppressions::list))
         .routes(routes!(rejected::list))
         .routes(routes!(shadow::report))
+        .routes({
+            // A send log is larger than an event: its own limit.
+            let (schemas, paths, route) = routes!(shadow::compare);
+            (schemas, paths, route.layer(DefaultBodyLimit::max(shadow::COMPARE_MAX_BYTES)))
+        })
         // Twilio's callback URL carries the intent's key as its query.
         .routes(routes!(receipts::twilio))
 }

@@ -239,6 +239,20 @@ pub mod doc {
         ["bad_gateway"]
     );
 
+    // ---- POST /v1/shadow/compare ----
+
+    /// The send log as JSON: one object a send, its fields named as the
+    /// columns are (`time`, `channel`, `recipient_id` or `destination`,
+    /// `entity_type`, `entity_id`, `event_type`, or as the query maps them);
+    /// other fields are ignored.
+    #[derive(ToSchema, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[schema(example = json!({"sends": [{"time": "2026-11-29T10:15:10Z", "channel": "sms", "recipient_id": "u-1",
+        "entity_type": "purchase_order", "entity_id": "PO-1", "event_type": "purchase_order.approved"}]}))]
+    pub struct CompareSends {
+        pub sends: Vec<Map<String, Value>>,
+    }
+
     // ---- POST /v1/events ----
 
     /// A domain event.

@@ -10,6 +10,7 @@ mod health;
 mod pages;
 mod search;
 mod session;
+mod shadow_compare;
 mod sign_in;
 mod templates;
 mod throttle;
@@ -45,6 +46,13 @@ pub fn router(enabled: bool) -> Router<AppState> {
         .route("/console/dead-letters/replay", get(dead_letters::confirm).post(dead_letters::replay))
         .route("/console/templates", get(templates::templates))
         .route("/console/health", get(health::health))
+        // A send log is larger than a form of a few fields: its own limit.
+        .route(
+            "/console/shadow/compare",
+            get(shadow_compare::form)
+                .post(shadow_compare::compare)
+                .layer(DefaultBodyLimit::max(crate::api::COMPARE_MAX_BYTES + FORM_LIMIT)),
+        )
         // Not a fallback: the API router has that, and it answers in JSON.
         .route("/console/{*rest}", get(|| async { ConsoleError::NotFound("There is no such console page.".into()) }))
         .layer(axum::middleware::from_fn(refuse_control_characters))

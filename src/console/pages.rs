@@ -22,6 +22,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("replay_result.html", include_str!("pages/replay_result.html")),
     ("templates.html", include_str!("pages/templates.html")),
     ("health.html", include_str!("pages/health.html")),
+    ("shadow_compare.html", include_str!("pages/shadow_compare.html")),
 ];
 
 fn environment() -> &'static Environment<'static> {

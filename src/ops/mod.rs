@@ -7,5 +7,6 @@ pub mod log;
 pub mod metrics;
 pub mod replay;
 pub mod retention;
+pub mod shadow_compare;
 pub mod shadow_report;
 pub mod trace;

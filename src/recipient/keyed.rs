@@ -57,6 +57,16 @@ impl SuppressionKey {
         self.mac(&format!("suppression|{tenant}|{}", normalised(kind, address)))
     }
 
+    /// An address's tag in the shadow comparison: what a send in the old
+    /// notifier's log is matched to an intent's destination by, and (its
+    /// first digits) what an output shows beside the masked address, so two
+    /// addresses that mask alike are told apart. Keyed and per tenant as the
+    /// lookup is, under a purpose of its own, so a tag says nothing about
+    /// the suppression list's lookups.
+    pub fn tag(&self, tenant: &str, kind: Kind, address: &str) -> String {
+        self.mac(&format!("shadow-compare|{tenant}|{}", normalised(kind, address)))
+    }
+
     /// What this key is known by in the database and in logs: a MAC of a
     /// fixed text, which reveals nothing of the key.
     pub fn fingerprint(&self) -> String {
@@ -171,6 +181,16 @@ mod tests {
         let a = k.lookup("t1", Kind::Email, "Asha@Example.com");
         assert_eq!(a, k.lookup("t1", Kind::Email, "asha@example.com"));
         assert_ne!(a, k.lookup("t2", Kind::Email, "asha@example.com"));
+    }
+
+    #[test]
+    fn a_comparison_tag_is_keyed_per_tenant_and_is_not_the_lists_lookup() {
+        let k = key(7);
+        let tag = k.tag("t1", Kind::Email, "Asha@Example.com");
+        assert_eq!(tag, k.tag("t1", Kind::Email, " asha@example.com"));
+        assert_ne!(tag, k.tag("t2", Kind::Email, "asha@example.com"));
+        assert_ne!(tag, key(8).tag("t1", Kind::Email, "asha@example.com"));
+        assert_ne!(tag, k.lookup("t1", Kind::Email, "asha@example.com"));
     }
 
     #[test]

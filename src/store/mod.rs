@@ -408,6 +408,11 @@ pub trait ViewStore: Send + Sync + 'static {
     /// planned in it by channel, decision, reason and state, shadowed or sent
     /// SMS by encoding, template errors, rejected bus messages.
     async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows>;
+
+    /// One tenant's intents planned in a range, oldest first, a page at a
+    /// time: what the shadow comparison matches the old notifier's sends to.
+    /// A digest's own intent is left out (its members stand for it).
+    async fn intents_planned(&self, filter: PlannedFilter) -> StoreResult<Vec<PlannedIntent>>;
 }
 
 /// Running the database: its schema, readiness, retention, dead-letter

@@ -1,8 +1,10 @@
-//! The values the shadow report crosses the store seam with: the ingest tally
-//! (posts by how they were answered) and the counts read back for a range.
+//! The values the shadow report and the shadow comparison cross the store
+//! seam with: the ingest tally (posts by how they were answered), the counts
+//! read back for a range, and the intents planned in one.
 
+use super::Cursor;
 use crate::event::Channel;
-use crate::intent::{Decision, State};
+use crate::intent::{Decision, Mode, State};
 
 /// How one post was answered, as the ingest tally counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -98,4 +100,38 @@ pub struct ReportRows {
     pub sms: Vec<SmsCount>,
     pub template_errors: Vec<TemplateErrorCount>,
     pub bus_rejected: i64,
+}
+
+/// One tenant's intents planned in [since, until), oldest first, `limit` at a
+/// time after `after` (the last one's planning time and key).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedFilter {
+    pub tenant: String,
+    pub since_us: i64,
+    pub until_us: i64,
+    pub after: Option<Cursor>,
+    pub limit: u32,
+}
+
+/// An intent as the shadow comparison matches the old notifier's sends to
+/// it: its event, channel and recipient (and destination, which the
+/// comparison only tags), and what Herald decided and did.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct PlannedIntent {
+    pub key: String,
+    pub event_type: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    /// Canonical (`YYYY-MM-DDTHH:MM:SS.fffffffffZ`).
+    pub occurred_at: String,
+    pub channel: Channel,
+    pub recipient_id: String,
+    pub destination: Option<String>,
+    pub decision: Decision,
+    pub reason: Option<String>,
+    pub detail: Option<String>,
+    pub state: State,
+    pub mode: Mode,
+    /// When Herald planned it.
+    pub created_at: i64,
 }

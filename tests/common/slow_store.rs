@@ -286,6 +286,10 @@ impl ViewStore for SlowRecording {
     async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {
         self.inner.report_rows(filter).await
     }
+
+    async fn intents_planned(&self, filter: PlannedFilter) -> StoreResult<Vec<PlannedIntent>> {
+        self.inner.intents_planned(filter).await
+    }
 }
 
 #[async_trait]

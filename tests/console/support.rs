@@ -104,6 +104,40 @@ impl User {
         self.page(resp).await
     }
 
+    /// A form with a file input, posted as a browser posts it
+    /// (`multipart/form-data`): `fields`, and `file` as (field, file name, content).
+    pub async fn post_multipart(
+        &mut self,
+        path: &str,
+        fields: &[(&str, &str)],
+        file: Option<(&str, &str, &str)>,
+    ) -> Page {
+        let boundary = "----herald-test-boundary-7f3a";
+        let mut body = String::new();
+        for (name, value) in fields {
+            body.push_str(&format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            ));
+        }
+        if let Some((name, file_name, content)) = file {
+            body.push_str(&format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file_name}\"\r\n\
+                 Content-Type: application/octet-stream\r\n\r\n{content}\r\n"
+            ));
+        }
+        body.push_str(&format!("--{boundary}--\r\n"));
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .header("cookie", self.cookie_header())
+            .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        self.page(resp).await
+    }
+
     /// Signs in with `token` as a person would: the form first, then the post.
     pub async fn sign_in(&mut self, token: &str) -> Page {
         let form = self.get("/console/sign-in").await;

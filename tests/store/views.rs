@@ -222,3 +222,59 @@ async fn the_consoles_health_figures_are_one_tenants_or_every_tenants() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_intents_planned_in_a_range_come_oldest_first_a_page_at_a_time_without_a_digests_own() {
+    const MIN: i64 = 60_000_000;
+    each_backend(|store| async move {
+        // Five events planned a minute apart, another tenant's, and a digest
+        // window whose own intent (the digest's message) is planned too.
+        for n in 1..=5u32 {
+            let mut one = request(
+                &format!("r{n}"),
+                &format!("fp{n}"),
+                &format!("PO-{n}"),
+                "c",
+                vec![new_intent(&key(n), "sms", None)],
+            );
+            one.now_us = T0 + i64::from(n) * MIN;
+            store.events_ingest(one).await.unwrap();
+        }
+        let mut theirs = request("t1", "tfp1", "PO-9", "c", vec![new_intent(&key(9), "sms", None)]);
+        (theirs.tenant, theirs.now_us) = ("other".into(), T0 + 3 * MIN);
+        store.events_ingest(theirs).await.unwrap();
+        let mut member = ingest("m1", "mfp1", vec![window_member(20)]);
+        member.now_us = T0 + 3 * MIN;
+        store.events_ingest(member).await.unwrap();
+        let mut digest = request("d1", "dfp1", "digest-1", "c", vec![new_intent(&key(WINDOW), "email", None)]);
+        digest.now_us = T0 + 3 * MIN;
+        store.events_ingest(digest).await.unwrap();
+
+        let page = |after: Option<Cursor>| PlannedFilter {
+            tenant: "default".into(),
+            since_us: T0 + 2 * MIN,
+            until_us: T0 + 5 * MIN,
+            after,
+            limit: 2,
+        };
+        let first = store.intents_planned(page(None)).await.unwrap();
+        let keys: Vec<&str> = first.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(keys, [key(2), key(3)]);
+        let last = first.last().unwrap();
+        let rest = store.intents_planned(page(Some(Cursor::new(last.created_at, &last.key)))).await.unwrap();
+        let keys: Vec<&str> = rest.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(keys, [key(20), key(4)], "the digest's member, not the digest's own; until is exclusive");
+        let i = &first[0];
+        assert_eq!(
+            (i.entity_id.as_str(), i.channel, i.recipient_id.as_str(), i.destination.as_deref()),
+            ("PO-2", Channel::Sms, "u-1", Some("+15550000001"))
+        );
+        assert_eq!(
+            (i.decision, i.state, i.mode, i.created_at),
+            (Decision::Send, State::Queued, Mode::Live, T0 + 2 * MIN)
+        );
+        assert_eq!(i.occurred_at, "2026-11-29T04:30:00.000000000Z");
+        assert_eq!(rest[0].decision, Decision::Digest);
+    })
+    .await;
+}

@@ -5,8 +5,8 @@ use super::{SqliteStore, dead_letters, keys_arg, queue, receipts, suppressions};
 use crate::store::shared::{REPLAYS_OF_INTENT, page};
 use crate::store::{
     AttemptRow, Cursor, DeadLetter, DeadLetterFilter, DeadLetterGroup, IntentCount, IntentDetail, IntentFilter,
-    IntentRow, Page, QueueStats, ReceiptRow, ReportFilter, ReportRows, SmsCount, StoreError, StoreResult, TallyKind,
-    TemplateErrorCount, ViewStore,
+    IntentRow, Page, PlannedFilter, PlannedIntent, QueueStats, ReceiptRow, ReportFilter, ReportRows, SmsCount,
+    StoreError, StoreResult, TallyKind, TemplateErrorCount, ViewStore,
 };
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
@@ -186,6 +186,26 @@ fn tally_kinds(tally: Vec<(String, i64)>) -> StoreResult<Vec<(TallyKind, i64)>> 
         .collect()
 }
 
+/// The intents the shadow comparison matches sends to. The digest's own
+/// intent (a digest row of the same key) is left out: its members stand for it.
+pub(super) async fn intents_planned(pool: &SqlitePool, f: &PlannedFilter) -> StoreResult<Vec<PlannedIntent>> {
+    let mut q: QueryBuilder<'_, Sqlite> = QueryBuilder::new(
+        "SELECT i.key, i.event_type, i.entity_type, i.entity_id, i.occurred_at, i.channel, i.recipient_id,
+             i.destination, i.decision, i.reason, i.detail, i.state, i.mode, i.created_at FROM intents i
+         WHERE i.tenant = ",
+    );
+    q.push_bind(&f.tenant).push(" AND i.created_at >= ").push_bind(f.since_us);
+    q.push(" AND i.created_at < ").push_bind(f.until_us);
+    if let Some(c) = &f.after {
+        // The first bound alone is what lets the index start at the cursor.
+        q.push(" AND i.created_at >= ").push_bind(c.at);
+        q.push(" AND (i.created_at > ").push_bind(c.at).push(" OR i.key > ").push_bind(&c.id).push(")");
+    }
+    q.push(" AND NOT EXISTS (SELECT 1 FROM digests d WHERE d.key = i.key)");
+    q.push(" ORDER BY i.created_at, i.key LIMIT ").push_bind(i64::from(f.limit));
+    Ok(q.build_query_as().fetch_all(pool).await?)
+}
+
 #[async_trait]
 impl ViewStore for SqliteStore {
     async fn intent_get(&self, tenant: &str, key: &str) -> StoreResult<Option<IntentDetail>> {
@@ -264,5 +284,9 @@ impl ViewStore for SqliteStore {
 
     async fn report_rows(&self, filter: ReportFilter) -> StoreResult<ReportRows> {
         report_rows(&self.reader, &filter).await
+    }
+
+    async fn intents_planned(&self, filter: PlannedFilter) -> StoreResult<Vec<PlannedIntent>> {
+        intents_planned(&self.reader, &filter).await
     }
 }
