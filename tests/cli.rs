@@ -657,6 +657,7 @@ fn templates_check_suggests_the_template_a_route_misspelt() {
         said.contains("routes[0] names template po_aproved, which is not here; did you mean po_approved?"),
         "{said}"
     );
+}
 
 /// `herald shadow compare`: the send log beside what Herald in shadow mode
 /// planned, as a table and as JSON, with the same keyed hashes as the API's;
