@@ -774,18 +774,7 @@ async fn the_comparison_page_takes_a_pasted_or_uploaded_log_and_groups_what_diff
         assert!(duplicates.contains("<td class=\"count bad\">2</td><td>sms</td><td>u-1</td>"), "{duplicates}");
 
         // The same log uploaded as a JSON Lines file.
-        let lines: String = OLD_LOG
-            .lines()
-            .skip(1)
-            .map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                let mut row =
-                    json!({"time": f[0], "channel": f[1], "entity_type": f[4], "entity_id": f[5], "event_type": f[6]});
-                row[if f[2].is_empty() { "destination" } else { "recipient_id" }] =
-                    json!(if f[2].is_empty() { f[3] } else { f[2] });
-                format!("{row}\n")
-            })
-            .collect();
+        let lines = common::send_log::csv_to_jsonl(OLD_LOG);
         let uploaded = user
             .post_multipart(
                 "/console/shadow/compare",

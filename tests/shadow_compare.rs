@@ -176,20 +176,7 @@ async fn a_send_log_is_matched_to_herald_s_intents_category_by_category() {
         assert_eq!((intent["entity"]["id"].as_str(), intent["channel"].as_str()), (Some("PO-1"), Some("sms")));
 
         // The same log as JSON Lines, and as a JSON body, compares alike.
-        let lines: String = LOG
-            .lines()
-            .skip(1)
-            .map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                let mut row =
-                    json!({"time": f[0], "channel": f[1], "entity_type": f[4], "entity_id": f[5], "event_type": f[6]});
-                match f[2] {
-                    "" => row["destination"] = json!(f[3]),
-                    id => row["recipient_id"] = json!(id),
-                }
-                format!("{row}\n")
-            })
-            .collect();
+        let lines = common::send_log::csv_to_jsonl(LOG);
         let (status, jsonl) = compare(&app, OPS, "", "application/x-ndjson", lines.clone()).await;
         assert_eq!((status, verdicts(&jsonl)), (200, want.clone()), "{backend:?}");
         let rows: Vec<Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();

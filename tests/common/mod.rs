@@ -12,6 +12,7 @@ pub mod digest;
 pub mod nats;
 pub mod peer;
 pub mod receipts;
+pub mod send_log;
 pub mod serve;
 pub mod slow_store;
 pub mod smtp;

@@ -355,6 +355,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/shadow/compare": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Compare the old notifier's send log with the tenant's intents: sent by both, only by the old notifier (with Herald's reason), only by Herald, and the old notifier's duplicates. The log is read, matched and forgotten: it is not stored. */
+        post: operations["shadow_compare"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/shadow/report": {
         parameters: {
             query?: never;
@@ -438,6 +455,17 @@ export interface components {
          * @enum {string}
          */
         BodyFormat: "json" | "text";
+        /** @description Notifications the old notifier sent and Herald sends (or would, in shadow). */
+        Both: {
+            by_channel: {
+                [key: string]: number;
+            };
+            /** @description Of those, held by Herald for quiet hours first (sent when they ended). */
+            held_first: number;
+            /** @description Of those, told by Herald in a digest rather than on their own. */
+            in_digest: number;
+            notifications: number;
+        };
         /** @description One in-app card: an entity at its highest version. */
         Card: {
             /**
@@ -468,6 +496,49 @@ export interface components {
          * @enum {string}
          */
         ChannelName: "email" | "sms" | "in_app" | "webhook";
+        /**
+         * @description The send log as JSON: one object a send, its fields named as the
+         *     columns are (`time`, `channel`, `recipient_id` or `destination`,
+         *     `entity_type`, `entity_id`, `event_type`, or as the query maps them);
+         *     other fields are ignored.
+         * @example {
+         *       "sends": [
+         *         {
+         *           "channel": "sms",
+         *           "entity_id": "PO-1",
+         *           "entity_type": "purchase_order",
+         *           "event_type": "purchase_order.approved",
+         *           "recipient_id": "u-1",
+         *           "time": "2026-11-29T10:15:10Z"
+         *         }
+         *       ]
+         *     }
+         */
+        CompareSends: {
+            sends: {
+                [key: string]: unknown;
+            }[];
+        };
+        /** @description The comparison of a send log with one tenant's intents. */
+        Comparison: {
+            both: components["schemas"]["Both"];
+            duplicates: components["schemas"]["DuplicateSends"];
+            /** @description The most notifications each list holds; the counts are complete. */
+            limit: number;
+            only_herald: components["schemas"]["OnlyHerald"];
+            only_old: components["schemas"]["OnlyOld"];
+            sends: components["schemas"]["SendCounts"];
+            /** Format: date-time */
+            since?: string | null;
+            tenant: string;
+            /** Format: date-time */
+            until?: string | null;
+            /**
+             * @description How far a send may be from Herald's event (its `occurred_at`, or when
+             *     Herald planned it) and still be the same notification, e.g. `10m`.
+             */
+            window: string;
+        };
         /** @description Frozen content: what was (or will be) sent. */
         Content: {
             body: string;
@@ -559,6 +630,19 @@ export interface components {
             state: components["schemas"]["StateName"];
             template: components["schemas"]["TemplateRef"];
         };
+        /**
+         * @description The same notification (event, channel, recipient) sent more than once by
+         *     the old notifier.
+         */
+        DuplicateSends: {
+            /** @description Most extra sends first, at most `limit`. */
+            by_recipient: components["schemas"]["RecipientDuplicates"][];
+            extra_sends: number;
+            /** @description Most sends first, at most `limit`. */
+            listed: components["schemas"]["OldNotification"][];
+            notifications: number;
+            sends: number;
+        };
         Duplicates: {
             /**
              * Format: int64
@@ -575,6 +659,11 @@ export interface components {
              * @description The same request again (same identity, same body): its stored answer.
              */
             replay: number;
+        };
+        /** @description The entity a notification is about. */
+        Entity: {
+            id: string;
+            type: string;
         };
         /** @description The entity the event is about. */
         EntityInput: {
@@ -696,6 +785,31 @@ export interface components {
             reason?: string | null;
             status: components["schemas"]["DeliveryStatusName"];
         };
+        /** @description Herald's intent for a notification, as the comparison shows it. */
+        HeraldIntent: {
+            decision: string;
+            /** @description Its id (`GET /v1/intents/{id}`, `herald why`). */
+            key: string;
+            mode: string;
+            /** Format: date-time */
+            planned_at?: string | null;
+            reason?: string | null;
+            state: string;
+        };
+        /** @description An intent Herald would send that the old notifier did not. */
+        HeraldOnly: {
+            channel: string;
+            decision: string;
+            detail?: string | null;
+            entity: components["schemas"]["Entity"];
+            event_type: string;
+            key: string;
+            mode: string;
+            /** Format: date-time */
+            planned_at?: string | null;
+            recipient: components["schemas"]["Who"];
+            state: string;
+        };
         Inbox: {
             cards: components["schemas"]["Card"][];
             next?: string | null;
@@ -798,6 +912,57 @@ export interface components {
          */
         NotChecked: "suppression_list";
         /**
+         * @description One notification as the old notifier sent it: its sends of the same
+         *     (event, channel, recipient), Herald's intent for it if there is one, and,
+         *     where Herald would not have sent it, why.
+         */
+        OldNotification: {
+            channel: string;
+            /**
+             * @description The decision's detail (the preference that decided, the quiet-hours
+             *     window), or for `no_route` whether Herald planned the event at all.
+             */
+            detail?: string | null;
+            entity: components["schemas"]["Entity"];
+            /** @description Null when the log has no event type. */
+            event_type?: string | null;
+            /** Format: date-time */
+            first_at?: string | null;
+            herald?: null | components["schemas"]["HeraldIntent"];
+            /** Format: date-time */
+            last_at?: string | null;
+            /**
+             * @description Why Herald would not have sent it: its intent's reason (`opted_out`,
+             *     `quiet_hours`, `superseded`, `address_bounced`, …), `digest` for one
+             *     waiting for its digest, or `no_route` when Herald has no intent for it.
+             *     Null when Herald sends it too.
+             */
+            reason?: string | null;
+            recipient: components["schemas"]["Who"];
+            /** @description How many times the old notifier sent it. */
+            sends: number;
+        };
+        /**
+         * @description Intents planned in the range that Herald sends (or would, in shadow, or
+         *     holds to send later) and the old notifier did not send.
+         */
+        OnlyHerald: {
+            by_channel: {
+                [key: string]: number;
+            };
+            intents: number;
+            /** @description Oldest first, at most `limit`. */
+            listed: components["schemas"]["HeraldOnly"][];
+        };
+        /** @description Notifications the old notifier sent and Herald would not have. */
+        OnlyOld: {
+            /** @description Most first. */
+            by_reason: components["schemas"]["ReasonCount"][];
+            /** @description Oldest first, at most `limit`. */
+            listed: components["schemas"]["OldNotification"][];
+            notifications: number;
+        };
+        /**
          * @description The class of one attempt's result.
          * @enum {string}
          */
@@ -829,11 +994,15 @@ export interface components {
             /** @description HH:MM in the recipient's time zone. */
             start: string;
         };
+        ReasonCount: {
+            notifications: number;
+            reason: string;
+        };
         /**
          * @description Why an intent was not sent, or why its last attempt failed (a bounded set).
          * @enum {string}
          */
-        ReasonName: "opted_out" | "channel_disabled" | "no_destination" | "invalid_destination" | "quiet_hours" | "superseded" | "template_error" | "sms_too_long" | "hard_bounce" | "rejected" | "provider_4xx" | "provider_5xx" | "throttled" | "timeout" | "unreachable" | "connection_lost" | "lease_expired" | "retries_exhausted" | "forbidden_destination" | "undelivered" | "address_bounced" | "address_complained";
+        ReasonName: "opted_out" | "channel_disabled" | "no_destination" | "invalid_destination" | "quiet_hours" | "superseded" | "template_error" | "sms_too_long" | "hard_bounce" | "rejected" | "provider_4xx" | "provider_5xx" | "throttled" | "timeout" | "unreachable" | "connection_lost" | "lease_expired" | "retries_exhausted" | "forbidden_destination" | "undelivered" | "address_bounced" | "address_complained" | "frequency_cap";
         /** @description One receipt, as an intent lists it. */
         Receipt: {
             /** @description Whether it moved the delivery status (a late one does not). */
@@ -877,6 +1046,19 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
             webhook_url?: string | null;
+        };
+        /** @description One recipient's duplicates on one channel. */
+        RecipientDuplicates: {
+            channel: string;
+            /** @description The sends beyond the first of each. */
+            extra_sends: number;
+            /** @description The most times one of them was sent. */
+            most: number;
+            /** @description Notifications sent to them more than once. */
+            notifications: number;
+            recipient: components["schemas"]["Who"];
+            /** @description Every send of those notifications. */
+            sends: number;
         };
         /** @description A recipient; inline fields override the directory for this event only. */
         RecipientInput: {
@@ -998,6 +1180,13 @@ export interface components {
             /** @description not_found, not_dead, no_content or content_pruned. */
             reason: string;
             why: string;
+        };
+        SendCounts: {
+            /** @description Rows whose time is in [since, until): the ones compared. */
+            in_range: number;
+            outside_range: number;
+            /** @description Rows in the log. */
+            read: number;
         };
         /**
          * @description A receipt's answer (as the other receipt endpoints give it), or what
@@ -1146,6 +1335,21 @@ export interface components {
             MessageSid: string;
             /** @description queued, sent, delivered, undelivered, failed, … */
             MessageStatus: string;
+        };
+        /**
+         * @description Who a notification went to, as an output may show them: the recipient id
+         *     when the log or Herald's intent has one, else the masked destination and
+         *     the first digits of its keyed tag.
+         */
+        Who: {
+            /** @description Masked, as every output shows a destination (`a***@example.com`). */
+            destination?: string | null;
+            /**
+             * @description The first 12 hex digits of the destination's keyed hash: two
+             *     addresses that mask alike are told apart by it.
+             */
+            hash?: string | null;
+            id?: string | null;
         };
         /** @description Where a shadowed intent would have gone; no provider was called. */
         WouldHaveSent: {
@@ -2065,6 +2269,74 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            500: components["responses"]["Internal"];
+        };
+    };
+    shadow_compare: {
+        parameters: {
+            query?: {
+                /** @description RFC 3339 with an offset. Without since and until: the log's own span, from a window before its first send. */
+                since?: string;
+                /** @description RFC 3339 with an offset; must be after `since`. */
+                until?: string;
+                /** @description Another tenant's (scope admin; one's own needs only ops). */
+                tenant?: string;
+                /** @description Refused: a send log is compared with one tenant's intents. */
+                all_tenants?: boolean;
+                /** @description How far a send may be from Herald's event (its occurred_at or when it was planned) and still match: a duration like `10m` (the default). */
+                window?: string;
+                /** @description The most notifications each list holds (default 100); the counts are complete. */
+                limit?: number;
+                /** @description The log's column for the send's time (default `time`). */
+                time_column?: string;
+                /** @description … for the channel (default `channel`). */
+                channel_column?: string;
+                /** @description … for the recipient id (default `recipient_id`). */
+                recipient_column?: string;
+                /** @description … for the address or number, matched by its keyed hash when a row has no recipient id (default `destination`). */
+                destination_column?: string;
+                /** @description … for the entity type (default `entity_type`). */
+                entity_type_column?: string;
+                /** @description … for the entity id (default `entity_id`). */
+                entity_id_column?: string;
+                /** @description … for the event type (default `event_type`; a log without one matches any of the entity's events). */
+                event_type_column?: string;
+                /** @description `rfc3339` (default), `unix` (seconds) or `unix_ms`. */
+                time_format?: string;
+                /** @description The old notifier's channel names, `NAME:CHANNEL,…`, e.g. `mail:email,text:sms`. */
+                channel_aliases?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The send log, one send a row: CSV with a header row, JSON Lines, or `{"sends": [{…}, …]}`. At most 16 MiB. */
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CompareSends"];
+                "application/x-ndjson": string;
+                /**
+                 * @example time,channel,recipient_id,destination,entity_type,entity_id,event_type
+                 *     2026-11-29T10:15:10Z,sms,u-1,,purchase_order,PO-1,purchase_order.approved
+                 */
+                "text/csv": string;
+            };
+        };
+        responses: {
+            /** @description The comparison. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Comparison"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             500: components["responses"]["Internal"];
         };
     };
