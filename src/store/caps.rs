@@ -132,6 +132,12 @@ pub(super) async fn decide<'b, S: CapStatements>(
 /// the start of the period counted): in the batch's order, each message to
 /// be sent counts toward the caps of those after it, and each capped one
 /// over its cap is suppressed or folded into its digest.
+///
+/// A request of the batch that turns out to write nothing (a concurrent
+/// duplicate of another in flight: a replay, a conflict) has still counted
+/// here. The error is on the safe side — at worst a later message of the same
+/// batch is capped one early — and needs two posts of one event racing in
+/// one group commit beside new messages to the same recipient.
 fn apply(batch: &[Ingest], stored: &HashMap<(Recipient<'_>, i64), i64>) -> Vec<Ingest> {
     let mut decided = batch.to_vec();
     // This batch's messages so far, by recipient, with when each was planned.
