@@ -313,7 +313,7 @@ fn cap_check(
         });
     Some(CapCheck {
         max: applied.cap.max,
-        per_us: i64::try_from(applied.cap.per.as_micros()).unwrap_or(i64::MAX),
+        per_us: crate::clock::duration_us(applied.cap.per),
         per: crate::config::format_duration(applied.cap.per),
         source: applied.source,
         fold,
@@ -331,7 +331,7 @@ fn digest_window(
 ) -> Result<NewDigest, String> {
     let ctx = crate::render::context(input.event, recipient, intent.locale.as_deref().unwrap_or_default());
     let group_key = input.templates.render_key(&d.key, &ctx).map_err(|e| e.to_string())?;
-    let width = i64::try_from(d.window.as_micros()).unwrap_or(i64::MAX).max(1);
+    let width = crate::clock::duration_us(d.window).max(1);
     let now = input.now.as_microsecond();
     let window_start = now.div_euclid(width) * width;
     let identity = format!(

@@ -148,7 +148,7 @@ impl Worker {
             trace_id: Some(trace_id),
         });
         let mut done = finished(job.intent.key, n, micros(now), outcome, transition);
-        done.retry_after_us = retry_after.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        done.retry_after_us = retry_after.map(crate::clock::duration_us);
         done.provider = chosen.map(|p| p.name().to_string());
         done.possible_duplicate = possible_duplicate;
         done

@@ -191,9 +191,9 @@ impl Worker {
             .jobs_claim(Claim {
                 now_us: micros(self.clock.now()),
                 limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                lease_us: i64::try_from(self.lease.as_micros()).unwrap_or(i64::MAX),
+                lease_us: crate::clock::duration_us(self.lease),
                 max_attempts: i64::from(self.policy.attempts),
-                dedupe_window_us: self.policy.dedupe_window.map(|w| i64::try_from(w.as_micros()).unwrap_or(i64::MAX)),
+                dedupe_window_us: self.policy.dedupe_window.map(crate::clock::duration_us),
                 supersede_types: self.supersede_types.clone(),
                 repeats_unrecognised: self.repeats_unrecognised(),
             })

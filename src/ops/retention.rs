@@ -46,7 +46,7 @@ impl Retention {
         let now = self.clock.now().as_microsecond();
         let mut out = Vec::new();
         for (step, name, age) in self.steps() {
-            let cutoff = now - i64::try_from(age.as_micros()).unwrap_or(i64::MAX);
+            let cutoff = now - crate::clock::duration_us(age);
             let mut total = 0;
             loop {
                 let n = self.store.retention_batch(step, cutoff, self.config.batch).await?;

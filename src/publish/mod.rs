@@ -129,7 +129,7 @@ impl NatsPublisher {
     /// number claimed.
     pub async fn round(&self) -> Result<usize, String> {
         let now_us = self.clock.now().as_microsecond();
-        let lease_us = i64::try_from(self.config.lease.as_micros()).unwrap_or(i64::MAX);
+        let lease_us = crate::clock::duration_us(self.config.lease);
         let mut batch = self
             .store
             .publications_claim(PublicationClaim { now_us, lease_us, limit: self.config.batch })

@@ -110,7 +110,7 @@ fn occurred_us(intent: &PlannedIntent) -> i64 {
 impl<'a> Matcher<'a> {
     pub fn new(request: Request<'a>) -> Matcher<'a> {
         let Request { tenant, key, sends, since_us, until_us, window, limit } = request;
-        let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+        let window_us = crate::clock::duration_us(window);
         let read = sends.len();
         let mut sends: Vec<Send> = sends.into_iter().filter(|s| s.at_us >= since_us && s.at_us < until_us).collect();
         sends.sort_by_key(|s| s.at_us);

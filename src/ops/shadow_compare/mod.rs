@@ -238,13 +238,11 @@ pub fn range(
 ) -> Result<(i64, i64), (&'static str, String)> {
     let span = sends.iter().map(|s| s.at_us).min().zip(sends.iter().map(|s| s.at_us).max());
     match (since, until, span) {
-        (None, None, Some((first, last))) => Ok((first.saturating_sub(micros_of(window)), last.saturating_add(1))),
+        (None, None, Some((first, last))) => {
+            Ok((first.saturating_sub(crate::clock::duration_us(window)), last.saturating_add(1)))
+        }
         _ => shadow_report::range(since, until, now_us),
     }
-}
-
-fn micros_of(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }
 
 /// What to compare.
@@ -263,7 +261,7 @@ pub struct Request<'a> {
 /// read a page at a time and matched as they come, so memory grows with the
 /// log and the lists, not with the tenant's traffic.
 pub async fn compare(store: &dyn ViewStore, r: Request<'_>) -> StoreResult<Comparison> {
-    let window_us = micros_of(r.window);
+    let window_us = crate::clock::duration_us(r.window);
     let (tenant, since_us, until_us) = (r.tenant, r.since_us, r.until_us);
     let mut matcher = Matcher::new(r);
     let mut after: Option<Cursor> = None;
