@@ -670,6 +670,13 @@ async fn an_admin_sees_every_tenant_with_the_tenant_shown_and_an_ops_token_only_
             "{backend:?}: {}",
             found.body
         );
+        // By recipient too: each tenant's recipient index, tenant by tenant.
+        let by_recipient = admin.get("/console/search?q=u-PO-51&by=recipient").await;
+        assert!(
+            by_recipient.body.contains(key_a) && !by_recipient.body.contains(key_b),
+            "{backend:?}: {}",
+            by_recipient.body
+        );
         assert_eq!(
             admin.get(&format!("/console/search?q={key_b}")).await.location(),
             Some(format!("/console/intents/{key_b}").as_str())

@@ -1,10 +1,11 @@
 //! Search (by entity, recipient or key) and one intent's timeline — the
 //! console's "what happened to this notification?".
 //!
-//! Indexes: an entity search reads `intents_by_entity` (tenant, entity_type,
-//! entity_id, created_at DESC), a recipient search `intents_by_recipient`
-//! (tenant, recipient_id, created_at DESC), a key the primary key; each page
-//! is 50 rows, so the cost does not grow with the table.
+//! Indexes: an entity search reads `intents_by_entity_recipient` (tenant,
+//! entity_type, entity_id, …) and sorts that entity's intents by time, a
+//! recipient search `intents_by_recipient` (tenant, recipient_id, created_at
+//! DESC), a key the primary key; each page is 50 rows, so the cost does not
+//! grow with the table (docs/console.md, "Indexes the pages use").
 
 use super::error::ConsoleError;
 use super::pages;

@@ -61,7 +61,7 @@ pub(super) async fn intents_list(pool: &PgPool, f: &IntentFilter) -> StoreResult
             q.push(" AND i.tenant = ").push_bind(t);
         }
         // Every tenant (an admin's search): the tenant-led indexes, one tenant
-        // at a time, the tenants found by a loose scan of `intents_by_entity`
+        // at a time, the tenants found by a loose scan of a tenant-led index
         // (one index probe per tenant; migration 0062 dropped the indexes of
         // its own this search had, which every ingest paid for).
         None => {

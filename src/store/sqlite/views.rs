@@ -56,8 +56,25 @@ pub(super) async fn intents_list(pool: &SqlitePool, f: &IntentFilter) -> StoreRe
              i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
              i.preferences_version, i.link_key, i.retry_base, i.mode FROM intents i WHERE 1 = 1",
     );
-    if let Some(t) = &f.tenant {
-        q.push(" AND i.tenant = ").push_bind(t);
+    match &f.tenant {
+        Some(t) => {
+            q.push(" AND i.tenant = ").push_bind(t);
+        }
+        // Every tenant (an admin's search): the tenant-led indexes, one tenant
+        // at a time, the tenants found by a loose scan of a tenant-led index
+        // (one probe per tenant), as on Postgres; migration 0063 dropped the
+        // indexes of its own this search had, which every ingest paid for.
+        None => {
+            q.push(
+                " AND i.tenant IN (
+                     WITH RECURSIVE t(tenant) AS (
+                         SELECT (SELECT tenant FROM intents ORDER BY tenant LIMIT 1)
+                         UNION ALL
+                         SELECT (SELECT n.tenant FROM intents n WHERE n.tenant > t.tenant ORDER BY n.tenant LIMIT 1)
+                         FROM t WHERE t.tenant IS NOT NULL)
+                     SELECT tenant FROM t WHERE tenant IS NOT NULL)",
+            );
+        }
     }
     if let Some((kind, id)) = &f.entity {
         q.push(" AND i.entity_type = ").push_bind(kind).push(" AND i.entity_id = ").push_bind(id);

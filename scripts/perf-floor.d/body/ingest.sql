@@ -1,0 +1,22 @@
+-- Ingest, the body variant: request record, event record with the body, one payload (the
+-- rendered text), intent, job.
+BEGIN;
+WITH g AS (SELECT md5(random()::text || clock_timestamp()::text || n) AS k FROM generate_series(1, @BATCH@) n),
+     r AS (INSERT INTO requests (tenant, identity, fingerprint, status, response, created_at)
+           SELECT 'default', 'event:' || 'default|purchase_order.approved|purchase_order|PO-' || k || '|2026-12-03T08:00:00.000000000Z',
+                  encode(sha256(convert_to(k || 'f', 'UTF8')), 'hex'), 202, repeat('a', 337), 1796284800000000 FROM g),
+     e AS (INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at, body)
+           SELECT 'default|purchase_order.approved|purchase_order|PO-' || k || '|2026-12-03T08:00:00.000000000Z', 'default',
+                  'purchase_order.approved', 'purchase_order', 'PO-' || k, '2026-12-03T08:00:00.000000000Z',
+                  encode(sha256(convert_to(k || 'c', 'UTF8')), 'hex'), 1796284800000000, repeat('e', 400) FROM g),
+     p AS (INSERT INTO payloads (digest, body, created_at)
+           SELECT encode(sha256(convert_to(k || 's', 'UTF8')), 'hex'), repeat('s', 160), 1796284800000000 FROM g),
+     i AS (INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, occurred_at, channel, recipient_id,
+                                destination, locale, template_id, template_revision, event_digest, payload_digest,
+                                decision, state, created_at, updated_at)
+           SELECT k, 'default', 'purchase_order.approved', 'purchase_order', 'PO-' || k, '2026-12-03T08:00:00.000000000Z',
+                  'sms', 'u-20', '+9779800000000', 'en', 'po_approved', '1',
+                  encode(sha256(convert_to(k || 'b', 'UTF8')), 'hex'), encode(sha256(convert_to(k || 's', 'UTF8')), 'hex'),
+                  'send', 'queued', 1796284800000000, 1796284800000000 FROM g)
+INSERT INTO jobs (intent_key, tenant, run_at) SELECT k, 'default', 1796284800000000 FROM g;
+COMMIT;

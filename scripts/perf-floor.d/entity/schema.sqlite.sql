@@ -1,0 +1,2 @@
+-- Candidate (SQLite): one entity index fewer.
+DROP INDEX IF EXISTS intents_by_entity;
