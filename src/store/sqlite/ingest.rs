@@ -3,7 +3,7 @@
 
 use super::{SqliteStore, keys_arg};
 use crate::store::{
-    Ingest, IngestOutcome, IngestStore, IntentStatus, RequestLookup, RequestSeen, StoreResult, TallyRow,
+    Ingest, IngestOutcome, IngestStore, IntentStatus, RequestLookup, RequestSeen, StoreError, StoreResult, TallyRow,
     gathered_or_each_alone, ingest_batch_or_alone,
 };
 use async_trait::async_trait;
@@ -147,7 +147,10 @@ impl IngestStore for SqliteStore {
     }
 
     async fn events_ingest_batch(&self, batch: Vec<Ingest>) -> Vec<StoreResult<IngestOutcome>> {
-        ingest_batch_or_alone(&batch, |b| self.ingest_tx(b)).await
+        let (store, n) = (self.clone(), batch.len());
+        let written =
+            self.thread.run(async move { Ok(ingest_batch_or_alone(&batch, |b| store.ingest_tx(b)).await) }).await;
+        written.unwrap_or_else(|_| (0..n).map(|_| Err(StoreError::Unanswered("SQLite writer"))).collect())
     }
 
     async fn event_digest(&self, event_key: &str) -> StoreResult<Option<String>> {

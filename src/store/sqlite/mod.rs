@@ -29,6 +29,7 @@ mod rejected;
 mod retention;
 mod suppressions;
 mod views;
+mod writer;
 
 fn keys_arg(keys: &[String]) -> String {
     serde_json::to_string(keys).unwrap_or_else(|_| "[]".into())
@@ -169,10 +170,13 @@ async fn dead_at_write(_: &mut sqlx::Transaction<'_, sqlx::Sqlite>, _: &str) -> 
     Ok(())
 }
 
+#[derive(Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     wake: Arc<Notify>,
+    /// Where the hot write transactions run ([`writer`]).
+    thread: Arc<writer::WriterThread>,
 }
 
 impl SqliteStore {
@@ -197,7 +201,8 @@ impl SqliteStore {
         let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
         let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
         let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()) })
+        let thread = Arc::new(writer::WriterThread::start()?);
+        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), thread })
     }
 }
 

@@ -238,7 +238,49 @@ pub(super) async fn queue_stats(pool: &SqlitePool, tenant: Option<&str>, now_us:
 
 #[async_trait]
 impl QueueStore for SqliteStore {
+    /// On the writer's thread ([`super::writer`]).
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
+        let store = self.clone();
+        self.thread.run(async move { store.claim(claim).await }).await
+    }
+
+    /// On the writer's thread ([`super::writer`]).
+    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+        if finished.is_empty() {
+            return Ok(FinishReport::default());
+        }
+        let (store, finished) = (self.clone(), finished.to_vec());
+        self.thread.run(async move { store.finish(&finished).await }).await
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
+    }
+
+    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
+        digests::digests_due(&self.reader, now_us, limit).await
+    }
+
+    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
+        digests::digest_members(&self.reader, key).await
+    }
+
+    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
+        let mut tx = self.writer.begin().await?;
+        let outcome = digests::digest_close(&mut tx, &close).await?;
+        if outcome == DigestCloseOutcome::Closed {
+            tx.commit().await?;
+            self.jobs_queued();
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(outcome)
+    }
+}
+
+/// The hot transactions of the queue, run on the writer's thread.
+impl SqliteStore {
+    async fn claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.writer.begin().await?;
         // One process: its clock judges the leases (Postgres uses the database's).
         let keys: Vec<String> = sqlx::query_scalar(
@@ -277,7 +319,7 @@ impl QueueStore for SqliteStore {
         Ok(jobs)
     }
 
-    async fn attempts_finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
+    async fn finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
@@ -348,29 +390,5 @@ impl QueueStore for SqliteStore {
         }
         tx.commit().await?;
         Ok(report(finished, &applied))
-    }
-
-    async fn wait_for_work(&self, timeout: Duration) {
-        let _ = tokio::time::timeout(timeout, self.wake.notified()).await;
-    }
-
-    async fn digests_due(&self, now_us: i64, limit: u32) -> StoreResult<Vec<DigestRow>> {
-        digests::digests_due(&self.reader, now_us, limit).await
-    }
-
-    async fn digest_members(&self, key: &str) -> StoreResult<Vec<DigestMember>> {
-        digests::digest_members(&self.reader, key).await
-    }
-
-    async fn digest_close(&self, close: DigestClose) -> StoreResult<DigestCloseOutcome> {
-        let mut tx = self.writer.begin().await?;
-        let outcome = digests::digest_close(&mut tx, &close).await?;
-        if outcome == DigestCloseOutcome::Closed {
-            tx.commit().await?;
-            self.jobs_queued();
-        } else {
-            tx.rollback().await?;
-        }
-        Ok(outcome)
     }
 }
