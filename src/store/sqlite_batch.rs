@@ -6,10 +6,11 @@
 //! (An `INSERT … SELECT` with an upsert clause needs a `WHERE` in its
 //! `SELECT`, or SQLite reads the `ON` of `ON CONFLICT` as a join's.)
 
-use super::batch::{Answer, Job, Payload, Statements};
+use super::batch::{AllNew, Answer, Job, Payload, Statements};
 use super::*;
 use serde::Serialize;
 use sqlx::{Sqlite, Transaction};
+use std::sync::LazyLock;
 
 /// A JSON array of these rows.
 fn rows<T: Serialize>(rows: impl IntoIterator<Item = T>) -> StoreResult<String> {
@@ -54,31 +55,10 @@ impl Statements for SqliteStatements {
     }
 
     async fn insert_events(&self, tx: &mut Transaction<'_, Sqlite>, events: &[&Ingest]) -> StoreResult<Vec<String>> {
-        #[derive(Serialize)]
-        struct Row<'a> {
-            key: &'a str,
-            #[serde(flatten)]
-            event: Event<'a>,
-            digest: &'a str,
-            at: i64,
-        }
-        let events = rows(events.iter().map(|r| Row {
-            key: &r.event_key,
-            event: Event::of(r),
-            digest: &r.content_digest,
-            at: r.now_us,
-        }))?;
-        Ok(sqlx::query_scalar(
-            "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
-             SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
-                    value->>'occurred_at', value->>'digest', value->>'at'
-             FROM json_each($1) WHERE true
-             ON CONFLICT (event_key) DO NOTHING
-             RETURNING event_key",
-        )
-        .bind(events)
-        .fetch_all(&mut **tx)
-        .await?)
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!("{} WHERE true ON CONFLICT (event_key) DO NOTHING RETURNING event_key", events_insert(1))
+        });
+        Ok(sqlx::query_scalar(&SQL).bind(events_json(events)?).fetch_all(&mut **tx).await?)
     }
 
     async fn touch_events(
@@ -98,15 +78,8 @@ impl Statements for SqliteStatements {
     }
 
     async fn put_payloads(&self, tx: &mut Transaction<'_, Sqlite>, payloads: &[Payload<'_>]) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO payloads (digest, body, created_at)
-             SELECT value->>'digest', value->>'body', value->>'at' FROM json_each($1) WHERE true
-             ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
-             WHERE payloads.created_at < excluded.created_at",
-        )
-        .bind(rows(payloads)?)
-        .execute(&mut **tx)
-        .await?;
+        static SQL: LazyLock<String> = LazyLock::new(|| payloads_put(1));
+        sqlx::query(&SQL).bind(rows(payloads)?).execute(&mut **tx).await?;
         Ok(())
     }
 
@@ -115,68 +88,9 @@ impl Statements for SqliteStatements {
         tx: &mut Transaction<'_, Sqlite>,
         intents: &[(&Ingest, &NewIntent)],
     ) -> StoreResult<Vec<String>> {
-        #[derive(Serialize)]
-        struct Row<'a> {
-            key: &'a str,
-            #[serde(flatten)]
-            event: Event<'a>,
-            entity_version: Option<i64>,
-            channel: &'a str,
-            recipient_id: &'a str,
-            destination: Option<&'a str>,
-            locale: Option<&'a str>,
-            template_id: &'a str,
-            template_revision: Option<&'a str>,
-            event_digest: &'a str,
-            payload_digest: Option<&'a str>,
-            decision: &'a str,
-            reason: Option<&'a str>,
-            detail: Option<&'a str>,
-            state: &'a str,
-            at: i64,
-            preferences_version: Option<i64>,
-            mode: &'a str,
-            traceparent: Option<&'a str>,
-        }
-        let rows_json = rows(intents.iter().map(|(r, i)| Row {
-            key: &i.key,
-            event: Event::of(r),
-            entity_version: r.entity_version,
-            channel: i.channel.as_str(),
-            recipient_id: &i.recipient_id,
-            destination: i.destination.as_deref(),
-            locale: i.locale.as_deref(),
-            template_id: &i.template_id,
-            template_revision: i.template_revision.as_deref(),
-            event_digest: &r.fingerprint,
-            payload_digest: i.payload.as_ref().map(|(d, _)| d.as_str()),
-            decision: i.decision.as_str(),
-            reason: i.reason.map(crate::intent::Reason::as_str),
-            detail: i.detail.as_deref(),
-            state: i.state.as_str(),
-            at: r.now_us,
-            preferences_version: i.preferences_version,
-            mode: i.mode.as_str(),
-            traceparent: r.traceparent.as_deref(),
-        }))?;
-        let created: Vec<String> = sqlx::query_scalar(
-            "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
-                 channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-                 payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
-                 preferences_version, link_key, mode, traceparent)
-             SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
-                    value->>'entity_version', value->>'occurred_at', value->>'channel', value->>'recipient_id',
-                    value->>'destination', value->>'locale', value->>'template_id', value->>'template_revision',
-                    value->>'event_digest', value->>'payload_digest', value->>'decision', value->>'reason',
-                    value->>'detail', value->>'state', 0, value->>'at', value->>'at', value->>'preferences_version',
-                    NULL, value->>'mode', value->>'traceparent'
-             FROM json_each($1) WHERE true
-             ON CONFLICT (key) DO NOTHING
-             RETURNING key",
-        )
-        .bind(rows_json)
-        .fetch_all(&mut **tx)
-        .await?;
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (key) DO NOTHING RETURNING key", intents_insert(1)));
+        let created: Vec<String> = sqlx::query_scalar(&SQL).bind(intents_json(intents)?).fetch_all(&mut **tx).await?;
         // Those created in a published state are published (SQLite has no
         // data-modifying `WITH` to do it in the insert).
         let published: Vec<String> = intents
@@ -199,44 +113,184 @@ impl Statements for SqliteStatements {
 
     /// The jobs; the worker is woken in-process once the transaction commits.
     async fn queue_jobs(&self, tx: &mut Transaction<'_, Sqlite>, jobs: &[Job<'_>]) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-             SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each($1)",
-        )
-        .bind(rows(jobs)?)
-        .execute(&mut **tx)
-        .await?;
+        static SQL: LazyLock<String> = LazyLock::new(|| jobs_insert(1));
+        sqlx::query(&SQL).bind(rows(jobs)?).execute(&mut **tx).await?;
         Ok(())
     }
 
     async fn record_requests(&self, tx: &mut Transaction<'_, Sqlite>, answers: &[Answer<'_>]) -> StoreResult<u64> {
-        #[derive(Serialize)]
-        struct Row<'a> {
-            tenant: &'a str,
-            identity: &'a str,
-            fingerprint: &'a str,
-            at: i64,
-            status: i64,
-            response: &'a str,
+        static SQL: LazyLock<String> =
+            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (tenant, identity) DO NOTHING", requests_insert(1)));
+        Ok(sqlx::query(&SQL).bind(answers_json(answers)?).execute(&mut **tx).await?.rows_affected())
+    }
+}
+
+/// The batch's rows of each table as one JSON array (the `$n` of its insert).
+fn events_json(events: &[&Ingest]) -> StoreResult<String> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        key: &'a str,
+        #[serde(flatten)]
+        event: Event<'a>,
+        digest: &'a str,
+        at: i64,
+    }
+    rows(events.iter().map(|r| Row { key: &r.event_key, event: Event::of(r), digest: &r.content_digest, at: r.now_us }))
+}
+
+fn intents_json(intents: &[(&Ingest, &NewIntent)]) -> StoreResult<String> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        key: &'a str,
+        #[serde(flatten)]
+        event: Event<'a>,
+        entity_version: Option<i64>,
+        channel: &'a str,
+        recipient_id: &'a str,
+        destination: Option<&'a str>,
+        locale: Option<&'a str>,
+        template_id: &'a str,
+        template_revision: Option<&'a str>,
+        event_digest: &'a str,
+        payload_digest: Option<&'a str>,
+        decision: &'a str,
+        reason: Option<&'a str>,
+        detail: Option<&'a str>,
+        state: &'a str,
+        at: i64,
+        preferences_version: Option<i64>,
+        mode: &'a str,
+        traceparent: Option<&'a str>,
+    }
+    rows(intents.iter().map(|(r, i)| Row {
+        key: &i.key,
+        event: Event::of(r),
+        entity_version: r.entity_version,
+        channel: i.channel.as_str(),
+        recipient_id: &i.recipient_id,
+        destination: i.destination.as_deref(),
+        locale: i.locale.as_deref(),
+        template_id: &i.template_id,
+        template_revision: i.template_revision.as_deref(),
+        event_digest: &r.fingerprint,
+        payload_digest: i.payload.as_ref().map(|(d, _)| d.as_str()),
+        decision: i.decision.as_str(),
+        reason: i.reason.map(crate::intent::Reason::as_str),
+        detail: i.detail.as_deref(),
+        state: i.state.as_str(),
+        at: r.now_us,
+        preferences_version: i.preferences_version,
+        mode: i.mode.as_str(),
+        traceparent: r.traceparent.as_deref(),
+    }))
+}
+
+fn answers_json(answers: &[Answer<'_>]) -> StoreResult<String> {
+    #[derive(Serialize)]
+    struct Row<'a> {
+        tenant: &'a str,
+        identity: &'a str,
+        fingerprint: &'a str,
+        at: i64,
+        status: i64,
+        response: &'a str,
+    }
+    rows(answers.iter().map(|a| Row {
+        tenant: &a.request.tenant,
+        identity: &a.request.identity,
+        fingerprint: &a.request.fingerprint,
+        at: a.request.now_us,
+        status: a.status,
+        response: &a.response,
+    }))
+}
+
+/// Each table's insert of the rows in the JSON array `$p`, to which a
+/// statement adds its conflict clause (an upsert clause needs the `WHERE`
+/// noted at the top of this file).
+fn events_insert(p: usize) -> String {
+    format!(
+        "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+         SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
+                value->>'occurred_at', value->>'digest', value->>'at'
+         FROM json_each(${p})"
+    )
+}
+
+fn payloads_put(p: usize) -> String {
+    format!(
+        "INSERT INTO payloads (digest, body, created_at)
+         SELECT value->>'digest', value->>'body', value->>'at' FROM json_each(${p}) WHERE true
+         ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+         WHERE payloads.created_at < excluded.created_at"
+    )
+}
+
+fn intents_insert(p: usize) -> String {
+    format!(
+        "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
+             channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+             payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+             preferences_version, link_key, mode, traceparent)
+         SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
+                value->>'entity_version', value->>'occurred_at', value->>'channel', value->>'recipient_id',
+                value->>'destination', value->>'locale', value->>'template_id', value->>'template_revision',
+                value->>'event_digest', value->>'payload_digest', value->>'decision', value->>'reason',
+                value->>'detail', value->>'state', 0, value->>'at', value->>'at', value->>'preferences_version',
+                NULL, value->>'mode', value->>'traceparent'
+         FROM json_each(${p})"
+    )
+}
+
+fn jobs_insert(p: usize) -> String {
+    format!(
+        "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+         SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each(${p})"
+    )
+}
+
+fn requests_insert(p: usize) -> String {
+    format!(
+        "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+         SELECT value->>'tenant', value->>'identity', value->>'fingerprint', value->>'at', value->>'status',
+                value->>'response'
+         FROM json_each(${p})"
+    )
+}
+
+/// A batch guessed all new ([`AllNew`]) as one query of five statements, one
+/// hand-off to the writer's thread where the set-wise pass takes five: the
+/// events, intents and request records inserted with no conflict clause, so
+/// that a row already there fails the query. The other statements of the
+/// query may have run by then, so on `false` the caller rolls its
+/// transaction back and decides the batch the long way.
+static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| {
+    [events_insert(1), payloads_put(2), intents_insert(3), jobs_insert(4), requests_insert(5)].join(";\n")
+});
+
+impl SqliteStatements {
+    /// Writes a batch guessed all new in the caller's transaction; whether
+    /// the guess held (see [`INSERT_ALL_NEW`]). Intents created in a
+    /// published state are published after, as the set-wise pass does.
+    pub async fn insert_all_new(&self, tx: &mut Transaction<'_, Sqlite>, all: &AllNew<'_>) -> StoreResult<bool> {
+        let written = sqlx::query(&INSERT_ALL_NEW)
+            .bind(events_json(&all.events)?)
+            .bind(rows(&all.payloads)?)
+            .bind(intents_json(&all.intents)?)
+            .bind(rows(&all.jobs)?)
+            .bind(answers_json(&all.answers)?)
+            .execute(&mut **tx)
+            .await;
+        match written {
+            Ok(_) => {}
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(false),
+            Err(e) => return Err(e.into()),
         }
-        let answers = rows(answers.iter().map(|a| Row {
-            tenant: &a.request.tenant,
-            identity: &a.request.identity,
-            fingerprint: &a.request.fingerprint,
-            at: a.request.now_us,
-            status: a.status,
-            response: &a.response,
-        }))?;
-        Ok(sqlx::query(
-            "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
-             SELECT value->>'tenant', value->>'identity', value->>'fingerprint', value->>'at', value->>'status',
-                    value->>'response'
-             FROM json_each($1) WHERE true
-             ON CONFLICT (tenant, identity) DO NOTHING",
-        )
-        .bind(answers)
-        .execute(&mut **tx)
-        .await?
-        .rows_affected())
+        let published: Vec<String> = (all.intents.iter())
+            .filter(|(_, i)| crate::lifecycle::publishes(i.state))
+            .map(|(_, i)| i.key.clone())
+            .collect();
+        super::sqlite::publications_write(tx, &published, None).await?;
+        Ok(true)
     }
 }

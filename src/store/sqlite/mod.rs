@@ -227,7 +227,17 @@ impl SqliteStore {
     /// write lock before its caps are counted ([`super::caps`]): a deferred
     /// transaction would count, and only then wait for a writer in another
     /// process that is about to add to that count.
+    ///
+    /// A batch of several that fits, with no capped intent, first goes as one
+    /// query on the guess that all of it is new ([`SqliteStore::ingest_all_new`]).
     async fn ingest_tx(&self, planned: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+        if planned.len() > 1
+            && !super::caps::any(planned)
+            && super::batch::fits(planned)
+            && let Some(outcomes) = self.ingest_all_new(planned).await?
+        {
+            return Ok(outcomes);
+        }
         let mut tx = self.ingest_begin(planned).await?;
         let batch = super::caps::decide(&caps::SqliteCaps, &mut tx, planned).await?;
         let outcomes = match &*batch {
@@ -263,6 +273,24 @@ impl SqliteStore {
             self.jobs_queued();
         }
         Ok(outcomes)
+    }
+
+    /// A batch that fits, written in one hand-off to the writer's connection
+    /// on the guess that every row is new (the set-wise pass takes a hand-off
+    /// per table); None, with its transaction rolled back, when any row was
+    /// there already.
+    async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
+        let rows = super::batch::AllNew::of(batch)?;
+        let mut tx = self.writer.begin().await?;
+        if !SqliteStatements.insert_all_new(&mut tx, &rows).await? {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.commit().await?;
+        if !rows.jobs.is_empty() {
+            self.jobs_queued();
+        }
+        Ok(Some(rows.outcomes.into_iter().map(Ok).collect()))
     }
 
     /// The writer's transaction for an ingest batch: `IMMEDIATE` when it caps.
