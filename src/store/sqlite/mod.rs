@@ -44,24 +44,19 @@ fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
 /// The next attempt of each of these intents: its count goes up, it is
-/// `sending`, and its attempt row is written (two statements: SQLite has no
-/// data-modifying `WITH`, and in-process statements cost no round trip).
+/// `sending`, and its attempt row is written. Two statements (SQLite has no
+/// data-modifying `WITH`) in one query: one hand-off to the writer's
+/// connection thread.
 async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[String], now_us: i64) -> StoreResult<()> {
     sqlx::query(
         "UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2
-         WHERE key IN (SELECT value FROM json_each($1))",
-    )
-    .bind(keys_arg(keys))
-    .bind(now_us)
-    .bind(crate::intent::State::Sending.as_str())
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO attempts (intent_key, n, started_at)
+         WHERE key IN (SELECT value FROM json_each($1));
+         INSERT INTO attempts (intent_key, n, started_at)
          SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
     )
     .bind(keys_arg(keys))
     .bind(now_us)
+    .bind(crate::intent::State::Sending.as_str())
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -70,8 +65,10 @@ async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[St
 /// Writes these changes (one per intent) and the publication of each that
 /// moves its intent to a published state ([`lifecycle::publishes`]): the
 /// states before are read first, so a change that leaves the state as it
-/// was publishes nothing, as the rule says. Three statements at most, each
-/// for the whole batch (in-process statements cost no round trip).
+/// was publishes nothing, as the rule says. Four statements at most, each
+/// for the whole batch; with publications off (the `settings` row absent)
+/// the read finds nothing and the update is the only one: each statement is
+/// a hand-off to the writer's connection thread.
 async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[Change]) -> StoreResult<()> {
     if changes.is_empty() {
         return Ok(());
@@ -81,12 +78,15 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[
     let before: std::collections::HashMap<String, State> = if keys.is_empty() {
         Default::default()
     } else {
-        sqlx::query_as("SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))")
-            .bind(keys_arg(&keys))
-            .fetch_all(&mut **tx)
-            .await?
-            .into_iter()
-            .collect()
+        sqlx::query_as(
+            "SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))
+             AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')",
+        )
+        .bind(keys_arg(&keys))
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect()
     };
     let flag = |set: bool| i64::from(set);
     let rows = json_rows(changes.iter().map(|c| {
