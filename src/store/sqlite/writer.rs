@@ -11,7 +11,6 @@
 
 use super::super::{StoreError, StoreResult};
 use std::future::Future;
-use std::sync::Mutex;
 use tokio::runtime::{Builder, Handle};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -19,7 +18,7 @@ use tokio::task::JoinHandle;
 pub(super) struct WriterThread {
     handle: Handle,
     /// Dropped (with the store) to end the thread.
-    stop: Mutex<Option<oneshot::Sender<()>>>,
+    stop: Option<oneshot::Sender<()>>,
 }
 
 impl WriterThread {
@@ -38,7 +37,7 @@ impl WriterThread {
                 });
             })
             .map_err(unstarted)?;
-        Ok(WriterThread { handle, stop: Mutex::new(Some(stop)) })
+        Ok(WriterThread { handle, stop: Some(stop) })
     }
 
     /// Runs `work` on the writer's thread and waits for it. A caller that
@@ -69,7 +68,7 @@ impl<T> Drop for AbortOnDrop<T> {
 
 impl Drop for WriterThread {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
     }

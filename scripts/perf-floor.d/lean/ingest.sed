@@ -1,0 +1,1 @@
+../body/ingest.sed
