@@ -43,6 +43,16 @@ macro_rules! text_column {
                 <&'q str as sqlx::Encode<'q, DB>>::encode(self.as_str(), buf)
             }
         }
+
+        /// Read by SQLite's writer directly (`store::sqlite::direct`).
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
+                let text = value.as_str()?;
+                $name::parse(text).ok_or_else(|| {
+                    rusqlite::types::FromSqlError::Other(format!("{text:?} is not a {}", stringify!($name)).into())
+                })
+            }
+        }
     };
 }
 pub(crate) use text_column;

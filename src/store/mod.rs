@@ -40,6 +40,9 @@ use std::time::Duration;
 pub enum StoreError {
     #[error("database error: {0}")]
     Database(sqlx::Error),
+    /// A statement SQLite's writer ran directly (`sqlite::direct`).
+    #[error("database error: {0}")]
+    Sqlite(rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]

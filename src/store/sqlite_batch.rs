@@ -258,39 +258,27 @@ fn requests_insert(p: usize) -> String {
     )
 }
 
-/// A batch guessed all new ([`AllNew`]) as one query of five statements, one
-/// hand-off to the writer's thread where the set-wise pass takes five: the
-/// events, intents and request records inserted with no conflict clause, so
-/// that a row already there fails the query. The other statements of the
-/// query may have run by then, so on `false` the caller rolls its
-/// transaction back and decides the batch the long way.
-static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| {
-    [events_insert(1), payloads_put(2), intents_insert(3), jobs_insert(4), requests_insert(5)].join(";\n")
-});
+/// A batch guessed all new ([`AllNew`]): five inserts, the events, intents
+/// and request records with no conflict clause, so that a row already there
+/// fails the statement. The statements before it have run by then, so on
+/// `false` the caller rolls its transaction back and decides the batch the
+/// long way. Run on the writer's thread directly
+/// (`sqlite::direct`): the whole transaction is one hand-off to the write
+/// connection, where the set-wise pass takes one a statement.
+static INSERT_ALL_NEW: LazyLock<[String; 5]> =
+    LazyLock::new(|| [events_insert(1), payloads_put(2), intents_insert(3), jobs_insert(4), requests_insert(5)]);
 
 impl SqliteStatements {
-    /// Writes a batch guessed all new in the caller's transaction; whether
-    /// the guess held (see [`INSERT_ALL_NEW`]). Intents created in a
-    /// published state are published after, as the set-wise pass does.
-    pub async fn insert_all_new(&self, tx: &mut Transaction<'_, Sqlite>, all: &AllNew<'_>) -> StoreResult<bool> {
-        let written = sqlx::query(&INSERT_ALL_NEW)
-            .bind(events_json(&all.events)?)
-            .bind(rows(&all.payloads)?)
-            .bind(intents_json(&all.intents)?)
-            .bind(rows(&all.jobs)?)
-            .bind(answers_json(&all.answers)?)
-            .execute(&mut **tx)
-            .await;
-        match written {
-            Ok(_) => {}
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(false),
-            Err(e) => return Err(e.into()),
-        }
-        let published: Vec<String> = (all.intents.iter())
-            .filter(|(_, i)| crate::lifecycle::publishes(i.state))
-            .map(|(_, i)| i.key.clone())
-            .collect();
-        super::sqlite::publications_write(tx, &published, None).await?;
-        Ok(true)
+    /// The five statements of a batch guessed all new (see [`INSERT_ALL_NEW`])
+    /// with their arguments, each of them given `$1..$5`.
+    pub fn all_new(&self, all: &AllNew<'_>) -> StoreResult<(&'static [String; 5], [String; 5])> {
+        let args = [
+            events_json(&all.events)?,
+            rows(&all.payloads)?,
+            intents_json(&all.intents)?,
+            rows(&all.jobs)?,
+            answers_json(&all.answers)?,
+        ];
+        Ok((&INSERT_ALL_NEW, args))
     }
 }

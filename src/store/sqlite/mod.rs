@@ -10,6 +10,7 @@ use crate::intent::State;
 use crate::lifecycle::{self, Change};
 use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -17,6 +18,7 @@ use tokio::sync::Notify;
 mod caps;
 mod dead_letters;
 mod digests;
+mod direct;
 mod directory;
 mod inbox;
 mod ingest;
@@ -43,53 +45,52 @@ fn json_rows(rows: impl Iterator<Item = serde_json::Value>) -> String {
 /// The write transaction every statement of a change runs in.
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
 
-/// The next attempt of each of these intents: its count goes up, it is
-/// `sending`, and its attempt row is written. Two statements (SQLite has no
-/// data-modifying `WITH`) in one query: one hand-off to the writer's
-/// connection thread.
-async fn start_attempts(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, keys: &[String], now_us: i64) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2
-         WHERE key IN (SELECT value FROM json_each($1));
-         INSERT INTO attempts (intent_key, n, started_at)
-         SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
-    )
-    .bind(keys_arg(keys))
-    .bind(now_us)
-    .bind(crate::intent::State::Sending.as_str())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
-
 /// Writes these changes (one per intent) and the publication of each that
 /// moves its intent to a published state ([`lifecycle::publishes`]): the
 /// states before are read first, so a change that leaves the state as it
 /// was publishes nothing, as the rule says. Four statements at most, each
 /// for the whole batch; with publications off (the `settings` row absent)
 /// the read finds nothing and the update is the only one: each statement is
-/// a hand-off to the writer's connection thread.
+/// a hand-off to the writer's connection thread. [`direct::intents_apply`]
+/// runs the same statements without the hand-offs.
 async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[Change]) -> StoreResult<()> {
     if changes.is_empty() {
         return Ok(());
     }
-    // Only the changes to a published state need the state they leave.
-    let keys: Vec<String> = changes.iter().filter(|c| lifecycle::publishes(c.to)).map(|c| c.key.clone()).collect();
-    let before: std::collections::HashMap<String, State> = if keys.is_empty() {
+    let keys = publishing(changes);
+    let before: HashMap<String, State> = if keys.is_empty() {
         Default::default()
     } else {
-        sqlx::query_as(
-            "SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))
-             AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')",
-        )
-        .bind(keys_arg(&keys))
-        .fetch_all(&mut **tx)
-        .await?
-        .into_iter()
-        .collect()
+        sqlx::query_as(INTENTS_BEFORE).bind(keys_arg(&keys)).fetch_all(&mut **tx).await?.into_iter().collect()
     };
+    sqlx::query(INTENTS_UPDATE).bind(changes_json(changes)).execute(&mut **tx).await?;
+    publications_write(tx, &published(changes, &before), None).await
+}
+
+/// The keys of the changes to a published state: only they need the state they leave.
+fn publishing(changes: &[Change]) -> Vec<String> {
+    changes.iter().filter(|c| lifecycle::publishes(c.to)).map(|c| c.key.clone()).collect()
+}
+
+/// The states before of `$1`'s intents, when publications are on.
+const INTENTS_BEFORE: &str = "SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))
+     AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')";
+
+/// The changes of `$1` ([`changes_json`]), one row each.
+const INTENTS_UPDATE: &str = "UPDATE intents SET state = u.state, decision = COALESCE(u.decision, intents.decision),
+         reason = CASE WHEN u.set_reason THEN u.reason ELSE intents.reason END,
+         detail = CASE WHEN u.set_detail THEN u.detail ELSE intents.detail END,
+         link_key = CASE WHEN u.set_link THEN u.link_key ELSE intents.link_key END,
+         retry_base = CASE WHEN u.restarts THEN intents.attempts ELSE intents.retry_base END,
+         updated_at = u.at
+     FROM (SELECT value->>0 AS key, value->>1 AS state, value->>2 AS decision, value->>3 AS set_reason,
+                  value->>4 AS reason, value->>5 AS set_detail, value->>6 AS detail, value->>7 AS set_link,
+                  value->>8 AS link_key, value->>9 AS restarts, value->>10 AS at FROM json_each($1)) AS u
+     WHERE intents.key = u.key";
+
+fn changes_json(changes: &[Change]) -> String {
     let flag = |set: bool| i64::from(set);
-    let rows = json_rows(changes.iter().map(|c| {
+    json_rows(changes.iter().map(|c| {
         json!([
             c.key,
             c.to.as_str(),
@@ -103,28 +104,16 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[
             flag(c.restarts_chain),
             c.at
         ])
-    }));
-    sqlx::query(
-        "UPDATE intents SET state = u.state, decision = COALESCE(u.decision, intents.decision),
-             reason = CASE WHEN u.set_reason THEN u.reason ELSE intents.reason END,
-             detail = CASE WHEN u.set_detail THEN u.detail ELSE intents.detail END,
-             link_key = CASE WHEN u.set_link THEN u.link_key ELSE intents.link_key END,
-             retry_base = CASE WHEN u.restarts THEN intents.attempts ELSE intents.retry_base END,
-             updated_at = u.at
-         FROM (SELECT value->>0 AS key, value->>1 AS state, value->>2 AS decision, value->>3 AS set_reason,
-                      value->>4 AS reason, value->>5 AS set_detail, value->>6 AS detail, value->>7 AS set_link,
-                      value->>8 AS link_key, value->>9 AS restarts, value->>10 AS at FROM json_each($1)) AS u
-         WHERE intents.key = u.key",
-    )
-    .bind(rows)
-    .execute(&mut **tx)
-    .await?;
-    let published: Vec<String> = changes
+    }))
+}
+
+/// The changes that publish, by the states their intents left.
+fn published(changes: &[Change], before: &HashMap<String, State>) -> Vec<String> {
+    changes
         .iter()
         .filter(|c| before.get(&c.key).is_some_and(|from| c.publishes_from(*from)))
         .map(|c| c.key.clone())
-        .collect();
-    publications_write(tx, &published, None).await
+        .collect()
 }
 
 /// The publications of these intents as they stand (new ones, inserted in a
@@ -139,31 +128,26 @@ pub(super) async fn publications_write(
     if keys.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "UPDATE intents SET publication_seq = publication_seq + 1 WHERE key IN (SELECT value FROM json_each($1))
-         AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')",
-    )
-    .bind(keys_arg(keys))
-    .execute(&mut **tx)
-    .await?;
-    sqlx::query(
-        "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id, entity_version, channel,
-                                   recipient_id, state, reason, attempts, at)
-         SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
-                p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
-         FROM (SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
-                 CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
-                 CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
-                 publication_seq
-          FROM intents WHERE key IN (SELECT value FROM json_each($1))) p WHERE EXISTS (SELECT 1 FROM settings
-          WHERE name = 'publications') ON CONFLICT (msg_id) DO NOTHING",
-    )
-    .bind(keys_arg(keys))
-    .bind(delivered_at)
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(PUBLICATIONS_NUMBER).bind(keys_arg(keys)).execute(&mut **tx).await?;
+    sqlx::query(PUBLICATIONS_INSERT).bind(keys_arg(keys)).bind(delivered_at).execute(&mut **tx).await?;
     Ok(())
 }
+
+/// `$1`'s intents take their next publication number (publications on).
+const PUBLICATIONS_NUMBER: &str = "UPDATE intents SET publication_seq = publication_seq + 1
+     WHERE key IN (SELECT value FROM json_each($1)) AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')";
+
+/// `$1`'s intents published as they stand, or `delivered` at `$2`.
+const PUBLICATIONS_INSERT: &str = "INSERT INTO publications (msg_id, tenant, intent_key, entity_type, entity_id,
+         entity_version, channel, recipient_id, state, reason, attempts, at)
+     SELECT p.key || ':' || p.state || ':' || p.publication_seq, p.tenant, p.key, p.entity_type, p.entity_id,
+            p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
+     FROM (SELECT key, tenant, entity_type, entity_id, entity_version, channel, recipient_id,
+             CASE WHEN $2 IS NULL THEN state ELSE 'delivered' END AS state,
+             CASE WHEN $2 IS NULL THEN reason END AS reason, attempts, COALESCE($2, updated_at) AS at,
+             publication_seq
+      FROM intents WHERE key IN (SELECT value FROM json_each($1))) p WHERE EXISTS (SELECT 1 FROM settings
+      WHERE name = 'publications') ON CONFLICT (msg_id) DO NOTHING";
 
 /// Nothing: SQLite's `dead_at` is a generated column (migration 0052).
 async fn dead_at_write(_: &mut sqlx::Transaction<'_, sqlx::Sqlite>, _: &str) -> StoreResult<()> {
@@ -276,17 +260,30 @@ impl SqliteStore {
     }
 
     /// A batch that fits, written in one hand-off to the writer's connection
-    /// on the guess that every row is new (the set-wise pass takes a hand-off
-    /// per table); None, with its transaction rolled back, when any row was
-    /// there already.
+    /// ([`direct`]) on the guess that every row is new; None, with its
+    /// transaction rolled back, when any row was there already.
     async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
         let rows = super::batch::AllNew::of(batch)?;
-        let mut tx = self.writer.begin().await?;
-        if !SqliteStatements.insert_all_new(&mut tx, &rows).await? {
-            tx.rollback().await?;
+        let (statements, args) = SqliteStatements.all_new(&rows)?;
+        let published: Vec<String> =
+            (rows.intents.iter()).filter(|(_, i)| lifecycle::publishes(i.state)).map(|(_, i)| i.key.clone()).collect();
+        let written = direct::transaction(&self.writer, |db| {
+            let args: Vec<&dyn rusqlite::ToSql> = args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
+            for statement in statements {
+                match direct::execute(db, statement, &args) {
+                    Ok(_) => {}
+                    Err(e) if direct::is_unique_violation(&e) => return Ok(direct::End::Rollback(false)),
+                    Err(e) => return Err(e),
+                }
+            }
+            // Intents created in a published state are published, as the set-wise pass does.
+            direct::publications_write(db, &published, None)?;
+            Ok(direct::End::Commit(true))
+        })
+        .await?;
+        if !written {
             return Ok(None);
         }
-        tx.commit().await?;
         if !rows.jobs.is_empty() {
             self.jobs_queued();
         }

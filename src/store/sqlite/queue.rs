@@ -5,7 +5,8 @@
 //! answers, a statement per kind of answer for the whole batch, never one per
 //! job.
 
-use super::{SqliteStore, Tx, digests, intents_apply, json_rows, keys_arg, start_attempts};
+use super::direct::{self, End};
+use super::{SqliteStore, digests, json_rows, keys_arg};
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::lifecycle::Change;
 use crate::store::shared::{applied_set, report};
@@ -14,9 +15,10 @@ use crate::store::{
     FinishedAttempt, QueueStats, QueueStore, StoreResult,
 };
 use async_trait::async_trait;
+use rusqlite::Connection;
 use serde_json::json;
 use sqlx::SqlitePool;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// After the backend has leased jobs and read their intents (the
@@ -26,11 +28,7 @@ use std::time::Duration;
 /// kind of answer. Returned too, already ended: shadowed jobs (no
 /// attempt) and jobs a rescue ended, so that the worker counts and
 /// logs them.
-pub(super) async fn claim_candidates(
-    tx: &mut Tx<'_>,
-    candidates: Vec<ClaimCandidate>,
-    claim: &Claim,
-) -> StoreResult<Vec<ClaimedJob>> {
+fn claim_candidates(db: &Connection, candidates: Vec<ClaimCandidate>, claim: &Claim) -> StoreResult<Vec<ClaimedJob>> {
     use crate::lifecycle::claim as rules;
     let now_us = claim.now_us;
     // A lapsed attempt may have reached the person: after an earlier
@@ -46,18 +44,17 @@ pub(super) async fn claim_candidates(
     let first_unknown: HashMap<String, i64> = if exposed.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (String, i64)>(
+        direct::query(
+            db,
             "SELECT intent_key, MIN(n) FROM attempts WHERE outcome = $2
              AND intent_key IN (SELECT value FROM json_each($1)) GROUP BY intent_key",
-        )
-        .bind(keys_arg(&exposed))
-        .bind(OutcomeClass::Unknown.as_str())
-        .fetch_all(&mut **tx)
-        .await?
+            &[&keys_arg(&exposed), &OutcomeClass::Unknown.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
         .into_iter()
         .collect()
     };
-    let duplicates: std::collections::HashSet<String> = lapsed
+    let duplicates: HashSet<String> = lapsed
         .iter()
         .filter(|c| {
             rules::rescued_possible_duplicate(
@@ -74,19 +71,20 @@ pub(super) async fn claim_candidates(
         if keys.is_empty() {
             continue;
         }
-        sqlx::query(
+        direct::execute(
+            db,
             "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5,
                  possible_duplicate = $6
              WHERE finished_at IS NULL AND intent_key IN (SELECT value FROM json_each($1))",
-        )
-        .bind(keys_arg(&keys))
-        .bind(now_us)
-        .bind(OutcomeClass::Unknown.as_str())
-        .bind(Reason::LeaseExpired.as_str())
-        .bind("the worker's lease expired before it reported an outcome")
-        .bind(possible_duplicate)
-        .execute(&mut **tx)
-        .await?;
+            &[
+                &keys_arg(&keys),
+                &now_us,
+                &OutcomeClass::Unknown.as_str(),
+                &Reason::LeaseExpired.as_str(),
+                &"the worker's lease expired before it reported an outcome",
+                &possible_duplicate,
+            ],
+        )?;
     }
 
     // A lapsed try is retried only inside its chain's dedupe window:
@@ -99,13 +97,13 @@ pub(super) async fn claim_candidates(
     let chain_started: HashMap<String, i64> = if lapsed_keys.is_empty() {
         HashMap::new()
     } else {
-        sqlx::query_as::<_, (String, i64)>(
+        direct::query(
+            db,
             "SELECT a.intent_key, a.started_at FROM attempts a JOIN intents i ON i.key = a.intent_key
              WHERE a.n = i.retry_base + 1 AND a.intent_key IN (SELECT value FROM json_each($1))",
-        )
-        .bind(keys_arg(&lapsed_keys))
-        .fetch_all(&mut **tx)
-        .await?
+            &[&keys_arg(&lapsed_keys)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
         .into_iter()
         .collect()
     };
@@ -116,7 +114,7 @@ pub(super) async fn claim_candidates(
         .filter(|c| rules::may_be_superseded(&c.job(), &terms))
         .map(|c| c.intent.key.clone())
         .collect();
-    let newer = newer_versions(tx, &versioned).await?;
+    let newer = newer_versions(db, &versioned)?;
 
     let (mut ended, mut started, mut reported) = (Vec::new(), Vec::new(), Vec::new());
     for c in candidates {
@@ -144,14 +142,12 @@ pub(super) async fn claim_candidates(
         }
         ended.push(end);
     }
-    intents_end(tx, &ended).await?;
+    intents_end(db, &ended)?;
     if started.is_empty() {
         return Ok(reported);
     }
     let keys: Vec<String> = started.iter().map(|c| c.intent.key.clone()).collect();
-    // Each intent's attempt count goes up and its next attempt's row is
-    // written (two statements: SQLite has no data-modifying `WITH`).
-    start_attempts(tx, &keys, now_us).await?;
+    start_attempts(db, &keys, now_us)?;
     reported.extend(started.into_iter().map(|c| {
         let rescued = c.lease_lapsed.then_some(c.intent.attempts);
         let rescued_duplicate = duplicates.contains(&c.intent.key);
@@ -171,44 +167,58 @@ pub(super) async fn claim_candidates(
     Ok(reported)
 }
 
+/// The next attempt of each of these intents: its count goes up, it is
+/// `sending`, and its attempt row is written.
+fn start_attempts(db: &Connection, keys: &[String], now_us: i64) -> StoreResult<()> {
+    let keys = keys_arg(keys);
+    direct::execute(
+        db,
+        "UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2
+         WHERE key IN (SELECT value FROM json_each($1))",
+        &[&keys, &now_us, &State::Sending.as_str()],
+    )?;
+    direct::execute(
+        db,
+        "INSERT INTO attempts (intent_key, n, started_at)
+         SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
+        &[&keys, &now_us],
+    )?;
+    Ok(())
+}
+
 /// Every newer version of these intents' entities for the same
 /// recipient and channel, whatever its state: the rules choose.
-async fn newer_versions(tx: &mut Tx<'_>, keys: &[String]) -> StoreResult<Vec<crate::lifecycle::claim::NewerVersion>> {
+fn newer_versions(db: &Connection, keys: &[String]) -> StoreResult<Vec<crate::lifecycle::claim::NewerVersion>> {
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<(String, String, i64, State)> = sqlx::query_as(
+    direct::query(
+        db,
         "SELECT i.key AS of, n.key, n.entity_version, n.state FROM intents i JOIN intents n
              ON n.tenant = i.tenant AND n.entity_type = i.entity_type AND n.entity_id = i.entity_id
             AND n.recipient_id = i.recipient_id AND n.channel = i.channel AND n.entity_version > i.entity_version
          WHERE i.key IN (SELECT value FROM json_each($1))",
+        &[&keys_arg(keys)],
+        |r| {
+            Ok(crate::lifecycle::claim::NewerVersion {
+                of: r.get(0)?,
+                key: r.get(1)?,
+                entity_version: r.get(2)?,
+                state: r.get(3)?,
+            })
+        },
     )
-    .bind(keys_arg(keys))
-    .fetch_all(&mut **tx)
-    .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(of, key, entity_version, state)| crate::lifecycle::claim::NewerVersion {
-            of,
-            key,
-            entity_version,
-            state,
-        })
-        .collect())
 }
 
 /// Writes how these intents ended (with their publications) and
 /// takes their jobs off the queue, each statement for the whole batch.
-async fn intents_end(tx: &mut Tx<'_>, ended: &[Change]) -> StoreResult<()> {
+fn intents_end(db: &Connection, ended: &[Change]) -> StoreResult<()> {
     if ended.is_empty() {
         return Ok(());
     }
-    intents_apply(tx, ended).await?;
+    direct::intents_apply(db, ended)?;
     let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
-    sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
-        .bind(keys_arg(&keys))
-        .execute(&mut **tx)
-        .await?;
+    direct::execute(db, "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))", &[&keys_arg(&keys)])?;
     Ok(())
 }
 
@@ -278,55 +288,60 @@ impl QueueStore for SqliteStore {
     }
 }
 
-/// The hot transactions of the queue, run on the writer's thread.
+/// The hot transactions of the queue, run on the writer's thread, each in
+/// one hand-off to the write connection ([`direct`]).
 impl SqliteStore {
     async fn claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
-        let mut tx = self.writer.begin().await?;
-        // One process: its clock judges the leases (Postgres uses the database's).
-        let keys: Vec<String> = sqlx::query_scalar(
-            "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
+        direct::transaction(&self.writer, |db| {
+            // One process: its clock judges the leases (Postgres uses the database's).
+            let keys: Vec<String> = direct::query(
+                db,
+                "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
                      SELECT intent_key FROM jobs
                      WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
                      ORDER BY run_at LIMIT $2)
                  RETURNING intent_key",
-        )
-        .bind(claim.now_us)
-        .bind(i64::from(claim.limit))
-        .bind(claim.lease_us)
-        .fetch_all(&mut *tx)
-        .await?;
-        if keys.is_empty() {
-            tx.rollback().await?;
-            return Ok(Vec::new());
-        }
-        let candidates: Vec<ClaimCandidate> = sqlx::query_as(
-            "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
-                 i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
-                 i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
-                 i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
-                 p.body AS content,
-               EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
-                   lease_lapsed,
-               j.traceparent, j.links
-             FROM intents i JOIN jobs j ON j.intent_key = i.key LEFT JOIN payloads p ON p.digest = i.payload_digest
-             WHERE i.key IN (SELECT value FROM json_each($1))",
-        )
-        .bind(keys_arg(&keys))
-        .fetch_all(&mut *tx)
-        .await?;
-        let jobs = claim_candidates(&mut tx, candidates, &claim).await?;
-        tx.commit().await?;
-        Ok(jobs)
+                &[&claim.now_us, &i64::from(claim.limit), &claim.lease_us],
+                |r| r.get(0),
+            )?;
+            if keys.is_empty() {
+                return Ok(End::Rollback(Vec::new()));
+            }
+            let candidates = direct::query(
+                db,
+                "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+                     i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
+                     i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
+                     i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
+                     p.body AS content,
+                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
+                       lease_lapsed,
+                   j.traceparent, j.links
+                 FROM intents i JOIN jobs j ON j.intent_key = i.key
+                 LEFT JOIN payloads p ON p.digest = i.payload_digest
+                 WHERE i.key IN (SELECT value FROM json_each($1))",
+                &[&keys_arg(&keys)],
+                |r| {
+                    Ok(ClaimCandidate {
+                        intent: direct::intent_row(r)?,
+                        content: r.get("content")?,
+                        lease_lapsed: r.get("lease_lapsed")?,
+                        traceparent: r.get("traceparent")?,
+                        links: r.get("links")?,
+                    })
+                },
+            )?;
+            Ok(End::Commit(claim_candidates(db, candidates, &claim)?))
+        })
+        .await
     }
 
+    /// At most four statements for the batch, each given the batch as one
+    /// JSON array of rows.
     async fn finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
-        // One transaction and at most four statements for the batch, each
-        // given the batch as one JSON array of rows: a statement per outcome
-        // costs a round trip to SQLite's thread each, and the writer is shared
-        // with ingest.
         let outcomes = json_rows(finished.iter().map(|f| {
             json!([
                 f.key,
@@ -343,52 +358,54 @@ impl SqliteStore {
                 f.possible_duplicate
             ])
         }));
-        let mut tx = self.writer.begin().await?;
-        let applied: Vec<(String, i64)> = sqlx::query_as(
-            "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                 provider_status = u.provider_status, provider_message_id = u.provider_message_id, error = u.error,
-                 retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
-                 possible_duplicate = u.possible_duplicate
-             FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
-                          value->>4 AS error_class, value->>5 AS provider_status, value->>6 AS provider_message_id,
-                          value->>7 AS error, value->>8 AS retry_after, value->>9 AS retry_at,
-                          value->>10 AS provider, value->>11 AS possible_duplicate
-                   FROM json_each($1)) AS u
-             WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
-             RETURNING intent_key, n",
-        )
-        .bind(outcomes)
-        .fetch_all(&mut *tx)
+        let applied = direct::transaction(&self.writer, |db| {
+            let applied: Vec<(String, i64)> = direct::query(
+                db,
+                "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+                     provider_status = u.provider_status, provider_message_id = u.provider_message_id,
+                     error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+                     possible_duplicate = u.possible_duplicate
+                 FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
+                              value->>4 AS error_class, value->>5 AS provider_status,
+                              value->>6 AS provider_message_id, value->>7 AS error, value->>8 AS retry_after,
+                              value->>9 AS retry_at, value->>10 AS provider, value->>11 AS possible_duplicate
+                       FROM json_each($1)) AS u
+                 WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
+                 RETURNING intent_key, n",
+                &[&outcomes],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
+            // By (key, n): a stale outcome for an attempt that was rescued must not
+            // ride along with the new attempt's outcome for the same intent.
+            let applied_now = applied_set(&applied);
+            let applied_outcomes: Vec<&FinishedAttempt> =
+                finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
+            // A statement with nothing to do is skipped: outcomes all stale
+            // leave nothing to write; most batches hold no retry.
+            let changes: Vec<Change> =
+                applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
+            direct::intents_apply(db, &changes)?;
+            let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
+                applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
+            if !done.is_empty() {
+                direct::execute(
+                    db,
+                    "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))",
+                    &[&json_rows(done.iter().map(|f| json!(f.key)))],
+                )?;
+            }
+            if !retries.is_empty() {
+                direct::execute(
+                    db,
+                    "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
+                     FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u
+                     WHERE jobs.intent_key = u.k",
+                    &[&json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()])))],
+                )?;
+            }
+            Ok(End::Commit(applied))
+        })
         .await?;
-        // By (key, n): a stale outcome for an attempt that was rescued must not
-        // ride along with the new attempt's outcome for the same intent.
-        let applied_now = applied_set(&applied);
-        let applied_outcomes: Vec<&FinishedAttempt> =
-            finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
-        // A statement with nothing to do is skipped: each is a hop to the
-        // writer's thread. Outcomes all stale leave nothing to write; most
-        // batches hold no retry.
-        let changes: Vec<Change> =
-            applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
-        intents_apply(&mut tx, &changes).await?;
-        let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
-            applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
-        if !done.is_empty() {
-            sqlx::query("DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))")
-                .bind(json_rows(done.iter().map(|f| json!(f.key))))
-                .execute(&mut *tx)
-                .await?;
-        }
-        if !retries.is_empty() {
-            sqlx::query(
-                "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
-                 FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u WHERE jobs.intent_key = u.k",
-            )
-            .bind(json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()]))))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
         Ok(report(finished, &applied))
     }
 }
