@@ -19,8 +19,12 @@ pub fn install() -> Option<&'static PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
             let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+            // Recorded by the SQLite store (the store reaches no module above it).
+            let held = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Full("herald_attempt_duration_seconds".into()), &buckets)
+                .ok()?
+                .set_buckets_for_metric(Matcher::Full("herald_sqlite_writer_hold_seconds".into()), &held)
                 .ok()?;
             match builder.install_recorder() {
                 Ok(h) => Some(h),

@@ -1,74 +1,19 @@
-//! Whole transactions in one hand-off. sqlx's SQLite driver runs every
-//! statement on its connection's own thread: each is sent there and its
-//! answer sent back, two thread switches a statement. The one write
-//! connection is held for the whole of a transaction, so under load those
-//! switches (each a wait for a core on a busy host) are what every other
-//! writer queues behind: measured at 2,377 notifications/s, the connection
-//! was held 92 % of the time, 2.1 ms a transaction, with its thread at 40 %
-//! of a core.
-//!
-//! The hot transactions (a claim, a batch of outcomes) therefore take the
-//! connection's handle from sqlx's thread once (`lock_handle`, which parks
-//! that thread until the handle is given back) and run every statement
-//! with rusqlite, synchronously, on the writer's own thread
-//! ([`super::writer`]), where blocking holds up nothing but writers that
-//! would wait for the connection anyway. The statements are the same SQL
-//! text as the sqlx ones (`$n` parameters are bound by name).
+//! Statements run on SQLite's write connection directly, with rusqlite,
+//! rather than through sqlx's connection thread: the hot transactions'
+//! ([`super::commits`]). The SQL text is sqlx's, `$n` parameters and all
+//! (bound here by name), and the helpers the sqlx writers share
+//! (`intents_apply`, the publications) run the same statements.
 
 use crate::intent::State;
 use crate::lifecycle::Change;
 use crate::store::{IntentRow, StoreError, StoreResult};
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, Row, Statement};
-use sqlx::SqlitePool;
 use std::collections::HashMap;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Sqlite(e)
-    }
-}
-
-/// How a transaction ends, with what it returns.
-pub(super) enum End<T> {
-    Commit(T),
-    Rollback(T),
-}
-
-/// Runs `work` in one transaction on the pool's connection, on the calling
-/// thread. Whatever happens, the connection goes back to sqlx outside any
-/// transaction: an error (or a failed commit) rolls it back.
-pub(super) async fn transaction<T>(
-    pool: &SqlitePool,
-    work: impl FnOnce(&Connection) -> StoreResult<End<T>>,
-) -> StoreResult<T> {
-    let mut conn = pool.acquire().await?;
-    let mut handle = conn.lock_handle().await?;
-    // SAFETY: while `handle` lives, sqlx's thread makes no call on this
-    // connection or its statements; the `Connection` made here does not
-    // close the handle when dropped, and it (with every statement it
-    // prepared) is dropped before `handle` is.
-    let db = unsafe { Connection::from_handle(handle.as_raw_handle().as_ptr()) }?;
-    let result = run(&db, work);
-    if !db.is_autocommit() {
-        let _ = db.execute_batch("ROLLBACK");
-    }
-    drop(db);
-    drop(handle);
-    result
-}
-
-fn run<T>(db: &Connection, work: impl FnOnce(&Connection) -> StoreResult<End<T>>) -> StoreResult<T> {
-    db.execute_batch("BEGIN")?;
-    match work(db)? {
-        End::Commit(out) => {
-            db.execute_batch("COMMIT")?;
-            Ok(out)
-        }
-        End::Rollback(out) => {
-            db.execute_batch("ROLLBACK")?;
-            Ok(out)
-        }
     }
 }
 
@@ -184,59 +129,34 @@ pub(super) fn is_unique_violation(e: &StoreError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlx::sqlite::SqlitePoolOptions;
 
-    async fn pool() -> SqlitePool {
-        let pool = SqlitePoolOptions::new().max_connections(1).connect("sqlite::memory:").await.unwrap();
-        sqlx::query("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").execute(&pool).await.unwrap();
-        pool
+    fn db() -> Connection {
+        let db = Connection::open_in_memory().unwrap();
+        db.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)").unwrap();
+        db
     }
 
-    async fn rows(pool: &SqlitePool) -> Vec<(String, i64)> {
-        sqlx::query_as("SELECT k, v FROM t ORDER BY k").fetch_all(pool).await.unwrap()
+    #[test]
+    fn parameters_bind_by_their_number_whatever_their_order() {
+        let db = db();
+        execute(&db, "INSERT INTO t (v, k) VALUES ($2, $1), ($2 + 1, $1 || 'b')", &[&"a", &7_i64]).unwrap();
+        let v = query(&db, "SELECT v FROM t WHERE k = $2", &[&0_i64, &"ab"], |r| r.get::<_, i64>(0)).unwrap();
+        assert_eq!(v, vec![8]);
     }
 
-    #[tokio::test]
-    async fn parameters_bind_by_their_number_whatever_their_order() {
-        let pool = pool().await;
-        let n = transaction(&pool, |db| {
-            execute(db, "INSERT INTO t (v, k) VALUES ($2, $1), ($2 + 1, $1 || 'b')", &[&"a", &7_i64])?;
-            Ok(End::Commit(query(db, "SELECT v FROM t WHERE k = $2", &[&0_i64, &"ab"], |r| r.get::<_, i64>(0))?))
-        })
-        .await
-        .unwrap();
-        assert_eq!(n, vec![8]);
-        assert_eq!(rows(&pool).await, vec![("a".into(), 7), ("ab".into(), 8)]);
+    #[test]
+    fn a_unique_violation_is_told_from_other_errors() {
+        let db = db();
+        execute(&db, "INSERT INTO t VALUES ($1, 1)", &[&"a"]).unwrap();
+        let again = execute(&db, "INSERT INTO t VALUES ($1, 2)", &[&"a"]);
+        assert!(again.as_ref().is_err_and(is_unique_violation), "{again:?}");
+        let other = execute(&db, "INSERT INTO nowhere VALUES ($1)", &[&"a"]);
+        assert!(other.as_ref().is_err_and(|e| !is_unique_violation(e)), "{other:?}");
     }
 
-    #[tokio::test]
-    async fn an_error_or_a_rollback_leaves_nothing_and_the_connection_usable() {
-        let pool = pool().await;
-        let failed = transaction(&pool, |db| {
-            execute(db, "INSERT INTO t VALUES ($1, 1)", &[&"a"])?;
-            execute(db, "INSERT INTO t VALUES ($1, 2)", &[&"a"])?;
-            Ok(End::Commit(()))
-        })
-        .await;
-        assert!(failed.as_ref().is_err_and(is_unique_violation), "{failed:?}");
-        transaction(&pool, |db| {
-            execute(db, "INSERT INTO t VALUES ($1, 1)", &[&"b"])?;
-            Ok(End::Rollback(()))
-        })
-        .await
-        .unwrap();
-        assert!(rows(&pool).await.is_empty());
-        // sqlx's own statements and transactions still run on it.
-        let mut tx = pool.begin().await.unwrap();
-        sqlx::query("INSERT INTO t VALUES ('c', 3)").execute(&mut *tx).await.unwrap();
-        tx.commit().await.unwrap();
-        assert_eq!(rows(&pool).await, vec![("c".into(), 3)]);
-    }
-
-    #[tokio::test]
-    async fn a_parameter_the_arguments_do_not_have_is_refused() {
-        let pool = pool().await;
-        let refused = transaction(&pool, |db| Ok(End::Commit(execute(db, "SELECT $2", &[&1_i64])?))).await;
+    #[test]
+    fn a_parameter_the_arguments_do_not_have_is_refused() {
+        let refused = execute(&db(), "SELECT $2", &[&1_i64]);
         assert!(matches!(refused, Err(StoreError::Corrupt(_))), "{refused:?}");
     }
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 mod caps;
+mod commits;
 mod dead_letters;
 mod digests;
 mod direct;
@@ -161,6 +162,26 @@ pub struct SqliteStore {
     wake: Arc<Notify>,
     /// Where the hot write transactions run ([`writer`]).
     thread: Arc<writer::WriterThread>,
+    /// The hot transactions that run directly, committed together ([`commits`]).
+    commits: Arc<commits::Commits>,
+}
+
+/// The one write connection is where every writer queues: how long each
+/// use holds it is `herald_sqlite_writer_hold_seconds` (its sum's rate is
+/// the share of the time the writer is busy).
+fn held_time(pool: SqlitePoolOptions) -> SqlitePoolOptions {
+    let since = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
+    let acquired = since.clone();
+    pool.before_acquire(move |_, _| {
+        *acquired.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::time::Instant::now());
+        Box::pin(async { Ok(true) })
+    })
+    .after_release(move |_, _| {
+        if let Some(at) = since.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            metrics::histogram!("herald_sqlite_writer_hold_seconds").record(at.elapsed().as_secs_f64());
+        }
+        Box::pin(async { Ok(true) })
+    })
 }
 
 impl SqliteStore {
@@ -183,10 +204,16 @@ impl SqliteStore {
 
     async fn open(options: SqliteConnectOptions) -> StoreResult<SqliteStore> {
         let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
-        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
-        let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
-        let thread = Arc::new(writer::WriterThread::start()?);
-        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), thread })
+        // A connection to a file cannot be lost under its pool: no ping
+        // before each use (each is a hand-off to the connection's thread).
+        let writer = held_time(SqlitePoolOptions::new().max_connections(1).test_before_acquire(false))
+            .connect_with(options.clone())
+            .await?;
+        let reader =
+            SqlitePoolOptions::new().max_connections(4).test_before_acquire(false).connect_with(options).await?;
+        let thread = writer::WriterThread::start()?;
+        let commits = Arc::new(commits::Commits::start(&thread, writer.clone()));
+        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), thread: Arc::new(thread), commits })
     }
 }
 
@@ -267,20 +294,21 @@ impl SqliteStore {
         let (statements, args) = SqliteStatements.all_new(&rows)?;
         let published: Vec<String> =
             (rows.intents.iter()).filter(|(_, i)| lifecycle::publishes(i.state)).map(|(_, i)| i.key.clone()).collect();
-        let written = direct::transaction(&self.writer, |db| {
-            let args: Vec<&dyn rusqlite::ToSql> = args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
-            for statement in statements {
-                match direct::execute(db, statement, &args) {
-                    Ok(_) => {}
-                    Err(e) if direct::is_unique_violation(&e) => return Ok(direct::End::Rollback(false)),
-                    Err(e) => return Err(e),
+        let written = (self.commits)
+            .run(move |db| {
+                let args: Vec<&dyn rusqlite::ToSql> = args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
+                for statement in statements {
+                    match direct::execute(db, statement, &args) {
+                        Ok(_) => {}
+                        Err(e) if direct::is_unique_violation(&e) => return Ok(commits::End::Rollback(false)),
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            // Intents created in a published state are published, as the set-wise pass does.
-            direct::publications_write(db, &published, None)?;
-            Ok(direct::End::Commit(true))
-        })
-        .await?;
+                // Intents created in a published state are published, as the set-wise pass does.
+                direct::publications_write(db, &published, None)?;
+                Ok(commits::End::Commit(true))
+            })
+            .await?;
         if !written {
             return Ok(None);
         }

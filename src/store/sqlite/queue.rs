@@ -5,7 +5,8 @@
 //! answers, a statement per kind of answer for the whole batch, never one per
 //! job.
 
-use super::direct::{self, End};
+use super::commits::End;
+use super::direct;
 use super::{SqliteStore, digests, json_rows, keys_arg};
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::lifecycle::Change;
@@ -250,8 +251,7 @@ pub(super) async fn queue_stats(pool: &SqlitePool, tenant: Option<&str>, now_us:
 impl QueueStore for SqliteStore {
     /// On the writer's thread ([`super::writer`]).
     async fn jobs_claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
-        let store = self.clone();
-        self.thread.run(async move { store.claim(claim).await }).await
+        self.commits.run(move |db| claim_tx(db, &claim)).await
     }
 
     /// On the writer's thread ([`super::writer`]).
@@ -259,8 +259,12 @@ impl QueueStore for SqliteStore {
         if finished.is_empty() {
             return Ok(FinishReport::default());
         }
-        let (store, finished) = (self.clone(), finished.to_vec());
-        self.thread.run(async move { store.finish(&finished).await }).await
+        let finished = finished.to_vec();
+        let applied = self.commits.run({
+            let finished = finished.clone();
+            move |db| finish_tx(db, &finished)
+        });
+        Ok(report(&finished, &applied.await?))
     }
 
     async fn wait_for_work(&self, timeout: Duration) {
@@ -288,124 +292,110 @@ impl QueueStore for SqliteStore {
     }
 }
 
-/// The hot transactions of the queue, run on the writer's thread, each in
-/// one hand-off to the write connection ([`direct`]).
-impl SqliteStore {
-    async fn claim(&self, claim: Claim) -> StoreResult<Vec<ClaimedJob>> {
-        direct::transaction(&self.writer, |db| {
-            // One process: its clock judges the leases (Postgres uses the database's).
-            let keys: Vec<String> = direct::query(
-                db,
-                "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
-                     SELECT intent_key FROM jobs
-                     WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
-                     ORDER BY run_at LIMIT $2)
-                 RETURNING intent_key",
-                &[&claim.now_us, &i64::from(claim.limit), &claim.lease_us],
-                |r| r.get(0),
-            )?;
-            if keys.is_empty() {
-                return Ok(End::Rollback(Vec::new()));
-            }
-            let candidates = direct::query(
-                db,
-                "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
-                     i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
-                     i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
-                     i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
-                     p.body AS content,
-                   EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
-                       lease_lapsed,
-                   j.traceparent, j.links
-                 FROM intents i JOIN jobs j ON j.intent_key = i.key
-                 LEFT JOIN payloads p ON p.digest = i.payload_digest
-                 WHERE i.key IN (SELECT value FROM json_each($1))",
-                &[&keys_arg(&keys)],
-                |r| {
-                    Ok(ClaimCandidate {
-                        intent: direct::intent_row(r)?,
-                        content: r.get("content")?,
-                        lease_lapsed: r.get("lease_lapsed")?,
-                        traceparent: r.get("traceparent")?,
-                        links: r.get("links")?,
-                    })
-                },
-            )?;
-            Ok(End::Commit(claim_candidates(db, candidates, &claim)?))
-        })
-        .await
+/// A claim: leases what is due and decides each job ([`claim_candidates`]).
+/// One process: its clock judges the leases (Postgres uses the database's).
+fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>> {
+    let keys: Vec<String> = direct::query(
+        db,
+        "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
+             SELECT intent_key FROM jobs
+             WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
+             ORDER BY run_at LIMIT $2)
+         RETURNING intent_key",
+        &[&claim.now_us, &i64::from(claim.limit), &claim.lease_us],
+        |r| r.get(0),
+    )?;
+    if keys.is_empty() {
+        return Ok(End::Rollback(Vec::new()));
     }
+    let candidates = direct::query(
+        db,
+        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
+             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
+             i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
+             i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
+             p.body AS content,
+           EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
+               lease_lapsed,
+           j.traceparent, j.links
+         FROM intents i JOIN jobs j ON j.intent_key = i.key
+         LEFT JOIN payloads p ON p.digest = i.payload_digest
+         WHERE i.key IN (SELECT value FROM json_each($1))",
+        &[&keys_arg(&keys)],
+        |r| {
+            Ok(ClaimCandidate {
+                intent: direct::intent_row(r)?,
+                content: r.get("content")?,
+                lease_lapsed: r.get("lease_lapsed")?,
+                traceparent: r.get("traceparent")?,
+                links: r.get("links")?,
+            })
+        },
+    )?;
+    Ok(End::Commit(claim_candidates(db, candidates, claim)?))
+}
 
-    /// At most four statements for the batch, each given the batch as one
-    /// JSON array of rows.
-    async fn finish(&self, finished: &[FinishedAttempt]) -> StoreResult<FinishReport> {
-        if finished.is_empty() {
-            return Ok(FinishReport::default());
-        }
-        let outcomes = json_rows(finished.iter().map(|f| {
-            json!([
-                f.key,
-                f.n,
-                f.finished_at_us,
-                f.outcome.as_str(),
-                f.error_class.map(|r| r.as_str()),
-                f.provider_status,
-                f.provider_message_id,
-                f.error,
-                f.retry_after_us,
-                f.transition.retry_at(),
-                f.provider,
-                f.possible_duplicate
-            ])
-        }));
-        let applied = direct::transaction(&self.writer, |db| {
-            let applied: Vec<(String, i64)> = direct::query(
-                db,
-                "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-                     provider_status = u.provider_status, provider_message_id = u.provider_message_id,
-                     error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
-                     possible_duplicate = u.possible_duplicate
-                 FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
-                              value->>4 AS error_class, value->>5 AS provider_status,
-                              value->>6 AS provider_message_id, value->>7 AS error, value->>8 AS retry_after,
-                              value->>9 AS retry_at, value->>10 AS provider, value->>11 AS possible_duplicate
-                       FROM json_each($1)) AS u
-                 WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
-                 RETURNING intent_key, n",
-                &[&outcomes],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )?;
-            // By (key, n): a stale outcome for an attempt that was rescued must not
-            // ride along with the new attempt's outcome for the same intent.
-            let applied_now = applied_set(&applied);
-            let applied_outcomes: Vec<&FinishedAttempt> =
-                finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
-            // A statement with nothing to do is skipped: outcomes all stale
-            // leave nothing to write; most batches hold no retry.
-            let changes: Vec<Change> =
-                applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
-            direct::intents_apply(db, &changes)?;
-            let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
-                applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
-            if !done.is_empty() {
-                direct::execute(
-                    db,
-                    "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))",
-                    &[&json_rows(done.iter().map(|f| json!(f.key)))],
-                )?;
-            }
-            if !retries.is_empty() {
-                direct::execute(
-                    db,
-                    "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
-                     FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u
-                     WHERE jobs.intent_key = u.k",
-                    &[&json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()])))],
-                )?;
-            }
-            Ok(End::Commit(applied))
-        })
-        .await?;
-        Ok(report(finished, &applied))
+/// A batch of outcomes: at most four statements, each given the batch as one
+/// JSON array of rows. Returns the (key, n) of the attempts it recorded.
+fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<Vec<(String, i64)>>> {
+    let outcomes = json_rows(finished.iter().map(|f| {
+        json!([
+            f.key,
+            f.n,
+            f.finished_at_us,
+            f.outcome.as_str(),
+            f.error_class.map(|r| r.as_str()),
+            f.provider_status,
+            f.provider_message_id,
+            f.error,
+            f.retry_after_us,
+            f.transition.retry_at(),
+            f.provider,
+            f.possible_duplicate
+        ])
+    }));
+    let applied: Vec<(String, i64)> = direct::query(
+        db,
+        "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
+             provider_status = u.provider_status, provider_message_id = u.provider_message_id,
+             error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
+             possible_duplicate = u.possible_duplicate
+         FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
+                      value->>4 AS error_class, value->>5 AS provider_status,
+                      value->>6 AS provider_message_id, value->>7 AS error, value->>8 AS retry_after,
+                      value->>9 AS retry_at, value->>10 AS provider, value->>11 AS possible_duplicate
+               FROM json_each($1)) AS u
+         WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
+         RETURNING intent_key, n",
+        &[&outcomes],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    // By (key, n): a stale outcome for an attempt that was rescued must not
+    // ride along with the new attempt's outcome for the same intent.
+    let applied_now = applied_set(&applied);
+    let applied_outcomes: Vec<&FinishedAttempt> =
+        finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
+    // A statement with nothing to do is skipped: outcomes all stale
+    // leave nothing to write; most batches hold no retry.
+    let changes: Vec<Change> = applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
+    direct::intents_apply(db, &changes)?;
+    let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
+        applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
+    if !done.is_empty() {
+        direct::execute(
+            db,
+            "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))",
+            &[&json_rows(done.iter().map(|f| json!(f.key)))],
+        )?;
     }
+    if !retries.is_empty() {
+        direct::execute(
+            db,
+            "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
+         FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u
+         WHERE jobs.intent_key = u.k",
+            &[&json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()])))],
+        )?;
+    }
+    Ok(End::Commit(applied))
 }

@@ -7,7 +7,10 @@
 //! Here the hot transactions (an ingest batch, a claim, a batch of outcomes)
 //! run on a runtime of their own, on a thread of their own, where nothing
 //! else waits in line: the writer's transactions are as long as their
-//! statements, not as long as the server's queue.
+//! statements, not as long as the server's queue. The claims, the outcomes
+//! and the all-new ingest batches go further: [`super::commits`] runs them
+//! here without a hand-off a statement, and commits those waiting together
+//! at once.
 
 use super::super::{StoreError, StoreResult};
 use std::future::Future;
@@ -38,6 +41,11 @@ impl WriterThread {
             })
             .map_err(unstarted)?;
         Ok(WriterThread { handle, stop: Some(stop) })
+    }
+
+    /// Runs `work` on the writer's thread for as long as the thread runs.
+    pub(super) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.handle.spawn(work);
     }
 
     /// Runs `work` on the writer's thread and waits for it. A caller that
