@@ -301,6 +301,58 @@ async fn redis_absorbs_a_storm_and_flushing_it_costs_no_duplicate() {
     }
 }
 
+/// Requests that arrive together are looked up together: one `MGET`, then the
+/// database for the ones Redis did not answer. Every request still gets its
+/// own answer: repeats of a stored replay interleaved with new events, all at
+/// once, each new event its own new intent and each repeat the stored one.
+#[tokio::test]
+async fn requests_looked_up_together_each_get_their_own_answer() {
+    let Some(redis_url) = test_redis().await else { return };
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let app = Arc::new(TestApp::new(&db).with_sms(&sms).with_redis(&redis_url).spawn().await);
+        let run = format!("{}-{}", std::process::id(), jiff::Timestamp::now().as_microsecond());
+        let mut stored = sms_event(&format!("PO-MIX-{run}"), "+15550000310");
+        stored["occurred_at"] = json!(jiff::Timestamp::now().to_string());
+        let (s, first, _) = app.post_event(&stored, None).await;
+        assert_eq!(s, 202, "{backend:?}: {first}");
+        // The first repeat puts the answer in Redis.
+        assert_eq!(app.post_event(&stored, None).await.0, 200);
+        let mut tasks = Vec::new();
+        for n in 0..30 {
+            let app = app.clone();
+            let ev = if n % 2 == 0 {
+                stored.clone()
+            } else {
+                let mut ev = sms_event(&format!("PO-MIX-{run}-{n}"), "+15550000310");
+                ev["recipients"][0]["id"] = json!(format!("u-mix-{n}"));
+                ev
+            };
+            tasks.push(tokio::spawn(async move { (n, app.post_event(&ev, None).await) }));
+        }
+        let mut new_ids = std::collections::HashSet::new();
+        for t in tasks {
+            let (n, (s, body, _)) = t.await.unwrap();
+            if n % 2 == 0 {
+                assert_eq!((s, body["replayed"].as_bool()), (200, Some(true)), "{backend:?} #{n}: {body}");
+                assert_eq!(id_of(&body), id_of(&first), "{backend:?} #{n}");
+            } else {
+                assert_eq!(s, 202, "{backend:?} #{n}: {body}");
+                assert_ne!(id_of(&body), id_of(&first), "{backend:?} #{n}");
+                assert!(new_ids.insert(id_of(&body)), "{backend:?} #{n}: another request's intent");
+            }
+        }
+        let metrics = app.client.get(format!("{}/metrics", app.base)).send().await.unwrap().text().await.unwrap();
+        assert!(metrics.contains("herald_redis_fastpath_total{result=\"hit\"}"), "{metrics}");
+        assert!(metrics.contains("herald_redis_fastpath_total{result=\"miss\"}"), "{metrics}");
+        match Arc::try_unwrap(app) {
+            Ok(app) => app.running.stop().await,
+            Err(_) => panic!("app still shared"),
+        }
+    }
+}
+
 /// A repeat answered from Redis reads nothing from the database: with the
 /// request record gone, the database would answer "every intent exists"
 /// (`replayed: false`), and Redis still answers the stored replay. A first

@@ -143,9 +143,13 @@ impl Ingestor {
     ) -> Ingestor {
         let (commits, reads) = match crate::store::is_postgres(&config.database_url) {
             true => {
-                (GroupCommit::start(store.clone(), POSTGRES_WRITERS), Reads::gathered(store.clone(), POSTGRES_READERS))
+                let reads = Reads::gathered(store.clone(), POSTGRES_READERS, fastpath.clone());
+                (GroupCommit::start(store.clone(), POSTGRES_WRITERS), reads)
             }
-            false => (GroupCommit::start(store.clone(), 1), Reads::requests_gathered(store.clone(), SQLITE_READERS)),
+            false => {
+                let reads = Reads::requests_gathered(store.clone(), SQLITE_READERS, fastpath.clone());
+                (GroupCommit::start(store.clone(), 1), reads)
+            }
         };
         let tally = Tally::start(store.clone(), clock.clone());
         Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, reads, tally }
@@ -312,33 +316,12 @@ impl Ingestor {
     }
 
     /// The answer already given to this identity, if any: from Redis when it
-    /// holds an exact repeat, else from the request record (one indexed read).
+    /// holds an exact repeat, else from the request record (one indexed read),
+    /// both gathered with the concurrent requests' ([`reads`]).
     async fn seen(&self, tenant: &str, identity: &str, fingerprint: &str) -> Result<Option<RequestSeen>, IngestError> {
-        if let Some(response) = self.fast_replay(tenant, identity, fingerprint).await {
-            return Ok(Some(RequestSeen::Replay(response)));
-        }
         let lookup =
             RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() };
-        let seen = self.reads.request(lookup).await?;
-        if let Some(RequestSeen::Replay(response)) = &seen {
-            self.remember(tenant, identity, fingerprint, response).await;
-        }
-        Ok(seen)
-    }
-
-    /// A replay answered from Redis alone: the answer stored for this
-    /// identity and fingerprint, as it was when it was stored (the way
-    /// Stripe's idempotency keys answer), with no database read. Only an exact
-    /// repeat of an accepted request can match; anything missing or
-    /// unreadable falls through to the database, which stays the authority.
-    async fn fast_replay(&self, tenant: &str, identity: &str, fingerprint: &str) -> Option<IngestResponse> {
-        let seen = self.fastpath.as_ref()?.lookup(tenant, identity).await?;
-        if seen.fingerprint != fingerprint {
-            return None;
-        }
-        let mut response = serde_json::from_str::<IngestResponse>(&seen.response).ok()?;
-        response.replayed = true;
-        Some(response)
+        Ok(self.reads.request(lookup).await?)
     }
 
     /// Webhook URLs given inline must not point inside the deployment (a name
@@ -469,15 +452,12 @@ impl Ingestor {
     }
 
     /// Keeps a replayed answer in Redis, so the next exact repeat is answered
-    /// there. Only a replay is kept, not a first answer: most events are never
-    /// posted twice, and a request that is not repeated should pay one `GET`
-    /// for the fast path, not a `GET` and a `SET`. A storm pays the database
-    /// for its first repeat only.
+    /// there ([`reads::remember`]).
     async fn remember(&self, tenant: &str, identity: &str, fingerprint: &str, response: &IngestResponse) {
         if let Some(fast) = &self.fastpath {
-            let text =
-                serde_json::to_string(&IngestResponse { replayed: true, ..response.clone() }).unwrap_or_default();
-            fast.remember(tenant, identity, fingerprint, &text).await;
+            let lookup =
+                RequestLookup { tenant: tenant.into(), identity: identity.into(), fingerprint: fingerprint.into() };
+            reads::remember(fast, &lookup, response).await;
         }
     }
 }

@@ -19,7 +19,8 @@
 //! by a read that began before it asked again.
 
 use super::group::{Gather, MAX_BATCH, stopped};
-use crate::store::{DirectoryRead, DirectoryRows, RequestLookup, RequestSeen, Store, StoreResult};
+use crate::ops::fastpath::{FastPath, Seen};
+use crate::store::{DirectoryRead, DirectoryRows, IngestResponse, RequestLookup, RequestSeen, Store, StoreResult};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +39,59 @@ fn gather<I: Send + 'static, O: Send + 'static>(
     Gather::start(what, Arc::new(move |batch| read(store.clone(), batch)), workers, MAX_BATCH)
 }
 
+/// Request lookups, answered from Redis where it holds the exact repeat (one
+/// `MGET` for the batch) and from the store for the rest (one read for
+/// them); a replay the store answers is remembered in Redis for the next.
+async fn requests_find(
+    store: Arc<dyn Store>,
+    fast: Option<Arc<FastPath>>,
+    lookups: Vec<RequestLookup>,
+) -> Vec<StoreResult<Option<RequestSeen>>> {
+    let Some(fast) = fast else { return store.requests_find(&lookups).await };
+    let ids: Vec<(&str, &str)> = lookups.iter().map(|l| (l.tenant.as_str(), l.identity.as_str())).collect();
+    let stored = fast.lookup_many(&ids).await;
+    let mut answers: Vec<Option<StoreResult<Option<RequestSeen>>>> = (stored.into_iter().zip(&lookups))
+        .map(|(seen, l)| stored_replay(seen?, &l.fingerprint).map(|r| Ok(Some(RequestSeen::Replay(r)))))
+        .collect();
+    let misses: Vec<RequestLookup> =
+        (lookups.iter().zip(&answers)).filter(|(_, a)| a.is_none()).map(|(l, _)| l.clone()).collect();
+    if !misses.is_empty() {
+        let mut read = store.requests_find(&misses).await.into_iter();
+        for (lookup, answer) in misses.iter().zip(answers.iter_mut().filter(|a| a.is_none())) {
+            let found = read.next().unwrap_or_else(|| Err(stopped("request lookup")));
+            if let Ok(Some(RequestSeen::Replay(response))) = &found {
+                remember(&fast, lookup, response).await;
+            }
+            *answer = Some(found);
+        }
+    }
+    answers.into_iter().map(|a| a.unwrap_or_else(|| Err(stopped("request lookup")))).collect()
+}
+
+/// A replay answered from Redis alone: the answer stored for this identity
+/// and fingerprint, as it was when it was stored (the way Stripe's
+/// idempotency keys answer), with no database read. Only an exact repeat of
+/// an accepted request can match; anything missing or unreadable falls
+/// through to the database, which stays the authority.
+fn stored_replay(seen: Seen, fingerprint: &str) -> Option<IngestResponse> {
+    if seen.fingerprint != fingerprint {
+        return None;
+    }
+    let mut response = serde_json::from_str::<IngestResponse>(&seen.response).ok()?;
+    response.replayed = true;
+    Some(response)
+}
+
+/// Keeps a replayed answer in Redis, so the next exact repeat is answered
+/// there. Only a replay is kept, not a first answer: most events are never
+/// posted twice, and a request that is not repeated should pay its share of
+/// an `MGET`, not a `SET` too. A storm pays the database for its first
+/// repeat only.
+pub async fn remember(fast: &FastPath, lookup: &RequestLookup, response: &IngestResponse) {
+    let text = serde_json::to_string(&IngestResponse { replayed: true, ..response.clone() }).unwrap_or_default();
+    fast.remember(&lookup.tenant, &lookup.identity, &lookup.fingerprint, &text).await;
+}
+
 pub struct Reads {
     store: Arc<dyn Store>,
     requests: Gather<RequestLookup, StoreResult<Option<RequestSeen>>>,
@@ -47,19 +101,24 @@ pub struct Reads {
 impl Reads {
     /// Request records gathered by `workers` workers (one batch is read while
     /// the next gathers); directory reads straight from `store`.
-    pub fn requests_gathered(store: Arc<dyn Store>, workers: usize) -> Reads {
-        let requests = gather("request lookup", &store, workers, |store, lookups| {
-            Box::pin(async move { store.requests_find(&lookups).await })
-        });
+    /// With the Redis fast path, a batch asks Redis first ([`requests_find`]).
+    pub fn requests_gathered(store: Arc<dyn Store>, workers: usize, fast: Option<Arc<FastPath>>) -> Reads {
+        let reader = store.clone();
+        let requests = Gather::start(
+            "request lookup",
+            Arc::new(move |lookups| Box::pin(requests_find(reader.clone(), fast.clone(), lookups)) as Answers<_>),
+            workers,
+            MAX_BATCH,
+        );
         Reads { store, requests, directories: None }
     }
 
     /// Both kinds of read gathered, by `workers` workers each.
-    pub fn gathered(store: Arc<dyn Store>, workers: usize) -> Reads {
+    pub fn gathered(store: Arc<dyn Store>, workers: usize, fast: Option<Arc<FastPath>>) -> Reads {
         let directories = gather("directory read", &store, workers, |store, reads| {
             Box::pin(async move { store.directories_read(&reads).await })
         });
-        Reads { directories: Some(directories), ..Reads::requests_gathered(store, workers) }
+        Reads { directories: Some(directories), ..Reads::requests_gathered(store, workers, fast) }
     }
 
     /// The answer already stored for this identity, if any.

@@ -76,27 +76,40 @@ impl FastPath {
         *self.down_until.lock().await = Some(tokio::time::Instant::now() + BACKOFF);
     }
 
-    /// The stored answer for this identity, if Redis has one.
-    pub async fn lookup(&self, tenant: &str, identity: &str) -> Option<Seen> {
-        let mut conn = self.connection().await?;
-        let cmd = redis::cmd("GET").arg(Self::key(tenant, identity)).to_owned();
-        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Option<String>>(&mut conn)).await {
-            Ok(Ok(Some(v))) => {
-                let (fingerprint, response) = v.split_once('\n')?;
-                crate::ops::metrics::fastpath("hit");
-                Some(Seen { fingerprint: fingerprint.to_string(), response: response.to_string() })
-            }
-            Ok(Ok(None)) => {
-                crate::ops::metrics::fastpath("miss");
-                None
+    /// The stored answers for these identities (tenant, identity), in order:
+    /// one `MGET` for a batch of requests, so a miss shares its round trip
+    /// with every request gathered beside it. Any failure answers "none".
+    pub async fn lookup_many(&self, ids: &[(&str, &str)]) -> Vec<Option<Seen>> {
+        let none = || vec![None; ids.len()];
+        if ids.is_empty() {
+            return none();
+        }
+        let Some(mut conn) = self.connection().await else { return none() };
+        let keys: Vec<String> = ids.iter().map(|(tenant, identity)| Self::key(tenant, identity)).collect();
+        let cmd = redis::cmd("MGET").arg(&keys).to_owned();
+        match tokio::time::timeout(CALL_TIMEOUT, cmd.query_async::<Vec<Option<String>>>(&mut conn)).await {
+            Ok(Ok(values)) if values.len() == ids.len() => values
+                .into_iter()
+                .map(|value| {
+                    let seen = value.as_deref().and_then(|v| v.split_once('\n')).map(|(fingerprint, response)| Seen {
+                        fingerprint: fingerprint.to_string(),
+                        response: response.to_string(),
+                    });
+                    crate::ops::metrics::fastpath(if seen.is_some() { "hit" } else { "miss" });
+                    seen
+                })
+                .collect(),
+            Ok(Ok(values)) => {
+                self.failed(&format!("MGET of {} keys answered {} values", ids.len(), values.len())).await;
+                none()
             }
             Ok(Err(e)) => {
                 self.failed(&e.to_string()).await;
-                None
+                none()
             }
             Err(_) => {
-                self.failed("GET timed out").await;
-                None
+                self.failed("MGET timed out").await;
+                none()
             }
         }
     }
