@@ -219,6 +219,22 @@ mod tests {
         pool
     }
 
+    /// A pool, the writer's thread and the commit loop on it.
+    async fn started() -> (SqlitePool, WriterThread, Commits) {
+        let pool = pool().await;
+        let thread = WriterThread::start().unwrap();
+        let commits = Commits::start(&thread, pool.clone());
+        (pool, thread, commits)
+    }
+
+    /// A unit that runs one statement and commits, answering `out`.
+    fn writes<T: Send + 'static>(sql: &'static str, out: T) -> TestUnit<T> {
+        Box::new(move |db: &Connection| {
+            execute(db, sql, &[])?;
+            Ok(End::Commit(out))
+        })
+    }
+
     async fn rows(pool: &SqlitePool) -> Vec<(String, i64)> {
         sqlx::query_as("SELECT k, v FROM t ORDER BY k").fetch_all(pool).await.unwrap()
     }
@@ -259,9 +275,7 @@ mod tests {
 
     #[tokio::test]
     async fn units_waiting_together_share_one_transaction() {
-        let pool = pool().await;
-        let thread = WriterThread::start().unwrap();
-        let commits = Commits::start(&thread, pool.clone());
+        let (pool, _thread, commits) = started().await;
         // A child whose parent comes in the next unit: committed alone, the
         // first would fail its deferred foreign key.
         let answers = together(
@@ -286,9 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_unit_that_fails_or_rolls_back_undoes_only_its_own_writes() {
-        let pool = pool().await;
-        let thread = WriterThread::start().unwrap();
-        let commits = Commits::start(&thread, pool.clone());
+        let (pool, _thread, commits) = started().await;
         let answers = together(
             &pool,
             &commits,
@@ -316,22 +328,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_commit_fails_every_unit_that_wrote_and_keeps_a_rollbacks_answer() {
-        let pool = pool().await;
-        let thread = WriterThread::start().unwrap();
-        let commits = Commits::start(&thread, pool.clone());
+        let (pool, _thread, commits) = started().await;
         let answers = together(
             &pool,
             &commits,
             vec![
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('a', 1)", &[])?;
-                    Ok(End::Commit(1))
-                }),
+                writes("INSERT INTO t VALUES ('a', 1)", 1),
                 // A deferred foreign key: the statement passes, the commit does not.
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO child VALUES ('orphan')", &[])?;
-                    Ok(End::Commit(2))
-                }),
+                writes("INSERT INTO child VALUES ('orphan')", 2),
                 Box::new(|_: &Connection| Ok(End::Rollback(3))),
             ],
         )
@@ -348,9 +352,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_unit_whose_caller_stopped_waiting_is_not_run() {
-        let pool = pool().await;
-        let thread = WriterThread::start().unwrap();
-        let commits = Commits::start(&thread, pool.clone());
+        let (pool, _thread, commits) = started().await;
         let held = pool.acquire().await.unwrap();
         let mut abandoned = Box::pin(commits.run(insert("a", 1)));
         // Queued, then given up on.
