@@ -50,7 +50,8 @@ impl Visit for StatementVisitor {
 
 impl<S: tracing::Subscriber> Layer<S> for Statements {
     fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
-        if event.metadata().target() != "sqlx::query" {
+        // SQLite's hot transactions run their statements directly, not through sqlx.
+        if !matches!(event.metadata().target(), "sqlx::query" | "herald::sqlite::direct") {
             return;
         }
         let mut v = StatementVisitor { summary: String::new(), statement: String::new() };
@@ -68,7 +69,9 @@ impl Statements {
         static ONE: OnceLock<Statements> = OnceLock::new();
         ONE.get_or_init(|| {
             let statements = Statements::default();
-            let filter = tracing_subscriber::filter::Targets::new().with_target("sqlx::query", tracing::Level::DEBUG);
+            let filter = tracing_subscriber::filter::Targets::new()
+                .with_target("sqlx::query", tracing::Level::DEBUG)
+                .with_target("herald::sqlite::direct", tracing::Level::DEBUG);
             let subscriber = tracing_subscriber::registry().with(statements.clone().with_filter(filter));
             tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
             statements

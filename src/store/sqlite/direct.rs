@@ -19,7 +19,10 @@ impl From<rusqlite::Error> for StoreError {
 
 /// One statement of sqlx's SQL text, prepared with its `$n` parameters bound
 /// to `args[n - 1]`.
+/// Logged at DEBUG (the text as `summary`, a field sqlx logs too), under
+/// `herald::sqlite::direct`: `tests/hot_path_plans.rs` explains them too.
 pub(super) fn prepare<'c>(db: &'c Connection, sql: &str, args: &[&dyn ToSql]) -> StoreResult<Statement<'c>> {
+    tracing::debug!(target: "herald::sqlite::direct", summary = sql, "statement");
     let mut statement = db.prepare(sql)?;
     for index in 1..=statement.parameter_count() {
         let n = statement
