@@ -260,11 +260,7 @@ impl QueueStore for SqliteStore {
             return Ok(FinishReport::default());
         }
         let finished = finished.to_vec();
-        let applied = self.commits.run({
-            let finished = finished.clone();
-            move |db| finish_tx(db, &finished)
-        });
-        Ok(report(&finished, &applied.await?))
+        self.commits.run(move |db| finish_tx(db, &finished)).await
     }
 
     async fn wait_for_work(&self, timeout: Duration) {
@@ -336,8 +332,8 @@ fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>>
 }
 
 /// A batch of outcomes: at most four statements, each given the batch as one
-/// JSON array of rows. Returns the (key, n) of the attempts it recorded.
-fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<Vec<(String, i64)>>> {
+/// JSON array of rows. Reports which it recorded and which were stale.
+fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<FinishReport>> {
     let outcomes = json_rows(finished.iter().map(|f| {
         json!([
             f.key,
@@ -397,5 +393,5 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<V
             &[&json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()])))],
         )?;
     }
-    Ok(End::Commit(applied))
+    Ok(End::Commit(report(finished, &applied)))
 }
