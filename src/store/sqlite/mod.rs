@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 mod caps;
+mod checkpoints;
 mod commits;
 mod dead_letters;
 mod digests;
@@ -164,12 +165,17 @@ pub struct SqliteStore {
     thread: Arc<writer::WriterThread>,
     /// The hot transactions that run directly, committed together ([`commits`]).
     commits: Arc<commits::Commits>,
+    /// The WAL's checkpoints, off the writer's path ([`checkpoints`]):
+    /// they stop when the last clone of the store goes.
+    #[cfg_attr(not(test), expect(dead_code, reason = "held, not read"))]
+    checkpoints: Arc<checkpoints::Checkpoints>,
 }
 
 /// The one write connection is where every writer queues: how long each
 /// use holds it is `herald_sqlite_writer_hold_seconds` (its sum's rate is
-/// the share of the time the writer is busy).
-fn held_time(pool: SqlitePoolOptions) -> SqlitePoolOptions {
+/// the share of the time the writer is busy). Each release also tells the
+/// checkpointer there may be pages to copy.
+fn held_time(pool: SqlitePoolOptions, writes: Arc<std::sync::atomic::AtomicU64>) -> SqlitePoolOptions {
     let since = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
     let acquired = since.clone();
     pool.before_acquire(move |_, _| {
@@ -177,6 +183,7 @@ fn held_time(pool: SqlitePoolOptions) -> SqlitePoolOptions {
         Box::pin(async { Ok(true) })
     })
     .after_release(move |_, _| {
+        writes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Some(at) = since.lock().unwrap_or_else(|e| e.into_inner()).take() {
             metrics::histogram!("herald_sqlite_writer_hold_seconds").record(at.elapsed().as_secs_f64());
         }
@@ -187,8 +194,12 @@ fn held_time(pool: SqlitePoolOptions) -> SqlitePoolOptions {
 impl SqliteStore {
     /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
+        SqliteStore::connect_with(url, checkpoints::Schedule::DEFAULT).await
+    }
+
+    async fn connect_with(url: &str, schedule: checkpoints::Schedule) -> StoreResult<SqliteStore> {
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
-        SqliteStore::open(options).await
+        SqliteStore::open(options, schedule).await
     }
 
     /// Opens the file only if it exists, and changes nothing in it on the way
@@ -199,21 +210,33 @@ impl SqliteStore {
         if !file.exists() {
             return Err(StoreError::Missing(file.display().to_string()));
         }
-        SqliteStore::open(options).await
+        SqliteStore::open(options, checkpoints::Schedule::DEFAULT).await
     }
 
-    async fn open(options: SqliteConnectOptions) -> StoreResult<SqliteStore> {
+    async fn open(options: SqliteConnectOptions, schedule: checkpoints::Schedule) -> StoreResult<SqliteStore> {
         let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
         // A connection to a file cannot be lost under its pool: no ping
         // before each use (each is a hand-off to the connection's thread).
-        let writer = held_time(SqlitePoolOptions::new().max_connections(1).test_before_acquire(false))
+        let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writer = held_time(SqlitePoolOptions::new().max_connections(1).test_before_acquire(false), writes.clone())
+            .connect_with(options.clone().pragma("wal_autocheckpoint", schedule.writer_at.to_string()))
+            .await?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let reader =
-            SqlitePoolOptions::new().max_connections(4).test_before_acquire(false).connect_with(options).await?;
+        let checkpoints = Arc::new(checkpoints::Checkpoints::start(options, schedule, writes));
         let thread = writer::WriterThread::start()?;
         let commits = Arc::new(commits::Commits::start(&thread, writer.clone()));
-        Ok(SqliteStore { writer, reader, wake: Arc::new(Notify::new()), thread: Arc::new(thread), commits })
+        Ok(SqliteStore {
+            writer,
+            reader,
+            wake: Arc::new(Notify::new()),
+            thread: Arc::new(thread),
+            commits,
+            checkpoints,
+        })
     }
 }
 
