@@ -125,25 +125,33 @@ async fn run(
                 metrics::gauge!("herald_sqlite_wal_pages").set(found.wal_pages as f64);
                 seen.send_replace(found);
             }
-            // Another connection (the writer's own) was checkpointing.
+            // Another connection (the writer's own) was checkpointing, or
+            // the file is not in WAL mode.
             Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "a SQLite checkpoint failed"),
+            Err(e) => {
+                // Not again at once, however long the WAL: the writer's own
+                // checkpoint still bounds it.
+                wait = schedule.every;
+                tracing::warn!(error = %e, "a SQLite checkpoint failed");
+            }
         }
     }
     let _ = conn.close().await;
 }
 
-/// One `PASSIVE` checkpoint: None when another was under way.
+/// One `PASSIVE` checkpoint: None when another was under way, or when there
+/// is no WAL (SQLite answers -1 for its length).
 async fn checkpoint(conn: &mut SqliteConnection) -> sqlx::Result<Option<Checkpointed>> {
     let (busy, wal_pages, copied): (i64, i64, i64) =
         sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(conn).await?;
-    Ok((busy == 0).then_some(Checkpointed { wal_pages, copied }))
+    Ok((busy == 0 && wal_pages >= 0).then_some(Checkpointed { wal_pages, copied }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::sqlite::SqliteStore;
+    use std::str::FromStr;
 
     /// A store on a file whose checkpoints come on `schedule`.
     async fn store(dir: &tempfile::TempDir, schedule: Schedule) -> SqliteStore {
@@ -216,5 +224,31 @@ mod tests {
         // 400 pages were written in all: the WAL was restarted, not grown.
         let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM t").fetch_one(&store.reader).await.unwrap();
         assert_eq!(rows, 200);
+    }
+
+    /// A checkpointer whose connection cannot open ends, saying so, and
+    /// leaves the store to the writer's own checkpoints.
+    #[tokio::test]
+    async fn a_checkpointer_that_cannot_connect_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let options =
+            SqliteConnectOptions::new().filename(dir.path().join("absent/herald.db")).create_if_missing(false);
+        let checkpoints = Checkpoints::start(options, Schedule::DEFAULT, Arc::new(AtomicU64::new(1)));
+        let mut last = checkpoints.last();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(10), last.changed()).await.expect("the task ends within 10 s");
+        assert!(ended.is_err(), "it ended without a checkpoint");
+    }
+
+    /// A file in rollback-journal mode (`herald` opens an existing file as
+    /// it is) has no WAL: nothing is reported, nothing fails.
+    #[tokio::test]
+    async fn a_file_without_a_wal_reports_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("herald.db").display());
+        let options = SqliteConnectOptions::from_str(&url).unwrap().create_if_missing(true);
+        let mut conn = options.connect().await.unwrap();
+        sqlx::query("PRAGMA journal_mode = DELETE").execute(&mut conn).await.unwrap();
+        assert_eq!(checkpoint(&mut conn).await.unwrap(), None);
     }
 }
