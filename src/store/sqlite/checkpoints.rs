@@ -5,9 +5,10 @@
 //! the database file and waits for the disk twice more, while every writer
 //! waits behind it. On a database of a million notifications each page a
 //! commit dirties is a page of its own (a content-derived key lands anywhere
-//! in its index), so that came every few commits: 1,616–1,802 notifications/s
-//! against 1,919–2,226/s with the copying moved here (2026-12-04, alternating
-//! runs on one host; ingest p99 unchanged at 37–41 ms).
+//! in its index), so that came every few commits: 1,697 and 1,327
+//! notifications/s against 2,019 and 1,811/s with the copying moved here
+//! (2026-12-04, alternating runs on one host; ingest p99 40 → 41 ms and
+//! 54 → 53 ms).
 //!
 //! Here a connection of its own copies what the writer committed, every
 //! [`Schedule::every`] while there are writes, with a `PASSIVE` checkpoint,
@@ -172,7 +173,7 @@ mod tests {
         }
     }
 
-    async fn wal_bytes(dir: &tempfile::TempDir) -> u64 {
+    fn wal_bytes(dir: &tempfile::TempDir) -> u64 {
         std::fs::metadata(dir.path().join("herald.db-wal")).map(|m| m.len()).unwrap_or(0)
     }
 
@@ -219,7 +220,7 @@ mod tests {
         // pages the WAL never holds much more than 40 of them (a commit
         // writes its pages before the writer's checkpoint can come).
         assert!(longest < 80, "the WAL grew to {longest} pages");
-        let bytes = wal_bytes(&dir).await;
+        let bytes = wal_bytes(&dir);
         assert!(bytes < 80 * 4120, "the WAL file grew to {bytes} bytes");
         // 400 pages were written in all: the WAL was restarted, not grown.
         let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM t").fetch_one(&store.reader).await.unwrap();
