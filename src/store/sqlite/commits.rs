@@ -12,10 +12,12 @@
 //! - Every commit waits for the disk (`synchronous = FULL`: an accepted
 //!   event survives a power cut): about 0.8 ms of the 1.8 ms a transaction
 //!   held the connection. Here the units of work that are waiting when the
-//!   connection comes free go in one transaction, each in a savepoint of
-//!   its own, and share one commit: a unit's failure or rollback undoes its
-//!   own writes only, and no unit is answered before the commit that makes
-//!   its writes durable (a failed commit fails every unit that wrote).
+//!   connection comes free go in one transaction and share one commit: a
+//!   unit's failure or rollback undoes its own writes only (each unit after
+//!   the first runs in a savepoint; undoing the first is undoing the
+//!   transaction, which begins again), and no unit is answered before the
+//!   commit that makes its writes durable (a failed commit fails every unit
+//!   that wrote).
 
 use super::writer::WriterThread;
 use crate::store::{StoreError, StoreResult};
@@ -68,8 +70,11 @@ type Settle = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 trait Unit: Send {
     /// Its caller stopped waiting.
     fn abandoned(&self) -> bool;
-    /// Runs it in a savepoint of the open transaction.
-    fn run(self: Box<Self>, db: &Connection) -> Settle;
+    /// Runs it in the open transaction: in a savepoint of its own, or, when
+    /// the transaction holds no other unit's writes yet (`first`), with
+    /// none, its failure or rollback undoing the transaction and beginning
+    /// it again.
+    fn run(self: Box<Self>, db: &Connection, first: bool) -> (Settle, Ran);
     /// Answers it, unrun.
     fn refuse(self: Box<Self>, why: StoreError);
 }
@@ -88,17 +93,18 @@ where
         self.answer.is_closed()
     }
 
-    fn run(self: Box<Self>, db: &Connection) -> Settle {
+    fn run(self: Box<Self>, db: &Connection, first: bool) -> (Settle, Ran) {
         let Work { work, answer } = *self;
-        let done = in_savepoint(db, work);
-        Box::new(move |failed| {
+        let (done, ran) = if first { in_transaction(db, work) } else { in_savepoint(db, work) };
+        let settle = Box::new(move |failed: Option<&StoreError>| {
             let answered = match (done, failed) {
                 (Ok(End::Commit(_)), Some(why)) => Err(StoreError::Shared(format!("not committed: {why}"))),
                 (Ok(End::Commit(out) | End::Rollback(out)), _) => Ok(out),
                 (Err(e), _) => Err(e),
             };
             let _ = answer.send(answered);
-        })
+        });
+        (settle, ran)
     }
 
     fn refuse(self: Box<Self>, why: StoreError) {
@@ -106,14 +112,52 @@ where
     }
 }
 
-fn in_savepoint<T>(db: &Connection, work: impl FnOnce(&Connection) -> StoreResult<End<T>>) -> StoreResult<End<T>> {
-    db.execute_batch("SAVEPOINT unit")?;
-    let done = work(db);
-    match &done {
-        Ok(End::Commit(_)) => db.execute_batch("RELEASE unit")?,
-        _ => db.execute_batch("ROLLBACK TO unit; RELEASE unit")?,
+/// What running a unit left in the transaction.
+#[derive(Clone, Copy, PartialEq)]
+enum Ran {
+    /// Its writes, to be committed.
+    Wrote,
+    /// Nothing of its own: it failed or rolled back, and its writes were undone.
+    Undone,
+    /// Its writes could not be undone, or kept: nothing in the transaction
+    /// may be committed.
+    Broken,
+}
+
+/// What a unit returned, and what it left in the transaction.
+type Done<T> = (StoreResult<End<T>>, Ran);
+
+fn in_savepoint<T>(db: &Connection, work: impl FnOnce(&Connection) -> StoreResult<End<T>>) -> Done<T> {
+    if let Err(e) = db.execute_batch("SAVEPOINT unit") {
+        return (Err(e.into()), Ran::Broken);
     }
-    done
+    let done = work(db);
+    let (end, ran) = match &done {
+        Ok(End::Commit(_)) => ("RELEASE unit", Ran::Wrote),
+        _ => ("ROLLBACK TO unit; RELEASE unit", Ran::Undone),
+    };
+    match db.execute_batch(end) {
+        Ok(()) => (done, ran),
+        Err(e) => (Err(e.into()), Ran::Broken),
+    }
+}
+
+/// The first unit of a transaction needs no savepoint: undoing it is
+/// undoing the transaction, which then begins again for the units after
+/// it. A savepoint is not free: SQLite copies every page a unit changes
+/// inside one to its sub-journal first, an eighth of the writer's time on
+/// its thread (`perf`, 2026-12-05) when every unit had one.
+fn in_transaction<T>(db: &Connection, work: impl FnOnce(&Connection) -> StoreResult<End<T>>) -> Done<T> {
+    let done = work(db);
+    if matches!(done, Ok(End::Commit(_))) {
+        return (done, Ran::Wrote);
+    }
+    // SQLite may have rolled it back itself (a full disk, an I/O error).
+    let undone = if db.is_autocommit() { Ok(()) } else { db.execute_batch("ROLLBACK") };
+    match undone.and_then(|()| db.execute_batch("BEGIN")) {
+        Ok(()) => (done, Ran::Undone),
+        Err(e) => (Err(e.into()), Ran::Broken),
+    }
 }
 
 async fn commit_loop(pool: SqlitePool, mut waiting: mpsc::UnboundedReceiver<Box<dyn Unit>>) {
@@ -174,8 +218,16 @@ fn group(db: &Connection, units: Vec<Box<dyn Unit>>) -> (Vec<Settle>, Option<Sto
     let mut settles = Vec::with_capacity(units.len());
     let mut units = units.into_iter();
     let mut lost = None;
+    // Whether the transaction holds no unit's writes yet.
+    let mut first = true;
     for unit in units.by_ref() {
-        settles.push(unit.run(db));
+        let (settle, ran) = unit.run(db, first);
+        settles.push(settle);
+        first &= ran == Ran::Undone;
+        if ran == Ran::Broken {
+            lost = Some(StoreError::Shared("a unit's writes could not be undone".into()));
+            break;
+        }
         // An error SQLite answers by rolling back the whole transaction
         // (a full disk, an I/O error) took every unit's writes with it; the
         // rest must not run outside a transaction.
@@ -324,6 +376,40 @@ mod tests {
         assert_eq!(rows(&pool).await, vec![("a".into(), 1), ("d".into(), 5)]);
         // The connection is sqlx's again, outside any transaction.
         sqlx::query("INSERT INTO t VALUES ('e', 6)").execute(&pool).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_first_unit_undone_takes_none_of_the_others_writes_with_it() {
+        // The first unit of a transaction runs without a savepoint: its
+        // failure or rollback undoes the transaction and begins it again.
+        let (pool, _thread, commits) = started().await;
+        let answers = together(
+            &pool,
+            &commits,
+            vec![
+                Box::new(|db: &Connection| {
+                    execute(db, "INSERT INTO t VALUES ('a', 1)", &[])?;
+                    execute(db, "INSERT INTO t VALUES ('a', 2)", &[])?;
+                    Ok(End::Commit(1))
+                }),
+                // First again, once the one before it is undone.
+                Box::new(|db: &Connection| {
+                    execute(db, "INSERT INTO t VALUES ('b', 3)", &[])?;
+                    Ok(End::Rollback(2))
+                }),
+                writes("INSERT INTO t VALUES ('c', 4)", 3),
+                Box::new(|db: &Connection| {
+                    execute(db, "INSERT INTO t VALUES ('d', 5)", &[])?;
+                    Ok(End::Rollback(4))
+                }),
+                writes("INSERT INTO t VALUES ('e', 6)", 5),
+            ],
+        )
+        .await;
+        assert!(answers[0].as_ref().is_err_and(direct::is_unique_violation), "{:?}", answers[0]);
+        let rest: Vec<i32> = answers[1..].iter().map(|a| *a.as_ref().unwrap()).collect();
+        assert_eq!(rest, vec![2, 3, 4, 5]);
+        assert_eq!(rows(&pool).await, vec![("c".into(), 4), ("e".into(), 6)]);
     }
 
     #[tokio::test]
