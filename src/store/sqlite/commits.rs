@@ -281,9 +281,17 @@ mod tests {
 
     /// A unit that runs one statement and commits, answering `out`.
     fn writes<T: Send + 'static>(sql: &'static str, out: T) -> TestUnit<T> {
+        runs(vec![sql], End::Commit, out)
+    }
+
+    /// A unit that runs `sqls` in turn (failing with the first that fails),
+    /// then ends as `end` says, answering `out`.
+    fn runs<T: Send + 'static>(sqls: Vec<&'static str>, end: fn(T) -> End<T>, out: T) -> TestUnit<T> {
         Box::new(move |db: &Connection| {
-            execute(db, sql, &[])?;
-            Ok(End::Commit(out))
+            for sql in sqls {
+                execute(db, sql, &[])?;
+            }
+            Ok(end(out))
         })
     }
 
@@ -333,16 +341,7 @@ mod tests {
         let answers = together(
             &pool,
             &commits,
-            vec![
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO child VALUES ('p')", &[])?;
-                    Ok(End::Commit(()))
-                }),
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO parent VALUES ('p')", &[])?;
-                    Ok(End::Commit(()))
-                }),
-            ],
+            vec![writes("INSERT INTO child VALUES ('p')", ()), writes("INSERT INTO parent VALUES ('p')", ())],
         )
         .await;
         assert!(answers.iter().all(Result::is_ok), "{answers:?}");
@@ -358,15 +357,8 @@ mod tests {
             &commits,
             vec![
                 Box::new(insert("a", 1)),
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('b', 2)", &[])?;
-                    execute(db, "INSERT INTO t VALUES ('a', 3)", &[])?;
-                    Ok(End::Commit(()))
-                }),
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('c', 4)", &[])?;
-                    Ok(End::Rollback(()))
-                }),
+                runs(vec!["INSERT INTO t VALUES ('b', 2)", "INSERT INTO t VALUES ('a', 3)"], End::Commit, ()),
+                runs(vec!["INSERT INTO t VALUES ('c', 4)"], End::Rollback, ()),
                 Box::new(insert("d", 5)),
             ],
         )
@@ -387,21 +379,11 @@ mod tests {
             &pool,
             &commits,
             vec![
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('a', 1)", &[])?;
-                    execute(db, "INSERT INTO t VALUES ('a', 2)", &[])?;
-                    Ok(End::Commit(1))
-                }),
+                runs(vec!["INSERT INTO t VALUES ('a', 1)", "INSERT INTO t VALUES ('a', 2)"], End::Commit, 1),
                 // First again, once the one before it is undone.
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('b', 3)", &[])?;
-                    Ok(End::Rollback(2))
-                }),
+                runs(vec!["INSERT INTO t VALUES ('b', 3)"], End::Rollback, 2),
                 writes("INSERT INTO t VALUES ('c', 4)", 3),
-                Box::new(|db: &Connection| {
-                    execute(db, "INSERT INTO t VALUES ('d', 5)", &[])?;
-                    Ok(End::Rollback(4))
-                }),
+                runs(vec!["INSERT INTO t VALUES ('d', 5)"], End::Rollback, 4),
                 writes("INSERT INTO t VALUES ('e', 6)", 5),
             ],
         )
