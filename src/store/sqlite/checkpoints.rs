@@ -49,7 +49,9 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
-    /// 10,000 pages of 4 KiB: a WAL of 40 MiB at most while the writer is busy.
+    /// 10,000 pages of 4 KiB: a WAL of about 40 MiB while the writer is busy
+    /// (more for a few commits when a checkpoint here is under way as the
+    /// writer's turn comes: the writer's then skips and a later one restarts).
     pub(super) const DEFAULT: Schedule = Schedule {
         every: Duration::from_millis(50),
         eager_from: 7_500,
@@ -216,13 +218,16 @@ mod tests {
             write(&store, round * 10, 10).await;
             longest = longest.max(last.borrow_and_update().wal_pages);
         }
-        // Two 4 KiB pages a row (one overflow page); with a restart at 40
-        // pages the WAL never holds much more than 40 of them (a commit
-        // writes its pages before the writer's checkpoint can come).
-        assert!(longest < 80, "the WAL grew to {longest} pages");
+        // Two 4 KiB pages a row (one overflow page): 400 pages were written
+        // in all. With a restart at 40 pages the WAL holds about 40 of them
+        // on an idle machine, but a checkpoint of this connection's still
+        // under way when the writer's turn comes makes the writer's skip it
+        // and the restart waits for a later commit (CI once saw 82 pages).
+        // Under half of what was written still says the WAL was restarted,
+        // not grown, however slow the disk.
+        assert!(longest < 200, "the WAL grew to {longest} pages");
         let bytes = wal_bytes(&dir);
-        assert!(bytes < 80 * 4120, "the WAL file grew to {bytes} bytes");
-        // 400 pages were written in all: the WAL was restarted, not grown.
+        assert!(bytes < 200 * 4120, "the WAL file grew to {bytes} bytes");
         let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM t").fetch_one(&store.reader).await.unwrap();
         assert_eq!(rows, 200);
     }
