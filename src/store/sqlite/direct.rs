@@ -8,7 +8,7 @@ use crate::intent::State;
 use crate::lifecycle::Change;
 use crate::store::{IntentRow, StoreError, StoreResult};
 use rusqlite::types::ToSql;
-use rusqlite::{Connection, Row, Statement};
+use rusqlite::{CachedStatement, Connection, Row};
 use std::collections::HashMap;
 
 impl From<rusqlite::Error> for StoreError {
@@ -17,13 +17,14 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-/// One statement of sqlx's SQL text, prepared with its `$n` parameters bound
-/// to `args[n - 1]`.
+/// One statement of sqlx's SQL text, with its `$n` parameters bound to
+/// `args[n - 1]`: prepared the first time the connection runs it, and kept
+/// (reset, its parameters cleared) for the next time once dropped.
 /// Logged at DEBUG (the text as `summary`, a field sqlx logs too), under
 /// `herald::sqlite::direct`: `tests/hot_path_plans.rs` explains them too.
-pub(super) fn prepare<'c>(db: &'c Connection, sql: &str, args: &[&dyn ToSql]) -> StoreResult<Statement<'c>> {
+pub(super) fn prepare<'c>(db: &'c Connection, sql: &str, args: &[&dyn ToSql]) -> StoreResult<CachedStatement<'c>> {
     tracing::debug!(target: "herald::sqlite::direct", summary = sql, "statement");
-    let mut statement = db.prepare(sql)?;
+    let mut statement = db.prepare_cached(sql)?;
     for index in 1..=statement.parameter_count() {
         let n = statement
             .parameter_name(index)

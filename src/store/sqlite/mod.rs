@@ -1,6 +1,8 @@
 //! The SQLite backend: the embedded default, one file, one Herald process. Every
-//! write goes through a single connection, so writers queue in Herald instead of
-//! meeting `SQLITE_BUSY`; reads use a separate pool (WAL lets them run alongside).
+//! write holds the single connection of the write pool, so writers queue in
+//! Herald instead of meeting `SQLITE_BUSY` (the hot transactions hold it as a
+//! lock and write on a connection of the writer thread's own, [`commits`]);
+//! reads use a separate pool (WAL lets them run alongside).
 
 use super::batch::Pass;
 use super::shared::Step;
@@ -191,6 +193,16 @@ fn held_time(pool: SqlitePoolOptions, writes: Arc<std::sync::atomic::AtomicU64>)
     })
 }
 
+/// How long a connection waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Whether `url` names an in-memory database (`:memory:`, or `mode=memory`).
+fn in_memory(url: &str) -> bool {
+    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let (db, query) = rest.split_once('?').unwrap_or((rest, ""));
+    db == ":memory:" || query.split('&').any(|pair| pair == "mode=memory")
+}
+
 impl SqliteStore {
     /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
@@ -198,6 +210,12 @@ impl SqliteStore {
     }
 
     async fn connect_with(url: &str, schedule: checkpoints::Schedule) -> StoreResult<SqliteStore> {
+        if in_memory(url) {
+            return Err(StoreError::Schema(format!(
+                "database_url: {url} is an in-memory database, gone (with every record of what was sent) when \
+                 Herald stops, and one that a second connection cannot write; name a file"
+            )));
+        }
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
         SqliteStore::open(options, schedule).await
     }
@@ -214,7 +232,7 @@ impl SqliteStore {
     }
 
     async fn open(options: SqliteConnectOptions, schedule: checkpoints::Schedule) -> StoreResult<SqliteStore> {
-        let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(Duration::from_secs(10));
+        let options = options.synchronous(SqliteSynchronous::Full).busy_timeout(BUSY_TIMEOUT);
         // A connection to a file cannot be lost under its pool: no ping
         // before each use (each is a hand-off to the connection's thread).
         let writes = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -226,9 +244,16 @@ impl SqliteStore {
             .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
-        let checkpoints = Arc::new(checkpoints::Checkpoints::start(options, schedule, writes));
+        let checkpoints = Arc::new(checkpoints::Checkpoints::start(options.clone(), schedule, writes));
         let thread = writer::WriterThread::start()?;
-        let commits = Arc::new(commits::Commits::start(&thread, writer.clone()));
+        let file = commits::WriteFile {
+            // The pools made the file: its full name holds whatever the
+            // process's directory becomes.
+            path: std::fs::canonicalize(options.get_filename()).unwrap_or_else(|_| options.get_filename().to_owned()),
+            busy_timeout: BUSY_TIMEOUT,
+            wal_autocheckpoint: schedule.writer_at,
+        };
+        let commits = Arc::new(commits::Commits::start(&thread, writer.clone(), file));
         Ok(SqliteStore {
             writer,
             reader,
@@ -353,5 +378,21 @@ impl SqliteStore {
     /// so no one else to tell).
     fn jobs_queued(&self) {
         self.wake.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-memory database would lose every record when Herald stops, and
+    /// the writer's own connection could not reach it: refused by name.
+    #[tokio::test]
+    async fn an_in_memory_database_is_refused() {
+        for url in ["sqlite::memory:", "sqlite://:memory:", "sqlite://herald.db?mode=memory&cache=shared"] {
+            let refused = SqliteStore::connect(url).await.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(refused.starts_with("database_url: ") && refused.contains("in-memory"), "{url}: {refused}");
+        }
+        assert!(!in_memory("sqlite://memory.db") && !in_memory("sqlite:///var/lib/herald/herald.db?mode=rwc"));
     }
 }
