@@ -105,8 +105,28 @@ async fn screenshot(c: &Client, name: &str) {
     std::fs::write(shots_dir().join(format!("{name}.png")), png).expect("write screenshot");
 }
 
+/// The text of the element `css` finds, once the page has one. A click that
+/// submits a form starts a navigation the click does not wait for: a lookup
+/// it interrupts ("aborted by navigation", or an element of the page being
+/// left, gone stale) is made again on the page it lands on.
 async fn text_of(c: &Client, css: &str) -> String {
-    c.wait().for_element(Locator::Css(css)).await.unwrap_or_else(|e| panic!("{css}: {e}")).text().await.expect("text")
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = match c.wait().for_element(Locator::Css(css)).await {
+            Ok(element) => element.text().await,
+            Err(e) => Err(e),
+        };
+        match found {
+            Ok(text) => return text,
+            Err(e) if navigated(&e) && std::time::Instant::now() < deadline => continue,
+            Err(e) => panic!("{css}: {e}"),
+        }
+    }
+}
+
+fn navigated(e: &fantoccini::error::CmdError) -> bool {
+    let e = e.to_string();
+    e.contains("aborted by navigation") || e.contains("stale element")
 }
 
 async fn sign_in(c: &Client, base: &str, token: &str) {
