@@ -397,10 +397,26 @@ async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let (config, source) = load_config(path.as_deref())?;
     let tracing = init_logging(&config)?;
     tracing::info!(from = %source, "configuration read");
-    let running = app::start(config).await.context("cannot start")?;
+    // Listening for the stop signals before anything starts: a SIGTERM that
+    // came before the listener would end the process with the signal's
+    // default action, not with a clean stop (an orchestrator's stop right
+    // after the readiness probe passed did, in the fault suite).
+    let mut stop = StopSignals::listen().context("cannot listen for stop signals")?;
+    let running = tokio::select! {
+        running = app::start(config) => running.context("cannot start")?,
+        () = stop.received() => {
+            // What was started is dropped with the process: every write
+            // of the start (the migrations) is a transaction of its own.
+            tracing::info!("stopped while starting");
+            if let Some(t) = tracing {
+                t.shutdown().await;
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     let shutdown = running.shutdown_handle();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        stop.received().await;
         tracing::info!("shutting down: no new claims; waiting for attempts in flight");
         let _ = shutdown.send(true);
     });
@@ -412,24 +428,36 @@ async fn serve(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGTERM (an orchestrator's stop) and SIGINT (Ctrl-C), listened for from
+/// the moment this is made.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> std::io::Result<StopSignals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(StopSignals { term: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
         }
+        #[cfg(not(unix))]
+        Ok(StopSignals {})
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    /// Once either has come (at once if one came already).
+    async fn received(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.interrupt.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn config_check(path: Option<PathBuf>) -> anyhow::Result<ExitCode> {
