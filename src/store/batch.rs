@@ -21,8 +21,9 @@ use std::hash::Hash;
 /// event and intent keys, and no digest member (a window row is locked and may
 /// turn a member into a send of its own). On Postgres a batch of one goes
 /// set-wise too: one statement per table, where the savepoint path takes one
-/// per row and more for its savepoint; SQLite writes a request alone row by
-/// row (see its `ingest_tx`).
+/// per row and more for its savepoint. On SQLite a batch that fits, of one
+/// or many, is first guessed all new ([`AllNew`]), and only what that guess
+/// does not write comes here (see its `ingest_tx`).
 pub fn fits(batch: &[Ingest]) -> bool {
     let (mut identities, mut events, mut keys) = (HashSet::new(), HashSet::new(), HashSet::new());
     !batch.is_empty()
@@ -49,7 +50,7 @@ pub enum Pass {
 /// event, intent and request identity, as nearly every batch is — whose
 /// answers are then known before anything is written: every intent created.
 /// A backend writes these rows at once (on Postgres one statement, committed
-/// on its own) and keeps them only where the database says each row was
+/// on its own; on SQLite one unit of its commit loop, a prepared insert a row) and keeps them only where the database says each row was
 /// indeed new; otherwise nothing of them is kept and the batch goes through
 /// [`write`].
 pub struct AllNew<'a> {

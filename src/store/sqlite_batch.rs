@@ -56,7 +56,7 @@ impl Statements for SqliteStatements {
 
     async fn insert_events(&self, tx: &mut Transaction<'_, Sqlite>, events: &[&Ingest]) -> StoreResult<Vec<String>> {
         static SQL: LazyLock<String> = LazyLock::new(|| {
-            format!("{} WHERE true ON CONFLICT (event_key) DO NOTHING RETURNING event_key", events_insert(1))
+            format!("{} WHERE true ON CONFLICT (event_key) DO NOTHING RETURNING event_key", EVENTS_INSERT)
         });
         Ok(sqlx::query_scalar(&SQL).bind(events_json(events)?).fetch_all(&mut **tx).await?)
     }
@@ -78,8 +78,7 @@ impl Statements for SqliteStatements {
     }
 
     async fn put_payloads(&self, tx: &mut Transaction<'_, Sqlite>, payloads: &[Payload<'_>]) -> StoreResult<()> {
-        static SQL: LazyLock<String> = LazyLock::new(|| payloads_put(1));
-        sqlx::query(&SQL).bind(rows(payloads)?).execute(&mut **tx).await?;
+        sqlx::query(PAYLOADS_PUT).bind(rows(payloads)?).execute(&mut **tx).await?;
         Ok(())
     }
 
@@ -89,7 +88,7 @@ impl Statements for SqliteStatements {
         intents: &[(&Ingest, &NewIntent)],
     ) -> StoreResult<Vec<String>> {
         static SQL: LazyLock<String> =
-            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (key) DO NOTHING RETURNING key", intents_insert(1)));
+            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (key) DO NOTHING RETURNING key", INTENTS_INSERT));
         let created: Vec<String> = sqlx::query_scalar(&SQL).bind(intents_json(intents)?).fetch_all(&mut **tx).await?;
         // Those created in a published state are published (SQLite has no
         // data-modifying `WITH` to do it in the insert).
@@ -113,14 +112,13 @@ impl Statements for SqliteStatements {
 
     /// The jobs; the worker is woken in-process once the transaction commits.
     async fn queue_jobs(&self, tx: &mut Transaction<'_, Sqlite>, jobs: &[Job<'_>]) -> StoreResult<()> {
-        static SQL: LazyLock<String> = LazyLock::new(|| jobs_insert(1));
-        sqlx::query(&SQL).bind(rows(jobs)?).execute(&mut **tx).await?;
+        sqlx::query(JOBS_INSERT).bind(rows(jobs)?).execute(&mut **tx).await?;
         Ok(())
     }
 
     async fn record_requests(&self, tx: &mut Transaction<'_, Sqlite>, answers: &[Answer<'_>]) -> StoreResult<u64> {
         static SQL: LazyLock<String> =
-            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (tenant, identity) DO NOTHING", requests_insert(1)));
+            LazyLock::new(|| format!("{} WHERE true ON CONFLICT (tenant, identity) DO NOTHING", REQUESTS_INSERT));
         Ok(sqlx::query(&SQL).bind(answers_json(answers)?).execute(&mut **tx).await?.rows_affected())
     }
 }
@@ -205,31 +203,22 @@ fn answers_json(answers: &[Answer<'_>]) -> StoreResult<String> {
     }))
 }
 
-/// Each table's insert of the rows in the JSON array `$p`, to which a
+/// Each table's insert of the rows in the JSON array `$1`, to which a
 /// statement adds its conflict clause (an upsert clause needs the `WHERE`
 /// noted at the top of this file).
-fn events_insert(p: usize) -> String {
-    format!(
-        "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+const EVENTS_INSERT: &str = "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at,
+             content_digest, created_at)
          SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
                 value->>'occurred_at', value->>'digest', value->>'at'
-         FROM json_each(${p})"
-    )
-}
+         FROM json_each($1)";
 
-fn payloads_put(p: usize) -> String {
-    format!(
-        "INSERT INTO payloads (digest, body, created_at)
-         SELECT value->>'digest', value->>'body', value->>'at' FROM json_each(${p}) WHERE true
+const PAYLOADS_PUT: &str = "INSERT INTO payloads (digest, body, created_at)
+         SELECT value->>'digest', value->>'body', value->>'at' FROM json_each($1) WHERE true
          ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
-         WHERE payloads.created_at < excluded.created_at"
-    )
-}
+         WHERE payloads.created_at < excluded.created_at";
 
-fn intents_insert(p: usize) -> String {
-    format!(
-        "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
-             channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+const INTENTS_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
+             occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
              payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
              preferences_version, link_key, mode, traceparent)
          SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
@@ -238,47 +227,104 @@ fn intents_insert(p: usize) -> String {
                 value->>'event_digest', value->>'payload_digest', value->>'decision', value->>'reason',
                 value->>'detail', value->>'state', 0, value->>'at', value->>'at', value->>'preferences_version',
                 NULL, value->>'mode', value->>'traceparent'
-         FROM json_each(${p})"
-    )
-}
+         FROM json_each($1)";
 
-fn jobs_insert(p: usize) -> String {
-    format!(
-        "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-         SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each(${p})"
-    )
-}
+const JOBS_INSERT: &str = "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
+         SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each($1)";
 
-fn requests_insert(p: usize) -> String {
-    format!(
-        "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+const REQUESTS_INSERT: &str = "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
          SELECT value->>'tenant', value->>'identity', value->>'fingerprint', value->>'at', value->>'status',
                 value->>'response'
-         FROM json_each(${p})"
-    )
-}
+         FROM json_each($1)";
 
-/// A batch guessed all new ([`AllNew`]): five inserts, the events, intents
-/// and request records with no conflict clause, so that a row already there
-/// fails the statement. The statements before it have run by then, so on
-/// `false` the caller rolls its transaction back and decides the batch the
-/// long way. Run on the writer's thread directly
-/// (`sqlite::direct`): the whole transaction is one hand-off to the write
-/// connection, where the set-wise pass takes one a statement.
-static INSERT_ALL_NEW: LazyLock<[String; 5]> =
-    LazyLock::new(|| [events_insert(1), payloads_put(2), intents_insert(3), jobs_insert(4), requests_insert(5)]);
-
-impl SqliteStatements {
-    /// The five statements of a batch guessed all new (see [`INSERT_ALL_NEW`])
-    /// with their arguments, each of them given `$1..$5`.
-    pub fn all_new(&self, all: &AllNew<'_>) -> StoreResult<(&'static [String; 5], [String; 5])> {
-        let args = [
-            events_json(&all.events)?,
-            rows(&all.payloads)?,
-            intents_json(&all.intents)?,
-            rows(&all.jobs)?,
-            answers_json(&all.answers)?,
-        ];
-        Ok((&INSERT_ALL_NEW, args))
+/// A batch guessed all new ([`AllNew`]), written on the writer's own
+/// connection (`sqlite::direct`): five inserts, each prepared once and run
+/// once a row with the row's values bound. The events, intents and request
+/// records have no conflict clause, so that a row already there fails its
+/// insert with a unique violation, on which the caller rolls its unit back
+/// and decides the batch the long way.
+///
+/// Row by row rather than the set-wise pass's one JSON array a table: on the
+/// writer's own connection a statement costs no hand-off, and a row bound as
+/// it is is not escaped into JSON, parsed by SQLite and read back one
+/// `->>` a column.
+pub fn write_all_new(db: &rusqlite::Connection, all: &AllNew<'_>) -> StoreResult<()> {
+    use rusqlite::params;
+    let mut events = super::sqlite::direct::statement(db, EVENT_INSERT)?;
+    for r in &all.events {
+        let e = Event::of(r);
+        events.execute(params![
+            r.event_key,
+            e.tenant,
+            e.event_type,
+            e.entity_type,
+            e.entity_id,
+            e.occurred_at,
+            r.content_digest,
+            r.now_us
+        ])?;
     }
+    let mut payloads = super::sqlite::direct::statement(db, PAYLOAD_PUT)?;
+    for p in &all.payloads {
+        payloads.execute(params![p.digest, p.body, p.at])?;
+    }
+    let mut intents = super::sqlite::direct::statement(db, INTENT_INSERT)?;
+    for (r, i) in &all.intents {
+        intents.execute(params![
+            i.key,
+            r.tenant,
+            r.event_type,
+            r.entity_type,
+            r.entity_id,
+            r.entity_version,
+            r.occurred_at,
+            i.channel.as_str(),
+            i.recipient_id,
+            i.destination,
+            i.locale,
+            i.template_id,
+            i.template_revision,
+            r.fingerprint,
+            i.payload.as_ref().map(|(d, _)| d),
+            i.decision.as_str(),
+            i.reason.map(crate::intent::Reason::as_str),
+            i.detail,
+            i.state.as_str(),
+            r.now_us,
+            i.preferences_version,
+            i.mode.as_str(),
+            r.traceparent
+        ])?;
+    }
+    let mut jobs = super::sqlite::direct::statement(db, JOB_INSERT)?;
+    for j in &all.jobs {
+        jobs.execute(params![j.key, j.tenant, j.run_at, j.traceparent])?;
+    }
+    let mut requests = super::sqlite::direct::statement(db, REQUEST_INSERT)?;
+    for a in &all.answers {
+        let r = a.request;
+        requests.execute(params![r.tenant, r.identity, r.fingerprint, r.now_us, a.status, a.response])?;
+    }
+    Ok(())
 }
+
+/// One row of each table of [`write_all_new`], its values as `?1..?n`.
+const EVENT_INSERT: &str = "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at,
+         content_digest, created_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+const PAYLOAD_PUT: &str = "INSERT INTO payloads (digest, body, created_at) VALUES (?1, ?2, ?3)
+     ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
+     WHERE payloads.created_at < excluded.created_at";
+
+const INTENT_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
+         occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
+         payload_digest, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version,
+         link_key, mode, traceparent)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, 0, ?20, ?20,
+             ?21, NULL, ?22, ?23)";
+
+const JOB_INSERT: &str = "INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES (?1, ?2, ?3, ?4)";
+
+const REQUEST_INSERT: &str = "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";

@@ -39,6 +39,14 @@ pub(super) fn prepare<'c>(db: &'c Connection, sql: &str, args: &[&dyn ToSql]) ->
     Ok(statement)
 }
 
+/// One statement of `?n` parameters, prepared the first time the connection
+/// runs it and kept, for its caller to run once a row with the row's values
+/// (`Statement::execute` binds them in order). Logged as [`prepare`] logs.
+pub(in crate::store) fn statement<'c>(db: &'c Connection, sql: &str) -> StoreResult<CachedStatement<'c>> {
+    tracing::debug!(target: "herald::sqlite::direct", summary = sql, "statement");
+    Ok(db.prepare_cached(sql)?)
+}
+
 /// Runs one statement; the rows it changed.
 pub(super) fn execute(db: &Connection, sql: &str, args: &[&dyn ToSql]) -> StoreResult<usize> {
     Ok(prepare(db, sql, args)?.raw_execute()?)
@@ -60,7 +68,8 @@ pub(super) fn query<T>(
     Ok(out)
 }
 
-/// [`super::intents_apply`], each statement run directly.
+/// [`super::intents_apply`], each statement run directly, the update once a
+/// change with its values bound (no JSON to write and parse).
 pub(super) fn intents_apply(db: &Connection, changes: &[Change]) -> StoreResult<()> {
     if changes.is_empty() {
         return Ok(());
@@ -73,7 +82,22 @@ pub(super) fn intents_apply(db: &Connection, changes: &[Change]) -> StoreResult<
             .into_iter()
             .collect()
     };
-    execute(db, super::INTENTS_UPDATE, &[&super::changes_json(changes)])?;
+    let mut update = statement(db, &super::INTENT_UPDATE)?;
+    for c in changes {
+        update.execute(rusqlite::params![
+            c.key,
+            c.to.as_str(),
+            c.decision.map(|d| d.as_str()),
+            c.reason.is_some(),
+            c.reason.flatten().map(|r| r.as_str()),
+            c.detail.is_some(),
+            c.detail.as_ref().and_then(|d| d.as_deref()),
+            c.link_key.is_some(),
+            c.link_key.as_ref().and_then(|l| l.as_deref()),
+            c.restarts_chain,
+            c.at
+        ])?;
+    }
     publications_write(db, &super::published(changes, &before), None)
 }
 

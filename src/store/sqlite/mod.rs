@@ -6,7 +6,7 @@
 
 use super::batch::Pass;
 use super::shared::Step;
-use super::sqlite_batch::SqliteStatements;
+use super::sqlite_batch::{SqliteStatements, write_all_new};
 use super::*;
 use crate::intent::State;
 use crate::lifecycle::{self, Change};
@@ -14,7 +14,7 @@ use serde_json::json;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use tokio::sync::Notify;
 
 mod caps;
@@ -22,7 +22,7 @@ mod checkpoints;
 mod commits;
 mod dead_letters;
 mod digests;
-mod direct;
+pub(super) mod direct;
 mod directory;
 mod inbox;
 mod ingest;
@@ -67,7 +67,7 @@ async fn intents_apply(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, changes: &[
     } else {
         sqlx::query_as(INTENTS_BEFORE).bind(keys_arg(&keys)).fetch_all(&mut **tx).await?.into_iter().collect()
     };
-    sqlx::query(INTENTS_UPDATE).bind(changes_json(changes)).execute(&mut **tx).await?;
+    sqlx::query(&INTENTS_UPDATE).bind(changes_json(changes)).execute(&mut **tx).await?;
     publications_write(tx, &published(changes, &before), None).await
 }
 
@@ -80,17 +80,36 @@ fn publishing(changes: &[Change]) -> Vec<String> {
 const INTENTS_BEFORE: &str = "SELECT key, state FROM intents WHERE key IN (SELECT value FROM json_each($1))
      AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')";
 
-/// The changes of `$1` ([`changes_json`]), one row each.
-const INTENTS_UPDATE: &str = "UPDATE intents SET state = u.state, decision = COALESCE(u.decision, intents.decision),
-         reason = CASE WHEN u.set_reason THEN u.reason ELSE intents.reason END,
-         detail = CASE WHEN u.set_detail THEN u.detail ELSE intents.detail END,
-         link_key = CASE WHEN u.set_link THEN u.link_key ELSE intents.link_key END,
-         retry_base = CASE WHEN u.restarts THEN intents.attempts ELSE intents.retry_base END,
-         updated_at = u.at
-     FROM (SELECT value->>0 AS key, value->>1 AS state, value->>2 AS decision, value->>3 AS set_reason,
-                  value->>4 AS reason, value->>5 AS set_detail, value->>6 AS detail, value->>7 AS set_link,
-                  value->>8 AS link_key, value->>9 AS restarts, value->>10 AS at FROM json_each($1)) AS u
-     WHERE intents.key = u.key";
+/// The update of intents by changes, from `rows`, a query of one row a
+/// change, of the columns [`changes_json`] and [`direct::intents_apply`] give.
+fn intents_update(rows: &str) -> String {
+    format!(
+        "UPDATE intents SET state = u.state, decision = COALESCE(u.decision, intents.decision),
+             reason = CASE WHEN u.set_reason THEN u.reason ELSE intents.reason END,
+             detail = CASE WHEN u.set_detail THEN u.detail ELSE intents.detail END,
+             link_key = CASE WHEN u.set_link THEN u.link_key ELSE intents.link_key END,
+             retry_base = CASE WHEN u.restarts THEN intents.attempts ELSE intents.retry_base END,
+             updated_at = u.at
+         FROM ({rows}) AS u WHERE intents.key = u.key"
+    )
+}
+
+/// The changes of `$1` ([`changes_json`]).
+static INTENTS_UPDATE: LazyLock<String> = LazyLock::new(|| {
+    intents_update(
+        "SELECT value->>0 AS key, value->>1 AS state, value->>2 AS decision, value->>3 AS set_reason,
+                value->>4 AS reason, value->>5 AS set_detail, value->>6 AS detail, value->>7 AS set_link,
+                value->>8 AS link_key, value->>9 AS restarts, value->>10 AS at FROM json_each($1)",
+    )
+});
+
+/// One change, its columns `?1..?11` in [`changes_json`]'s order.
+static INTENT_UPDATE: LazyLock<String> = LazyLock::new(|| {
+    intents_update(
+        "SELECT ?1 AS key, ?2 AS state, ?3 AS decision, ?4 AS set_reason, ?5 AS reason, ?6 AS set_detail,
+                ?7 AS detail, ?8 AS set_link, ?9 AS link_key, ?10 AS restarts, ?11 AS at",
+    )
+});
 
 fn changes_json(changes: &[Change]) -> String {
     let flag = |set: bool| i64::from(set);
@@ -266,32 +285,26 @@ impl SqliteStore {
 }
 
 impl SqliteStore {
-    /// One transaction on the writer for a batch of requests. A request alone
-    /// (every request under light load) is written row by row without a
-    /// savepoint (the transaction is its own: its commit or rollback writes
-    /// it entirely or not at all). A batch goes set-wise when it fits (see
-    /// [`super::batch`]), else — and for what the set-wise pass leaves
-    /// undecided — request by request in savepoints. None reads the request
-    /// records first: the pipeline read them just before planning, and a
-    /// record there after all (a concurrent duplicate) is found when the
-    /// request's own is written, and this one's rows go.
-    ///
-    /// A request alone stays row by row because the set-wise statements pass
-    /// their rows as JSON, and for one request that costs more than the one
-    /// statement it saves: bodies escaped into the JSON, parsed by SQLite and
-    /// unescaped again (1 client, alternating runs: Herald's CPU per
-    /// notification 2.37 ms row by row, 2.60 ms set-wise, p50 2.0 → 2.2 ms).
+    /// One transaction on the writer for a batch of requests. A batch that
+    /// fits (see [`super::batch`]) with no capped intent — a request alone
+    /// too, every request under light load — first goes to the commit loop
+    /// on the guess that all of it is new ([`SqliteStore::ingest_all_new`]):
+    /// row by row on the writer's own connection, each statement prepared
+    /// once, sharing its commit with whatever else is waiting. What that
+    /// guess does not write goes set-wise when it fits, else — and for what
+    /// the set-wise pass leaves undecided — request by request in
+    /// savepoints (a request alone without one: the transaction is its
+    /// own). None reads the request records first: the pipeline read them
+    /// just before planning, and a record there after all (a concurrent
+    /// duplicate) is found when the request's own is written, and this
+    /// one's rows go.
     ///
     /// A batch with a capped intent begins `IMMEDIATE`, taking the database's
     /// write lock before its caps are counted ([`super::caps`]): a deferred
     /// transaction would count, and only then wait for a writer in another
     /// process that is about to add to that count.
-    ///
-    /// A batch of several that fits, with no capped intent, first goes as one
-    /// query on the guess that all of it is new ([`SqliteStore::ingest_all_new`]).
     async fn ingest_tx(&self, planned: &[Ingest]) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
-        if planned.len() > 1
-            && !super::caps::any(planned)
+        if !super::caps::any(planned)
             && super::batch::fits(planned)
             && let Some(outcomes) = self.ingest_all_new(planned).await?
         {
@@ -334,36 +347,38 @@ impl SqliteStore {
         Ok(outcomes)
     }
 
-    /// A batch that fits, written in one hand-off to the writer's connection
-    /// ([`direct`]) on the guess that every row is new; None, with its
-    /// transaction rolled back, when any row was there already.
+    /// A batch that fits, written in one unit of the commit loop
+    /// ([`commits`]) on the guess that every row is new; None, with the
+    /// unit's writes undone, when any row was there already. The unit owns a
+    /// copy of the batch (a unit outlives its caller's borrow), and plans
+    /// its rows where it runs, on the writer's thread, where this future
+    /// runs too.
     async fn ingest_all_new(&self, batch: &[Ingest]) -> StoreResult<Option<Vec<StoreResult<IngestOutcome>>>> {
-        let rows = super::batch::AllNew::of(batch)?;
-        let (statements, args) = SqliteStatements.all_new(&rows)?;
-        let published: Vec<String> =
-            (rows.intents.iter()).filter(|(_, i)| lifecycle::publishes(i.state)).map(|(_, i)| i.key.clone()).collect();
+        let batch = batch.to_vec();
         let written = (self.commits)
             .run(move |db| {
-                let args: Vec<&dyn rusqlite::ToSql> = args.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
-                for statement in statements {
-                    match direct::execute(db, statement, &args) {
-                        Ok(_) => {}
-                        Err(e) if direct::is_unique_violation(&e) => return Ok(commits::End::Rollback(false)),
-                        Err(e) => return Err(e),
-                    }
+                let rows = super::batch::AllNew::of(&batch)?;
+                match write_all_new(db, &rows) {
+                    Ok(()) => {}
+                    Err(e) if direct::is_unique_violation(&e) => return Ok(commits::End::Rollback(None)),
+                    Err(e) => return Err(e),
                 }
                 // Intents created in a published state are published, as the set-wise pass does.
+                let published: Vec<String> = (rows.intents.iter())
+                    .filter(|(_, i)| lifecycle::publishes(i.state))
+                    .map(|(_, i)| i.key.clone())
+                    .collect();
                 direct::publications_write(db, &published, None)?;
-                Ok(commits::End::Commit(true))
+                Ok(commits::End::Commit(Some((rows.outcomes, !rows.jobs.is_empty()))))
             })
             .await?;
-        if !written {
+        let Some((outcomes, queued)) = written else {
             return Ok(None);
-        }
-        if !rows.jobs.is_empty() {
+        };
+        if queued {
             self.jobs_queued();
         }
-        Ok(Some(rows.outcomes.into_iter().map(Ok).collect()))
+        Ok(Some(outcomes.into_iter().map(Ok).collect()))
     }
 
     /// The writer's transaction for an ingest batch: `IMMEDIATE` when it caps.

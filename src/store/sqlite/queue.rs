@@ -7,7 +7,7 @@
 
 use super::commits::End;
 use super::direct;
-use super::{SqliteStore, digests, json_rows, keys_arg};
+use super::{SqliteStore, digests, keys_arg};
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::lifecycle::Change;
 use crate::store::shared::{applied_set, report};
@@ -17,7 +17,6 @@ use crate::store::{
 };
 use async_trait::async_trait;
 use rusqlite::Connection;
-use serde_json::json;
 use sqlx::SqlitePool;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -331,11 +330,21 @@ fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>>
     Ok(End::Commit(claim_candidates(db, candidates, claim)?))
 }
 
-/// A batch of outcomes: at most four statements, each given the batch as one
-/// JSON array of rows. Reports which it recorded and which were stale.
+/// A batch of outcomes: each attempt's row, its intent's change, and its job
+/// taken off the queue or put back for its retry, one statement a row, each
+/// prepared once. Reports which it recorded and which were stale.
 fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<FinishReport>> {
-    let outcomes = json_rows(finished.iter().map(|f| {
-        json!([
+    let mut record = direct::statement(
+        db,
+        "UPDATE attempts SET finished_at = ?3, outcome = ?4, error_class = ?5, provider_status = ?6,
+             provider_message_id = ?7, error = ?8, retry_after = ?9, retry_at = ?10, provider = ?11,
+             possible_duplicate = ?12
+         WHERE intent_key = ?1 AND n = ?2 AND finished_at IS NULL
+         RETURNING intent_key, n",
+    )?;
+    let mut applied: Vec<(String, i64)> = Vec::with_capacity(finished.len());
+    for f in finished {
+        let mut rows = record.query(rusqlite::params![
             f.key,
             f.n,
             f.finished_at_us,
@@ -348,50 +357,26 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
             f.transition.retry_at(),
             f.provider,
             f.possible_duplicate
-        ])
-    }));
-    let applied: Vec<(String, i64)> = direct::query(
-        db,
-        "UPDATE attempts SET finished_at = u.finished_at, outcome = u.outcome, error_class = u.error_class,
-             provider_status = u.provider_status, provider_message_id = u.provider_message_id,
-             error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
-             possible_duplicate = u.possible_duplicate
-         FROM (SELECT value->>0 AS k, value->>1 AS attempt, value->>2 AS finished_at, value->>3 AS outcome,
-                      value->>4 AS error_class, value->>5 AS provider_status,
-                      value->>6 AS provider_message_id, value->>7 AS error, value->>8 AS retry_after,
-                      value->>9 AS retry_at, value->>10 AS provider, value->>11 AS possible_duplicate
-               FROM json_each($1)) AS u
-         WHERE attempts.intent_key = u.k AND attempts.n = u.attempt AND attempts.finished_at IS NULL
-         RETURNING intent_key, n",
-        &[&outcomes],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+        ])?;
+        while let Some(r) = rows.next()? {
+            applied.push((r.get(0)?, r.get(1)?));
+        }
+    }
+    drop(record);
     // By (key, n): a stale outcome for an attempt that was rescued must not
     // ride along with the new attempt's outcome for the same intent.
     let applied_now = applied_set(&applied);
     let applied_outcomes: Vec<&FinishedAttempt> =
         finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
-    // A statement with nothing to do is skipped: outcomes all stale
-    // leave nothing to write; most batches hold no retry.
     let changes: Vec<Change> = applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
     direct::intents_apply(db, &changes)?;
-    let (retries, done): (Vec<&FinishedAttempt>, Vec<&FinishedAttempt>) =
-        applied_outcomes.iter().partition(|f| f.transition.retry_at().is_some());
-    if !done.is_empty() {
-        direct::execute(
-            db,
-            "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))",
-            &[&json_rows(done.iter().map(|f| json!(f.key)))],
-        )?;
-    }
-    if !retries.is_empty() {
-        direct::execute(
-            db,
-            "UPDATE jobs SET run_at = u.run_at, locked_until = NULL
-         FROM (SELECT value->>0 AS k, value->>1 AS run_at FROM json_each($1)) AS u
-         WHERE jobs.intent_key = u.k",
-            &[&json_rows(retries.iter().map(|f| json!([f.key, f.transition.retry_at()])))],
-        )?;
+    let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_key = ?1")?;
+    let mut retry = direct::statement(db, "UPDATE jobs SET run_at = ?2, locked_until = NULL WHERE intent_key = ?1")?;
+    for f in applied_outcomes {
+        match f.transition.retry_at() {
+            Some(at) => retry.execute(rusqlite::params![f.key, at])?,
+            None => done.execute([&f.key])?,
+        };
     }
     Ok(End::Commit(report(finished, &applied)))
 }
