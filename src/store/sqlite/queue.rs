@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use rusqlite::Connection;
 use sqlx::SqlitePool;
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 /// After the backend has leased jobs and read their intents (the
@@ -303,32 +304,35 @@ fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>>
     if keys.is_empty() {
         return Ok(End::Rollback(Vec::new()));
     }
-    let candidates = direct::query(
-        db,
-        "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
-             i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
-             i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
-             i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
-             p.body AS content,
+    let candidates = direct::query(db, &CANDIDATES, &[&keys_arg(&keys)], |r| {
+        let after = direct::INTENT_COLUMNS.len();
+        Ok(ClaimCandidate {
+            intent: direct::intent_row(r)?,
+            content: r.get(after)?,
+            lease_lapsed: r.get(after + 1)?,
+            traceparent: r.get(after + 2)?,
+            links: r.get(after + 3)?,
+        })
+    })?;
+    Ok(End::Commit(claim_candidates(db, candidates, claim)?))
+}
+
+/// The leased jobs' intents (`$1`), with their content, whether an attempt of
+/// theirs is still open (its lease lapsed), and their jobs' trace and links,
+/// in that order after the intent's columns.
+static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    let intent: Vec<String> = direct::INTENT_COLUMNS.iter().map(|c| format!("i.{c}")).collect();
+    format!(
+        "SELECT {}, p.body AS content,
            EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
                lease_lapsed,
            j.traceparent, j.links
          FROM intents i JOIN jobs j ON j.intent_key = i.key
          LEFT JOIN payloads p ON p.digest = i.payload_digest
          WHERE i.key IN (SELECT value FROM json_each($1))",
-        &[&keys_arg(&keys)],
-        |r| {
-            Ok(ClaimCandidate {
-                intent: direct::intent_row(r)?,
-                content: r.get("content")?,
-                lease_lapsed: r.get("lease_lapsed")?,
-                traceparent: r.get("traceparent")?,
-                links: r.get("links")?,
-            })
-        },
-    )?;
-    Ok(End::Commit(claim_candidates(db, candidates, claim)?))
-}
+        intent.join(", ")
+    )
+});
 
 /// A batch of outcomes: each attempt's row, its intent's change, and its job
 /// taken off the queue or put back for its retry, one statement a row, each
