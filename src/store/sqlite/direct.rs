@@ -235,30 +235,25 @@ mod tests {
         let sql = format!("SELECT {}", columns.join(", "));
         let row = query(&db, &sql, &[], intent_row).unwrap().remove(0);
         let texts = [
-            (&row.key, "key"),
-            (&row.tenant, "tenant"),
-            (&row.event_type, "event_type"),
-            (&row.entity_type, "entity_type"),
-            (&row.entity_id, "entity_id"),
-            (&row.occurred_at, "occurred_at"),
-            (&row.recipient_id, "recipient_id"),
-            (&row.template_id, "template_id"),
-            (&row.event_digest, "event_digest"),
+            (Some(row.key.as_str()), "key"),
+            (Some(&row.tenant), "tenant"),
+            (Some(&row.event_type), "event_type"),
+            (Some(&row.entity_type), "entity_type"),
+            (Some(&row.entity_id), "entity_id"),
+            (Some(&row.occurred_at), "occurred_at"),
+            (Some(&row.recipient_id), "recipient_id"),
+            (Some(&row.template_id), "template_id"),
+            (Some(&row.event_digest), "event_digest"),
+            (row.destination.as_deref(), "destination"),
+            (row.locale.as_deref(), "locale"),
+            (row.template_revision.as_deref(), "template_revision"),
+            (row.payload_digest.as_deref(), "payload_digest"),
+            (row.reason.as_deref(), "reason"),
+            (row.detail.as_deref(), "detail"),
+            (row.link_key.as_deref(), "link_key"),
         ];
         for (read, column) in texts {
-            assert_eq!(read, column);
-        }
-        let optional = [
-            (&row.destination, "destination"),
-            (&row.locale, "locale"),
-            (&row.template_revision, "template_revision"),
-            (&row.payload_digest, "payload_digest"),
-            (&row.reason, "reason"),
-            (&row.detail, "detail"),
-            (&row.link_key, "link_key"),
-        ];
-        for (read, column) in optional {
-            assert_eq!(read.as_deref(), Some(column));
+            assert_eq!(read, Some(column));
         }
         let place = |c: &str| INTENT_COLUMNS.iter().position(|x| *x == c).unwrap() as i64;
         assert_eq!(row.entity_version, Some(place("entity_version")));
