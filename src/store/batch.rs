@@ -50,8 +50,8 @@ pub enum Pass {
 /// event, intent and request identity, as nearly every batch is — whose
 /// answers are then known before anything is written: every intent created.
 /// A backend writes these rows at once (on Postgres one statement, committed
-/// on its own; on SQLite one unit of its commit loop, a prepared insert a row) and keeps them only where the database says each row was
-/// indeed new; otherwise nothing of them is kept and the batch goes through
+/// on its own; on SQLite one unit of its commit loop, a prepared insert a
+/// row) and keeps them only where the database says each row was indeed new; otherwise nothing of them is kept and the batch goes through
 /// [`write`].
 pub struct AllNew<'a> {
     /// In key order, as every statement takes its rows.

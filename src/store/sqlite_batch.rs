@@ -1,7 +1,10 @@
 //! SQLite's statements of a set-wise ingest batch ([`super::batch`]): the
 //! batch's rows as one JSON array parameter, read by `json_each`, one object
-//! per row. Every statement on SQLite is a hand-off to its one writer's thread
-//! and back, so what counts is how many there are, not what each carries.
+//! per row. Every statement through sqlx is a hand-off to its one writer's
+//! thread and back, so what counts is how many there are, not what each
+//! carries. The all-new guess ([`write_all_new`]) runs on the writer's own
+//! connection instead, where a statement costs no hand-off: a prepared
+//! statement a row, no JSON.
 //!
 //! (An `INSERT … SELECT` with an upsert clause needs a `WHERE` in its
 //! `SELECT`, or SQLite reads the `ON` of `ON CONFLICT` as a join's.)
@@ -249,26 +252,26 @@ const REQUESTS_INSERT: &str = "INSERT INTO requests (tenant, identity, fingerpri
 /// it is is not escaped into JSON, parsed by SQLite and read back one
 /// `->>` a column.
 pub fn write_all_new(db: &rusqlite::Connection, all: &AllNew<'_>) -> StoreResult<()> {
+    use super::sqlite::direct::statement;
     use rusqlite::params;
-    let mut events = super::sqlite::direct::statement(db, EVENT_INSERT)?;
+    let mut events = statement(db, EVENT_INSERT)?;
     for r in &all.events {
-        let e = Event::of(r);
         events.execute(params![
             r.event_key,
-            e.tenant,
-            e.event_type,
-            e.entity_type,
-            e.entity_id,
-            e.occurred_at,
+            r.tenant,
+            r.event_type,
+            r.entity_type,
+            r.entity_id,
+            r.occurred_at,
             r.content_digest,
             r.now_us
         ])?;
     }
-    let mut payloads = super::sqlite::direct::statement(db, PAYLOAD_PUT)?;
+    let mut payloads = statement(db, PAYLOAD_PUT)?;
     for p in &all.payloads {
         payloads.execute(params![p.digest, p.body, p.at])?;
     }
-    let mut intents = super::sqlite::direct::statement(db, INTENT_INSERT)?;
+    let mut intents = statement(db, INTENT_INSERT)?;
     for (r, i) in &all.intents {
         intents.execute(params![
             i.key,
@@ -296,11 +299,11 @@ pub fn write_all_new(db: &rusqlite::Connection, all: &AllNew<'_>) -> StoreResult
             r.traceparent
         ])?;
     }
-    let mut jobs = super::sqlite::direct::statement(db, JOB_INSERT)?;
+    let mut jobs = statement(db, JOB_INSERT)?;
     for j in &all.jobs {
         jobs.execute(params![j.key, j.tenant, j.run_at, j.traceparent])?;
     }
-    let mut requests = super::sqlite::direct::statement(db, REQUEST_INSERT)?;
+    let mut requests = statement(db, REQUEST_INSERT)?;
     for a in &all.answers {
         let r = a.request;
         requests.execute(params![r.tenant, r.identity, r.fingerprint, r.now_us, a.status, a.response])?;

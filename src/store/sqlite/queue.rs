@@ -10,13 +10,13 @@ use super::direct;
 use super::{SqliteStore, digests, keys_arg};
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::lifecycle::Change;
-use crate::store::shared::{applied_set, report};
+use crate::store::shared::report;
 use crate::store::{
     Claim, ClaimCandidate, ClaimedJob, DigestClose, DigestCloseOutcome, DigestMember, DigestRow, FinishReport,
     FinishedAttempt, QueueStats, QueueStore, StoreResult,
 };
 use async_trait::async_trait;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use sqlx::SqlitePool;
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
@@ -346,32 +346,35 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
          WHERE intent_key = ?1 AND n = ?2 AND finished_at IS NULL
          RETURNING intent_key, n",
     )?;
-    let mut applied: Vec<(String, i64)> = Vec::with_capacity(finished.len());
+    // Each outcome's own statement says whether it applied, by (key, n): a
+    // stale outcome for an attempt that was rescued must not ride along with
+    // the new attempt's outcome for the same intent.
+    let (mut applied, mut applied_outcomes) = (Vec::with_capacity(finished.len()), Vec::new());
     for f in finished {
-        let mut rows = record.query(rusqlite::params![
-            f.key,
-            f.n,
-            f.finished_at_us,
-            f.outcome.as_str(),
-            f.error_class.map(|r| r.as_str()),
-            f.provider_status,
-            f.provider_message_id,
-            f.error,
-            f.retry_after_us,
-            f.transition.retry_at(),
-            f.provider,
-            f.possible_duplicate
-        ])?;
-        while let Some(r) = rows.next()? {
-            applied.push((r.get(0)?, r.get(1)?));
+        let recorded: Option<(String, i64)> = record
+            .query_row(
+                rusqlite::params![
+                    f.key,
+                    f.n,
+                    f.finished_at_us,
+                    f.outcome.as_str(),
+                    f.error_class.map(|r| r.as_str()),
+                    f.provider_status,
+                    f.provider_message_id,
+                    f.error,
+                    f.retry_after_us,
+                    f.transition.retry_at(),
+                    f.provider,
+                    f.possible_duplicate
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        if let Some(row) = recorded {
+            applied.push(row);
+            applied_outcomes.push(f);
         }
     }
-    drop(record);
-    // By (key, n): a stale outcome for an attempt that was rescued must not
-    // ride along with the new attempt's outcome for the same intent.
-    let applied_now = applied_set(&applied);
-    let applied_outcomes: Vec<&FinishedAttempt> =
-        finished.iter().filter(|f| applied_now.contains(&(f.key.as_str(), f.n))).collect();
     let changes: Vec<Change> = applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
     direct::intents_apply(db, &changes)?;
     let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_key = ?1")?;
