@@ -150,9 +150,11 @@ fn queries(now_us: i64) -> Vec<(&'static str, String)> {
         ("Shadow report: a tenant's SMS of the last hour by encoding", format!(
             "SELECT CAST(p.body AS jsonb)->>'encoding' AS encoding, COUNT(*) AS messages,
                     CAST(COALESCE(SUM(CAST(CAST(p.body AS jsonb)->>'segments' AS BIGINT)), 0) AS BIGINT) AS segments
-             FROM intents i JOIN payloads p ON p.digest = i.payload_digest
-             WHERE i.tenant = 'tenant-3' AND i.created_at >= {hour} AND i.created_at < {now_us}
-               AND i.channel = 'sms' AND i.state IN ('shadowed', 'sent') GROUP BY 1 ORDER BY 1")),
+             FROM (SELECT COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS body
+                   FROM intents i
+                   WHERE i.tenant = 'tenant-3' AND i.created_at >= {hour} AND i.created_at < {now_us}
+                     AND i.channel = 'sms' AND i.state IN ('shadowed', 'sent')) p
+             WHERE p.body IS NOT NULL GROUP BY 1 ORDER BY 1")),
         ("Shadow report: a tenant's template errors of the last hour", format!(
             "SELECT template_id, reason, COUNT(*) AS n FROM intents
              WHERE tenant = 'tenant-3' AND created_at >= {hour} AND created_at < {now_us}

@@ -20,10 +20,11 @@ pub struct Retention {
 }
 
 impl Retention {
-    fn steps(&self) -> [(PruneStep, &'static str, Duration); 13] {
+    fn steps(&self) -> [(PruneStep, &'static str, Duration); 14] {
         let c = &self.config;
         [
             (PruneStep::AttemptDiagnostics, "attempt_diagnostics", c.attempt_diagnostics),
+            (PruneStep::Contents, "contents", c.payloads),
             (PruneStep::Payloads, "payloads", c.payloads),
             (PruneStep::Intents, "intents", c.intents),
             (PruneStep::Events, "events", c.intents),

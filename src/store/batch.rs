@@ -249,14 +249,12 @@ async fn claim_events<S: Statements>(
     Ok((conflicts, vanished))
 }
 
-/// Each content once, in digest order.
+/// Each event body once, in digest order. (A rendered message is written
+/// in its intent's row, `content`.)
 fn payloads<'a>(new: &[&'a Ingest]) -> Vec<Payload<'a>> {
     let mut payloads: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
     for r in new {
         payloads.insert(&r.fingerprint, (&r.event_body, r.now_us));
-        for (digest, body) in r.intents.iter().filter_map(|i| i.payload.as_ref()) {
-            payloads.insert(digest, (body, r.now_us));
-        }
     }
     payloads.into_iter().map(|(digest, (body, at))| Payload { digest, body, at }).collect()
 }

@@ -770,6 +770,9 @@ pub struct OpsDigestRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PruneStep {
     AttemptDiagnostics,
+    /// Rendered messages held in their intents' rows (`content`), at the
+    /// `payloads` age; the intent's record stays.
+    Contents,
     Payloads,
     Intents,
     Events,

@@ -3,7 +3,7 @@
 use super::*;
 
 #[tokio::test]
-async fn retention_keeps_content_that_is_reused_or_still_pending() {
+async fn retention_clears_an_old_message_unless_its_intent_still_needs_it() {
     each_backend(|store| async move {
         let day = 86_400_000_000_i64;
         let mut old = ingest("r-old", "fp-old", vec![new_intent(&key(1), "sms", None)]);
@@ -15,21 +15,26 @@ async fn retention_keeps_content_that_is_reused_or_still_pending() {
         let mut lonely = ingest("r-lonely", "fp-lonely", vec![new_intent(&key(3), "sms", None)]);
         lonely.intents[0].payload = Some(("lonely".into(), "{}".into()));
         store.events_ingest(lonely).await.unwrap();
-        // the shared content is used again, 60 days later
+        // the same message rendered for another intent, 60 days later: each
+        // intent holds its own, which ages with it
         let mut again = ingest("r-new", "fp-new", vec![new_intent(&key(4), "sms", None)]);
         again.intents[0].payload = Some(("shared".into(), "{}".into()));
         again.now_us = T0 + 60 * day;
         store.events_ingest(again).await.unwrap();
 
-        let pruned = store.retention_batch(PruneStep::Payloads, T0 + 30 * day, 100).await.unwrap();
-        assert!(pruned >= 1, "the unused content goes");
-        let content = |k: String| {
+        let pruned = store.retention_batch(PruneStep::Contents, T0 + 30 * day, 100).await.unwrap();
+        assert_eq!(pruned, 2, "the two old messages nothing waits for go");
+        let detail = |k: String| {
             let store = store.clone();
-            async move { store.intent_get("default", &k).await.unwrap().unwrap().content }
+            async move { store.intent_get("default", &k).await.unwrap().unwrap() }
         };
-        assert!(content(key(3)).await.is_none(), "unused and old: pruned");
-        assert!(content(key(1)).await.is_some(), "reused recently: kept");
-        assert!(content(key(2)).await.is_some(), "its job still waits: kept");
+        let gone = detail(key(1)).await;
+        assert!(gone.content.is_none(), "old, and nothing waits for it: cleared");
+        assert_eq!(gone.intent.payload_digest.as_deref(), Some("shared"), "its digest stays on the record");
+        assert!(detail(key(3)).await.content.is_none(), "old, and nothing waits for it: cleared");
+        assert!(detail(key(4)).await.content.is_some(), "the young intent keeps its own");
+        assert!(detail(key(2)).await.content.is_some(), "its job still waits: kept");
+        assert_eq!(store.retention_batch(PruneStep::Contents, T0 + 30 * day, 100).await.unwrap(), 0, "once");
     })
     .await;
 }
@@ -251,7 +256,7 @@ async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_
         // key 1 dies after a try; key 2 never had content; key 3 was sent;
         // key 4's content is pruned by retention.
         store.events_ingest(dead_letter("default", 4, "rejected", T0)).await.unwrap();
-        store.retention_batch(PruneStep::Payloads, T0 + 1, 100).await.unwrap();
+        assert_eq!(store.retention_batch(PruneStep::Contents, T0 + 1, 100).await.unwrap(), 1);
         let later = T0 + DAY;
         let mut tried = ingest("r1", "fp1", vec![new_intent(&key(1), "sms", Some(later))]);
         tried.now_us = later;
@@ -286,6 +291,9 @@ async fn a_dead_letter_replay_queues_what_can_go_again_and_says_why_not_for_the_
         );
         let d = store.intent_get("default", &key(1)).await.unwrap().unwrap();
         assert_eq!((d.intent.state.as_str(), d.intent.reason.as_deref(), d.intent.retry_base), ("queued", None, 1));
+        // retention at a cutoff before the replay leaves the re-queued
+        // intent its content (the claim below reads it)
+        store.retention_batch(PruneStep::Contents, later + 50, 100).await.unwrap();
         // the same key and frozen content, a fresh budget counted from the replay
         let again = store.jobs_claim(claim(later + 100, 10)).await.unwrap();
         assert_eq!(again.len(), 1);

@@ -83,6 +83,59 @@ async fn an_older_databases_dead_letters_and_queue_are_carried_over() {
     }
 }
 
+/// A database an older Herald left (before migration 0065) kept each rendered
+/// message as a payload row found by its digest; its intents still show,
+/// send, list and replay that message once new intents keep theirs in their
+/// own rows, and retention's new step leaves the payload rows to the old one.
+#[tokio::test]
+async fn an_older_databases_messages_are_still_read_from_their_payloads() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        migrate_up_to(&db, 64).await;
+        let message = r#"{"body":"hi","encoding":"GSM-7","segments":1}"#;
+        let intent = |n: u32, state: &str, reason: &str| {
+            format!(
+                "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, occurred_at, channel,
+                                      recipient_id, template_id, event_digest, payload_digest, decision, reason,
+                                      state, attempts, created_at, updated_at)
+                 VALUES ('{k}', 'default', 'purchase_order.approved', 'purchase_order', 'PO-{n}',
+                         '2026-11-29T04:30:00Z', 'sms', 'u-1', 'po_approved', 'event-1', 'message-1', 'send', {reason},
+                         '{state}', 1, {T0}, {T0})",
+                k = key(n)
+            )
+        };
+        for sql in [
+            format!("INSERT INTO payloads (digest, body, created_at) VALUES ('message-1', '{message}', {T0})"),
+            intent(1, "queued", "NULL"),
+            intent(2, "dead", "'rejected'"),
+            intent(3, "sent", "NULL"),
+            format!("INSERT INTO jobs (intent_key, tenant, run_at) VALUES ('{}', 'default', {T0})", key(1)),
+        ] {
+            common::execute(&db, &sql).await;
+        }
+        if backend == common::Backend::Postgres {
+            // SQLite derives it; Herald writes it on Postgres (migration 0052)
+            common::execute(&db, "UPDATE intents SET dead_at = updated_at WHERE state = 'dead'").await;
+        }
+        let store = db.store().await;
+
+        let shown = store.intent_get("default", &key(3)).await.unwrap().unwrap();
+        assert_eq!(shown.content.as_deref(), Some(message), "{backend:?}");
+        let filter = DeadLetterFilter { tenant: Some("default".into()), limit: 10, ..Default::default() };
+        let dead = store.dead_letters_list(filter).await.unwrap();
+        assert_eq!(dead.items[0].content.as_deref(), Some(message), "{backend:?}");
+        let report = store.report_rows(ReportFilter { tenant: None, since_us: T0, until_us: T0 + 1 }).await.unwrap();
+        assert_eq!(report.sms.iter().map(|c| c.messages).sum::<i64>(), 1, "{backend:?}: the sent one");
+        assert_eq!(store.retention_batch(PruneStep::Contents, T0 + 1, 100).await.unwrap(), 0, "{backend:?}");
+
+        let claimed = store.jobs_claim(claim(T0 + 1, 10)).await.unwrap();
+        assert_eq!(claimed[0].content.as_deref(), Some(message), "{backend:?}");
+        let replayed =
+            store.dead_letters_replay(replay(ReplaySelector::Ids(vec![key(2)]), "default", T0 + 2)).await.unwrap();
+        assert_eq!(replayed[0].outcome, ReplayOutcome::Queued, "{backend:?}");
+    }
+}
+
 /// Postgres changes a row in place (a HOT update, writing no index) only
 /// when no column an index reads changes. The worker changes an intent's
 /// state twice on its way out; none of the columns those changes write may

@@ -262,9 +262,9 @@ impl QueueStore for PostgresStore {
                  i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
                  i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
                  i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
-                 p.body AS content,
+                 COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
                     lapsed.found IS NOT NULL AS lease_lapsed, l.traceparent, l.links
-             FROM leased l JOIN intents i ON i.key = l.intent_key LEFT JOIN payloads p ON p.digest = i.payload_digest
+             FROM leased l JOIN intents i ON i.key = l.intent_key
              LEFT JOIN LATERAL (
                  SELECT 1 AS found FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL LIMIT 1
              ) lapsed ON TRUE",

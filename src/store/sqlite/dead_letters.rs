@@ -11,9 +11,9 @@ pub(super) async fn dead_letters_list(pool: &SqlitePool, f: &DeadLetterFilter) -
         "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
              i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
              i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
-             i.preferences_version, i.link_key, i.retry_base, i.mode, p.body AS content, e.body AS event_body
+             i.preferences_version, i.link_key, i.retry_base, i.mode, COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
+             e.body AS event_body
          FROM intents i
-         LEFT JOIN payloads p ON p.digest = i.payload_digest
          LEFT JOIN payloads e ON e.digest = i.event_digest
          WHERE i.dead_at IS NOT NULL",
     );

@@ -25,10 +25,10 @@ pub(super) async fn digest_members(pool: &SqlitePool, key: &str) -> StoreResult<
         "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
              i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
              i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
-             i.preferences_version, i.link_key, i.retry_base, i.mode, e.body AS event_body, p.body AS content,
+             i.preferences_version, i.link_key, i.retry_base, i.mode, e.body AS event_body,
+             COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
              i.traceparent
          FROM intents i LEFT JOIN payloads e ON e.digest = i.event_digest
-         LEFT JOIN payloads p ON p.digest = i.payload_digest
          WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key",
     )
     .bind(key)
@@ -75,9 +75,6 @@ pub(super) async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreR
         traceparent: close.traceparent.clone(),
     };
     payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
-    if let Some((digest, body)) = &close.intent.payload {
-        payload_put(tx, digest, body, close.now_us).await?;
-    }
     intent_insert(tx, &ingest, &close.intent).await?;
     if close.links.is_some() {
         sqlx::query("UPDATE jobs SET links = $2 WHERE intent_key = $1")

@@ -72,8 +72,10 @@ pub(super) async fn inbox_list(
     let (at, id) = cursor.map_or((i64::MAX, ""), |c| (c.at, c.id.as_str()));
     let mut items: Vec<InboxCard> = sqlx::query_as(
         "SELECT c.card_id, c.entity_type, c.entity_id, c.version, c.intent_key, c.collapsed, c.read_at,
-                c.updated_at, p.body AS content
-         FROM inbox_cards c LEFT JOIN payloads p ON p.digest = c.payload_digest
+                c.updated_at,
+                COALESCE((SELECT i.content FROM intents i WHERE i.key = c.intent_key AND i.payload_digest = c.payload_digest),
+                         (SELECT p.body FROM payloads p WHERE p.digest = c.payload_digest)) AS content
+         FROM inbox_cards c
          WHERE c.tenant = $1 AND c.recipient_id = $2
            AND (c.updated_at < $3 OR (c.updated_at = $3 AND c.card_id < $4))
          ORDER BY c.updated_at DESC, c.card_id DESC LIMIT $5",

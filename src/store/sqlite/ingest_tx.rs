@@ -97,16 +97,9 @@ pub(super) async fn ingest_one(tx: &mut Tx<'_>, ingest: &Ingest, read_first: boo
         return Ok(Step::Done(IngestOutcome::Conflict));
     }
 
-    // Payloads first, each once, in digest order: content is shared
-    // across events, and a fixed order keeps two transactions that
-    // write the same rows from deadlocking each other.
-    let mut payloads: Vec<(&str, &str)> = vec![(ingest.fingerprint.as_str(), ingest.event_body.as_str())];
-    payloads.extend(ingest.intents.iter().filter_map(|i| i.payload.as_ref().map(|(d, b)| (d.as_str(), b.as_str()))));
-    payloads.sort_unstable();
-    payloads.dedup_by(|a, b| a.0 == b.0);
-    for (digest, body) in payloads {
-        payload_put(tx, digest, body, ingest.now_us).await?;
-    }
+    // The event's body first, as the set-wise pass writes payloads before
+    // intents. (A rendered message goes in its intent's own row.)
+    payload_put(tx, &ingest.fingerprint, &ingest.event_body, ingest.now_us).await?;
     let mut ordered: Vec<&NewIntent> = ingest.intents.iter().collect();
     // Digest members go in the order of their windows' keys, since each
     // locks its window's row: every transaction then takes every lock
@@ -215,16 +208,16 @@ pub(super) async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_u
     Ok(())
 }
 
-/// Inserts one intent (its payload is already stored), queues its job
+/// Inserts one intent, its rendered message in its row, queues its job
 /// or joins its digest window when it is new, and reports it.
 pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewIntent) -> StoreResult<IntentSummary> {
     let created = sqlx::query(
         "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
              channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-             payload_digest, decision, reason, detail, state, attempts, created_at, updated_at,
+             payload_digest, content, decision, reason, detail, state, attempts, created_at, updated_at,
              preferences_version, link_key, mode, traceparent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, 0, $20, $20,
-             $21, $22, $23, $24)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, 0, $21,
+             $21, $22, $23, $24, $25)
          ON CONFLICT (key) DO NOTHING",
     )
     .bind(&it.key)
@@ -242,6 +235,7 @@ pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewInte
     .bind(&it.template_revision)
     .bind(&ingest.fingerprint)
     .bind(it.payload.as_ref().map(|(d, _)| d.as_str()))
+    .bind(it.payload.as_ref().map(|(_, c)| c.as_str()))
     .bind(it.decision)
     .bind(it.reason)
     .bind(&it.detail)

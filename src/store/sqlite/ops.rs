@@ -22,9 +22,11 @@ pub(super) async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreRes
         // replayed do not use up the limit call after call.
         ReplaySelector::Reason { reason, since_us } => {
             sqlx::query_scalar(
-                "SELECT i.key FROM intents i LEFT JOIN payloads p ON p.digest = i.payload_digest
+                "SELECT i.key FROM intents i
              WHERE i.tenant = $1 AND i.dead_at IS NOT NULL AND i.reason = $2 AND i.dead_at >= $3
-             ORDER BY CASE WHEN p.digest IS NULL THEN 1 ELSE 0 END, i.dead_at LIMIT $4",
+             ORDER BY CASE WHEN i.content IS NULL AND NOT EXISTS (
+                 SELECT 1 FROM payloads p WHERE p.digest = i.payload_digest) THEN 1 ELSE 0 END,
+               i.dead_at LIMIT $4",
             )
             .bind(&r.tenant)
             .bind(reason)
@@ -46,7 +48,7 @@ pub(super) async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreRes
             None => ReplayOutcome::NotFound,
             Some((state, _, _)) if !crate::lifecycle::replay::may_replay(state) => ReplayOutcome::NotDead(state),
             Some((_, reason, None)) => ReplayOutcome::NoContent(reason.unwrap_or_default()),
-            Some((_, reason, Some(digest))) if !content_kept(tx, &digest, r.now_us).await? => {
+            Some((_, reason, Some(digest))) if !content_kept(tx, &key, &digest, r.now_us).await? => {
                 ReplayOutcome::ContentPruned(reason.unwrap_or_default())
             }
             Some((_, reason, Some(_))) => {
@@ -84,10 +86,20 @@ pub(super) async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreRes
     Ok(out)
 }
 
-/// Whether the content is still stored; if so it counts as used now, so
-/// that retention (which goes by latest use) cannot take it from under
-/// the replay.
-async fn content_kept(tx: &mut Tx<'_>, digest: &str, now_us: i64) -> StoreResult<bool> {
+/// Whether the content is still stored: in the intent's row, or as a
+/// payload row, which then counts as used now, so that retention (which
+/// goes by a payload's latest use) cannot take it from under the replay.
+async fn content_kept(tx: &mut Tx<'_>, key: &str, digest: &str, now_us: i64) -> StoreResult<bool> {
+    // In the intent's own row (migration 0065), retention keeps it while
+    // the intent has changed within its age, and the replay changes it now.
+    let in_row: bool = sqlx::query_scalar("SELECT content IS NOT NULL FROM intents WHERE key = $1")
+        .bind(key)
+        .fetch_one(&mut **tx)
+        .await?;
+    if in_row {
+        return Ok(true);
+    }
+    // A payload row (an intent written before): it counts as used now.
     let touched = sqlx::query(
         "UPDATE payloads SET created_at = CASE WHEN created_at < $2 THEN $2 ELSE created_at END WHERE digest = $1",
     )

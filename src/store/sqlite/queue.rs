@@ -323,12 +323,11 @@ fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>>
 static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
     let intent: Vec<String> = direct::INTENT_COLUMNS.iter().map(|c| format!("i.{c}")).collect();
     format!(
-        "SELECT {}, p.body AS content,
+        "SELECT {}, COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
            EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
                lease_lapsed,
            j.traceparent, j.links
          FROM intents i JOIN jobs j ON j.intent_key = i.key
-         LEFT JOIN payloads p ON p.digest = i.payload_digest
          WHERE i.key IN (SELECT value FROM json_each($1))",
         intent.join(", ")
     )

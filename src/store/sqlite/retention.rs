@@ -23,6 +23,12 @@ pub(super) async fn retention_batch(
         .execute(&mut *tx)
         .await?
         .rows_affected(),
+        PruneStep::Contents => sqlx::query(crate::store::shared::CONTENTS_PRUNE)
+            .bind(cutoff_us)
+            .bind(batch)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
         // A payload goes once nothing pending or visible still needs it:
         // no queued job's intent (content or event) and no inbox card.
         // Held digest members are covered by age: their payloads were

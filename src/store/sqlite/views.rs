@@ -24,12 +24,8 @@ pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> St
     .fetch_optional(pool)
     .await?;
     let Some(intent) = intent else { return Ok(None) };
-    let content: Option<String> = match &intent.payload_digest {
-        Some(d) => {
-            sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1").bind(d).fetch_optional(pool).await?
-        }
-        None => None,
-    };
+    let content: Option<String> =
+        sqlx::query_scalar(crate::store::shared::CONTENT_OF_INTENT).bind(key).fetch_optional(pool).await?.flatten();
     let event_body: Option<String> = sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1")
         .bind(&intent.event_digest)
         .fetch_optional(pool)
@@ -161,9 +157,11 @@ pub(super) async fn report_rows(pool: &SqlitePool, f: &ReportFilter) -> StoreRes
     let sms: Vec<SmsCount> = sqlx::query_as(
         "SELECT p.body->>'encoding' AS encoding, COUNT(*) AS messages,
                 CAST(COALESCE(SUM(CAST(p.body->>'segments' AS BIGINT)), 0) AS BIGINT) AS segments
-         FROM intents i JOIN payloads p ON p.digest = i.payload_digest
-         WHERE ($1 IS NULL OR i.tenant = $1) AND i.created_at >= $2 AND i.created_at < $3
-           AND i.channel = 'sms' AND i.state IN ('shadowed', 'sent')
+         FROM (SELECT COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS body
+               FROM intents i
+               WHERE ($1 IS NULL OR i.tenant = $1) AND i.created_at >= $2 AND i.created_at < $3
+                 AND i.channel = 'sms' AND i.state IN ('shadowed', 'sent')) p
+         WHERE p.body IS NOT NULL
          GROUP BY 1 ORDER BY 1",
     )
     .bind(tenant)
