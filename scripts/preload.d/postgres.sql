@@ -2,8 +2,8 @@
 -- transaction. Run by psql with -v n=N (scripts/preload says what the rows are).
 --
 -- Each row of preload_src is one notification: one event (purchase_order.approved,
--- entity preload-PO-<i>, one sms recipient), its event body (a payload), one intent
--- (with its rendered message, when rendered), its attempts and its request record. The
+-- entity preload-PO-<i>, one sms recipient), one intent (with its event body and,
+-- when rendered, its message), its attempts and its request record. The
 -- identities are derived as Herald derives them (event key; SHA-256 fingerprint and
 -- content digest of the canonical JSON; notification key = the first 32 hex digits
 -- of SHA-256 of event key|channel|recipient). Nothing is queued: no job, and every
@@ -94,24 +94,20 @@ SELECT i, tenant, fate, created_at, recipient_id, phone, entity_id, occurred_at,
        encode(sha256(convert_to(message, 'UTF8')), 'hex') AS payload_digest, updated_at
 FROM b;
 
--- The event records, and each event's body under its fingerprint (the rendered
--- message goes in its intent's row).
+-- The event records. Each event planned one intent, so its body goes in that
+-- intent's row, with the rendered message (migrations 0065, 0066).
 INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
 SELECT event_key, tenant, 'purchase_order.approved', 'purchase_order', entity_id, occurred_at, content_digest, created_at
 FROM preload_src;
 
-INSERT INTO payloads (digest, body, created_at)
-SELECT fingerprint, event_body, created_at FROM preload_src
-ON CONFLICT (digest) DO NOTHING;
-
 -- The intents, as the worker left them.
 INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at, channel,
                      recipient_id, destination, locale, template_id, template_revision, event_digest, payload_digest,
-                     content, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version,
+                     content, event_body, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version,
                      link_key, retry_base, mode, traceparent, publication_seq, dead_at)
 SELECT key, tenant, 'purchase_order.approved', 'purchase_order', entity_id, 1, occurred_at, 'sms',
        recipient_id, CASE WHEN fate <> 'opted_out' THEN phone END, 'en', 'po_approved', '1', fingerprint,
-       CASE WHEN message IS NOT NULL THEN payload_digest END, message,
+       CASE WHEN message IS NOT NULL THEN payload_digest END, message, event_body,
        CASE WHEN fate IN ('no_destination', 'opted_out') THEN 'suppress' ELSE 'send' END,
        CASE fate WHEN 'no_destination' THEN 'no_destination' WHEN 'opted_out' THEN 'opted_out'
                  WHEN 'exhausted' THEN 'retries_exhausted' WHEN 'rejected' THEN 'rejected' END,

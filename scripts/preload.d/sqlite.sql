@@ -93,17 +93,14 @@ INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occur
 SELECT event_key, tenant, 'purchase_order.approved', 'purchase_order', entity_id, occurred_at, content_digest, created_at
 FROM preload_src;
 
-INSERT OR IGNORE INTO payloads (digest, body, created_at)
-SELECT fingerprint, event_body, created_at FROM preload_src;
-
 -- (dead_at is a generated column on SQLite.)
 INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at, channel,
                      recipient_id, destination, locale, template_id, template_revision, event_digest, payload_digest,
-                     content, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version,
+                     content, event_body, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version,
                      link_key, retry_base, mode, traceparent, publication_seq)
 SELECT key, tenant, 'purchase_order.approved', 'purchase_order', entity_id, 1, occurred_at, 'sms',
        recipient_id, CASE WHEN fate <> 'opted_out' THEN phone END, 'en', 'po_approved', '1', fingerprint,
-       CASE WHEN message IS NOT NULL THEN payload_digest END, message,
+       CASE WHEN message IS NOT NULL THEN payload_digest END, message, event_body,
        CASE WHEN fate IN ('no_destination', 'opted_out') THEN 'suppress' ELSE 'send' END,
        CASE fate WHEN 'no_destination' THEN 'no_destination' WHEN 'opted_out' THEN 'opted_out'
                  WHEN 'exhausted' THEN 'retries_exhausted' WHEN 'rejected' THEN 'rejected' END,

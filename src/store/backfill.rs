@@ -30,9 +30,10 @@ struct Pending {
 
 const NEXT: &str =
     "SELECT b.event_key, b.tenant, b.event_type, b.entity_type, b.entity_id, b.occurred_at, b.created_at,
-        (SELECT p.body FROM intents i JOIN payloads p ON p.digest = i.event_digest
+        (SELECT COALESCE(i.event_body, p.body) FROM intents i LEFT JOIN payloads p ON p.digest = i.event_digest
          WHERE i.tenant = b.tenant AND i.entity_type = b.entity_type AND i.entity_id = b.entity_id
            AND i.event_type = b.event_type AND i.occurred_at = b.occurred_at
+           AND COALESCE(i.event_body, p.body) IS NOT NULL
          ORDER BY i.created_at, i.key LIMIT 1) AS body
     FROM events_backfill b ORDER BY b.event_key LIMIT $1";
 

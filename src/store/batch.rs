@@ -181,7 +181,10 @@ pub(super) async fn write<S: Statements>(
         return Ok(Pass::Decided(out));
     }
     let requests: Vec<&Ingest> = new.iter().map(|&i| &batch[i]).collect();
-    statements.put_payloads(tx, &payloads(&requests)).await?;
+    let payloads = payloads(&requests);
+    if !payloads.is_empty() {
+        statements.put_payloads(tx, &payloads).await?;
+    }
     let created = insert_intents(statements, tx, &requests).await?;
     let existing = existing_status(statements, tx, &requests, &created).await?;
     queue_jobs(statements, tx, &requests, &created).await?;
@@ -249,11 +252,13 @@ async fn claim_events<S: Statements>(
     Ok((conflicts, vanished))
 }
 
-/// Each event body once, in digest order. (A rendered message is written
-/// in its intent's row, `content`.)
+/// Each event body stored as a payload row once, in digest order: a
+/// request that planned one intent writes its body in that intent's row
+/// instead ([`Ingest::inline_body`]), and a rendered message is always
+/// written in its intent's row, `content`.
 fn payloads<'a>(new: &[&'a Ingest]) -> Vec<Payload<'a>> {
     let mut payloads: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
-    for r in new {
+    for r in new.iter().filter(|r| r.body_payload()) {
         payloads.insert(&r.fingerprint, (&r.event_body, r.now_us));
     }
     payloads.into_iter().map(|(digest, (body, at))| Payload { digest, body, at }).collect()

@@ -88,19 +88,20 @@ fn bind_payloads(args: &mut PgArguments, payloads: &[Payload<'_>]) -> Result<(),
 const INTENTS: Insert = Insert {
     types: &[
         "text", "text", "text", "text", "text", "bigint", "text", "text", "text", "text", "text", "text", "text",
-        "text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "text", "text", "boolean",
+        "text", "text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "text", "text", "boolean",
     ],
     text: |rows| {
         format!(
             "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
                  channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-                 payload_digest, content, decision, reason, detail, state, attempts, created_at, updated_at,
-                 preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
-             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, cnt, dec, rsn, det, st, 0, ca, ca, pv, NULL, md, tp,
+                 payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at,
+                 updated_at, preferences_version, link_key, mode, traceparent, publication_seq, dead_at)
+             SELECT k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, cnt, ebd, dec, rsn, det, st, 0, ca, ca, pv,
+                    NULL, md, tp,
                     CASE WHEN pb AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications') THEN 1 ELSE 0 END,
                     CASE WHEN st = 'dead' THEN ca END
              FROM {rows}
-                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, cnt, dec, rsn, det, st, ca, pv, md, tp, pb)"
+                  AS u(k, t, et, ent, eid, ev, oa, ch, rid, dst, loc, tid, trev, edg, pdg, cnt, ebd, dec, rsn, det, st, ca, pv, md, tp, pb)"
         )
     },
     on_conflict: "ON CONFLICT (key) DO NOTHING",
@@ -128,6 +129,7 @@ fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Resul
     args.add(text(|r, _| &r.fingerprint))?;
     args.add(opt(|_, i| i.payload.as_ref().map(|(d, _)| d.as_str())))?;
     args.add(opt(|_, i| i.payload.as_ref().map(|(_, c)| c.as_str())))?;
+    args.add(opt(|r, _| r.inline_body()))?;
     args.add(text(|_, i| i.decision.as_str()))?;
     args.add(opt(|_, i| i.reason.map(crate::intent::Reason::as_str)))?;
     args.add(opt(|_, i| i.detail.as_deref()))?;

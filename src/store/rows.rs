@@ -156,6 +156,24 @@ pub struct Ingest {
     pub traceparent: Option<String>,
 }
 
+impl Ingest {
+    /// The event body to write in the row of this request's one intent, when
+    /// it planned exactly one (migration 0066); `None` when the body goes in a
+    /// payload row instead, stored once for all of a broadcast's intents.
+    /// Every intent a request inserts finds its body one way or the other:
+    /// with one planned intent, that intent carries it; with any other number,
+    /// the payload row is written in the same transaction.
+    pub fn inline_body(&self) -> Option<&str> {
+        (self.intents.len() == 1).then_some(self.event_body.as_str())
+    }
+
+    /// Whether this request's body is stored as a payload row (see
+    /// [`Ingest::inline_body`]).
+    pub fn body_payload(&self) -> bool {
+        self.inline_body().is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IntentSummary {
     pub id: String,

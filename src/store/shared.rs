@@ -46,19 +46,19 @@ pub fn applied_set(applied: &[(String, i64)]) -> HashSet<(&str, i64)> {
     applied.iter().map(|(k, n)| (k.as_str(), *n)).collect()
 }
 
-/// An intent's replays from the dead letters, oldest first: the same
-/// statement on both backends (`$1`, the intent's key).
 /// One batch of retention's `contents` step (`$1` the cutoff, `$2` the
-/// batch): an intent's rendered message goes at the payloads' age, counted
-/// from the intent's last change (a replay is one), once nothing pending or
-/// visible still needs it: no job of its own and no inbox card showing it.
-/// Held digest members are covered by age, as payloads are. The outer
-/// conditions are checked again on the row itself, so that on Postgres an
-/// intent a replay changed meanwhile is left alone.
-pub const CONTENTS_PRUNE: &str = "UPDATE intents SET content = NULL
-     WHERE created_at < $1 AND updated_at < $1 AND content IS NOT NULL AND key IN (
+/// batch): an intent's rendered message and the event body in its row go
+/// at the payloads' age, counted from the intent's last change (a replay is
+/// one), once nothing pending or visible still needs them: no job of its own
+/// and no inbox card showing it. Held digest members are covered by age, as
+/// payloads are. The outer conditions are checked again on the row itself,
+/// so that on Postgres an intent a replay changed meanwhile is left alone.
+/// Both sides name the predicate of `intents_content_by_age` as written, so
+/// each backend walks that partial index.
+pub const CONTENTS_PRUNE: &str = "UPDATE intents SET content = NULL, event_body = NULL
+     WHERE created_at < $1 AND updated_at < $1 AND (content IS NOT NULL OR event_body IS NOT NULL) AND key IN (
          SELECT i.key FROM intents i
-         WHERE i.created_at < $1 AND i.content IS NOT NULL AND i.updated_at < $1
+         WHERE i.created_at < $1 AND (i.content IS NOT NULL OR i.event_body IS NOT NULL) AND i.updated_at < $1
            AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.intent_key = i.key)
            AND NOT EXISTS (SELECT 1 FROM inbox_cards c WHERE c.intent_key = i.key)
          LIMIT $2)";
@@ -69,5 +69,16 @@ pub const CONTENT_OF_INTENT: &str =
     "SELECT COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest))
      FROM intents i WHERE i.key = $1";
 
+/// The body of the request that created an intent (`$1` its key): in its
+/// row when that request planned only it (migration 0066), else the payload
+/// row of its `event_digest`, stored once for all of a broadcast's intents
+/// and for every intent written before the migration. The lists that show
+/// event bodies (dead letters, digest members) read it the same way.
+pub const EVENT_BODY_OF_INTENT: &str =
+    "SELECT COALESCE(i.event_body, (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest))
+     FROM intents i WHERE i.key = $1";
+
+/// An intent's replays from the dead letters, oldest first: the same
+/// statement on both backends (`$1`, the intent's key).
 pub const REPLAYS_OF_INTENT: &str = "SELECT replayed_at, previous_reason, requested_by FROM dead_letter_replays
      WHERE intent_key = $1 ORDER BY replayed_at";

@@ -155,6 +155,7 @@ fn intents_json(intents: &[(&Ingest, &NewIntent)]) -> StoreResult<String> {
         event_digest: &'a str,
         payload_digest: Option<&'a str>,
         content: Option<&'a str>,
+        event_body: Option<&'a str>,
         decision: &'a str,
         reason: Option<&'a str>,
         detail: Option<&'a str>,
@@ -177,6 +178,7 @@ fn intents_json(intents: &[(&Ingest, &NewIntent)]) -> StoreResult<String> {
         event_digest: &r.fingerprint,
         payload_digest: i.payload.as_ref().map(|(d, _)| d.as_str()),
         content: i.payload.as_ref().map(|(_, c)| c.as_str()),
+        event_body: r.inline_body(),
         decision: i.decision.as_str(),
         reason: i.reason.map(crate::intent::Reason::as_str),
         detail: i.detail.as_deref(),
@@ -224,12 +226,13 @@ const PAYLOADS_PUT: &str = "INSERT INTO payloads (digest, body, created_at)
 
 const INTENTS_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
              occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-             payload_digest, content, decision, reason, detail, state, attempts, created_at, updated_at,
-             preferences_version, link_key, mode, traceparent)
+             payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at,
+             updated_at, preferences_version, link_key, mode, traceparent)
          SELECT value->>'key', value->>'tenant', value->>'event_type', value->>'entity_type', value->>'entity_id',
                 value->>'entity_version', value->>'occurred_at', value->>'channel', value->>'recipient_id',
                 value->>'destination', value->>'locale', value->>'template_id', value->>'template_revision',
-                value->>'event_digest', value->>'payload_digest', value->>'content', value->>'decision', value->>'reason',
+                value->>'event_digest', value->>'payload_digest', value->>'content', value->>'event_body',
+                value->>'decision', value->>'reason',
                 value->>'detail', value->>'state', 0, value->>'at', value->>'at', value->>'preferences_version',
                 NULL, value->>'mode', value->>'traceparent'
          FROM json_each($1)";
@@ -292,6 +295,7 @@ pub fn write_all_new(db: &rusqlite::Connection, all: &AllNew<'_>) -> StoreResult
             r.fingerprint,
             i.payload.as_ref().map(|(d, _)| d),
             i.payload.as_ref().map(|(_, c)| c),
+            r.inline_body(),
             i.decision.as_str(),
             i.reason.map(crate::intent::Reason::as_str),
             i.detail,
@@ -325,10 +329,10 @@ const PAYLOAD_PUT: &str = "INSERT INTO payloads (digest, body, created_at) VALUE
 
 const INTENT_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
          occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-         payload_digest, content, decision, reason, detail, state, attempts, created_at, updated_at,
+         payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at, updated_at,
          preferences_version, link_key, mode, traceparent)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, 0, ?21, ?21,
-             ?22, NULL, ?23, ?24)";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 0, ?22,
+             ?22, ?23, NULL, ?24, ?25)";
 
 const JOB_INSERT: &str = "INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES (?1, ?2, ?3, ?4)";
 

@@ -24,6 +24,45 @@ async fn an_ingest_creates_intents_and_queues_only_what_is_sendable() {
     .await;
 }
 
+/// A request that planned one intent keeps its event body in that intent's
+/// row and writes no payload row for it; a broadcast writes one payload row
+/// that its intents share. Every reader finds the body either way
+/// (migration 0066).
+#[tokio::test]
+async fn an_event_body_is_kept_in_its_one_intents_row_or_once_for_a_broadcast() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let store = db.store().await;
+        let alone = Ingest { event_body: r#"{"audience":"one"}"#.into(), ..dead_letter("default", 1, "rejected", T0) };
+        store.events_ingest(alone).await.unwrap();
+        let mut dead = dead_letter("default", 3, "rejected", T0).intents.remove(0);
+        dead.recipient_id = "u-2".into();
+        let broadcast = Ingest {
+            event_body: r#"{"audience":"two"}"#.into(),
+            ..request("r2", "fp-two", "E2", "c2", vec![new_intent(&key(2), "sms", Some(T0)), dead])
+        };
+        store.events_ingest(broadcast).await.unwrap();
+
+        let payloads = "SELECT digest FROM payloads WHERE digest IN ('fp1', 'fp-two')";
+        assert_eq!(common::texts(&db, payloads).await, vec!["fp-two"], "{backend:?}: only the broadcast's body, once");
+        let inline = "SELECT key FROM intents WHERE event_body IS NOT NULL";
+        assert_eq!(common::texts(&db, inline).await, vec![key(1)], "{backend:?}: the lone intent carries its own");
+
+        let body = |audience: &str| Some(format!(r#"{{"audience":"{audience}"}}"#));
+        for (k, audience) in [(key(1), "one"), (key(2), "two"), (key(3), "two")] {
+            let shown = store.intent_get("default", &k).await.unwrap().unwrap();
+            assert_eq!(shown.event_body, body(audience), "{backend:?}: {k}");
+        }
+        let filter = DeadLetterFilter { tenant: Some("default".into()), limit: 10, ..Default::default() };
+        let mut letters: Vec<(String, Option<String>)> = (store.dead_letters_list(filter).await.unwrap().items)
+            .into_iter()
+            .map(|d| (d.intent.key, d.event_body))
+            .collect();
+        letters.sort();
+        assert_eq!(letters, vec![(key(1), body("one")), (key(3), body("two"))], "{backend:?}");
+    }
+}
+
 #[tokio::test]
 async fn the_ingest_tally_adds_up_and_the_report_reads_one_range_and_tenant() {
     each_backend(|store| async move {

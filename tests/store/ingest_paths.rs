@@ -57,7 +57,8 @@ fn request_of(ns: &str, d: &Drawn) -> Ingest {
         tenant: ns.into(),
         identity: format!("i{}", d.identity),
         // The whole request: its identity's body is its event, content and audience.
-        fingerprint: format!("f-E{}-{}-{:?}", d.event, d.content, d.recipients),
+        fingerprint: format!("{ns}-f-E{}-{}-{:?}", d.event, d.content, d.recipients),
+        event_body: format!("{ns}-body-E{}-{}-{:?}", d.event, d.content, d.recipients),
         event_key,
         content_digest,
         entity_id: format!("E{}", d.event),
@@ -80,6 +81,13 @@ async fn rows(db: &TestDb, ns: &str) -> Vec<String> {
         format!("SELECT event_key || ' ' || content_digest FROM events WHERE tenant = '{ns}' ORDER BY 1"),
         format!(
             "SELECT key || ' ' || recipient_id || ' ' || state || ' ' || decision FROM intents WHERE tenant = '{ns}' ORDER BY 1"
+        ),
+        // Where each intent's event body is (migration 0066): in its row, in
+        // a payload row, or lost.
+        format!(
+            "SELECT i.key || ' ' || CASE WHEN i.event_body IS NOT NULL THEN 'row ' || i.event_body
+                 ELSE COALESCE('payload ' || (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest), 'LOST') END
+             FROM intents i WHERE i.tenant = '{ns}' ORDER BY 1"
         ),
         format!("SELECT intent_key FROM jobs WHERE tenant = '{ns}' ORDER BY 1"),
     ] {
@@ -120,6 +128,7 @@ async fn check(db: &TestDb, store: &Arc<dyn Store>, n: usize, requests: &[Drawn]
     assert_eq!(answers[0], answers[1], "one by one, then as one batch: {requests:?}");
     assert_eq!(answers[0], answers[2], "one by one, then in batches cut at {cuts:?}: {requests:?}");
     let expected = rows(db, &alone).await;
+    assert!(!expected.iter().any(|r| r.ends_with("LOST")), "every intent finds its event body: {expected:?}");
     assert_eq!(expected, rows(db, &whole).await, "rows of one batch: {requests:?}");
     assert_eq!(expected, rows(db, &cut).await, "rows of cut batches {cuts:?}: {requests:?}");
     answers.swap_remove(0)

@@ -3,7 +3,7 @@
 use super::*;
 
 #[tokio::test]
-async fn retention_clears_an_old_message_unless_its_intent_still_needs_it() {
+async fn retention_clears_an_old_message_and_event_body_unless_the_intent_still_needs_them() {
     each_backend(|store| async move {
         let day = 86_400_000_000_i64;
         let mut old = ingest("r-old", "fp-old", vec![new_intent(&key(1), "sms", None)]);
@@ -21,19 +21,30 @@ async fn retention_clears_an_old_message_unless_its_intent_still_needs_it() {
         again.intents[0].payload = Some(("shared".into(), "{}".into()));
         again.now_us = T0 + 60 * day;
         store.events_ingest(again).await.unwrap();
+        // suppressed: nothing rendered, only the event body in its row
+        let mut quiet = ingest("r-quiet", "fp-quiet", vec![new_intent(&key(5), "sms", None)]);
+        let it = &mut quiet.intents[0];
+        (it.payload, it.decision, it.state) = (None, Decision::Suppress, State::Suppressed);
+        store.events_ingest(quiet).await.unwrap();
 
         let pruned = store.retention_batch(PruneStep::Contents, T0 + 30 * day, 100).await.unwrap();
-        assert_eq!(pruned, 2, "the two old messages nothing waits for go");
+        assert_eq!(pruned, 3, "the three old intents nothing waits for give up what they carry");
         let detail = |k: String| {
             let store = store.clone();
             async move { store.intent_get("default", &k).await.unwrap().unwrap() }
         };
         let gone = detail(key(1)).await;
         assert!(gone.content.is_none(), "old, and nothing waits for it: cleared");
+        assert!(gone.event_body.is_none(), "its event body with it");
         assert_eq!(gone.intent.payload_digest.as_deref(), Some("shared"), "its digest stays on the record");
+        assert_eq!(gone.intent.event_digest, "fp-old", "and the event's");
         assert!(detail(key(3)).await.content.is_none(), "old, and nothing waits for it: cleared");
-        assert!(detail(key(4)).await.content.is_some(), "the young intent keeps its own");
-        assert!(detail(key(2)).await.content.is_some(), "its job still waits: kept");
+        let quiet = detail(key(5)).await;
+        assert!(quiet.content.is_none() && quiet.event_body.is_none(), "an event body alone is cleared too");
+        let young = detail(key(4)).await;
+        assert!(young.content.is_some() && young.event_body.is_some(), "the young intent keeps its own");
+        let waiting = detail(key(2)).await;
+        assert!(waiting.content.is_some() && waiting.event_body.is_some(), "its job still waits: kept");
         assert_eq!(store.retention_batch(PruneStep::Contents, T0 + 30 * day, 100).await.unwrap(), 0, "once");
     })
     .await;

@@ -83,12 +83,13 @@ async fn an_older_databases_dead_letters_and_queue_are_carried_over() {
     }
 }
 
-/// A database an older Herald left (before migration 0065) kept each rendered
-/// message as a payload row found by its digest; its intents still show,
-/// send, list and replay that message once new intents keep theirs in their
-/// own rows, and retention's new step leaves the payload rows to the old one.
+/// A database an older Herald left (before migrations 0065 and 0066) kept
+/// each rendered message and each event body as a payload row found by its
+/// digest; its intents still show, send, list and replay that message, and
+/// show that body, once new intents keep theirs in their own rows, and
+/// retention's new step leaves the payload rows to the old one.
 #[tokio::test]
-async fn an_older_databases_messages_are_still_read_from_their_payloads() {
+async fn an_older_databases_messages_and_event_bodies_are_still_read_from_their_payloads() {
     for backend in backends() {
         let db = TestDb::new(backend).await;
         migrate_up_to(&db, 64).await;
@@ -104,8 +105,10 @@ async fn an_older_databases_messages_are_still_read_from_their_payloads() {
                 k = key(n)
             )
         };
+        let event = r#"{"channels":["sms"],"type":"purchase_order.approved"}"#;
         for sql in [
             format!("INSERT INTO payloads (digest, body, created_at) VALUES ('message-1', '{message}', {T0})"),
+            format!("INSERT INTO payloads (digest, body, created_at) VALUES ('event-1', '{event}', {T0})"),
             intent(1, "queued", "NULL"),
             intent(2, "dead", "'rejected'"),
             intent(3, "sent", "NULL"),
@@ -121,9 +124,11 @@ async fn an_older_databases_messages_are_still_read_from_their_payloads() {
 
         let shown = store.intent_get("default", &key(3)).await.unwrap().unwrap();
         assert_eq!(shown.content.as_deref(), Some(message), "{backend:?}");
+        assert_eq!(shown.event_body.as_deref(), Some(event), "{backend:?}");
         let filter = DeadLetterFilter { tenant: Some("default".into()), limit: 10, ..Default::default() };
         let dead = store.dead_letters_list(filter).await.unwrap();
         assert_eq!(dead.items[0].content.as_deref(), Some(message), "{backend:?}");
+        assert_eq!(dead.items[0].event_body.as_deref(), Some(event), "{backend:?}");
         let report = store.report_rows(ReportFilter { tenant: None, since_us: T0, until_us: T0 + 1 }).await.unwrap();
         assert_eq!(report.sms.iter().map(|c| c.messages).sum::<i64>(), 1, "{backend:?}: the sent one");
         assert_eq!(store.retention_batch(PruneStep::Contents, T0 + 1, 100).await.unwrap(), 0, "{backend:?}");

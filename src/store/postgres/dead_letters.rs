@@ -11,9 +11,8 @@ pub(super) async fn dead_letters_list(pool: &PgPool, f: &DeadLetterFilter) -> St
              i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
              i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
              i.preferences_version, i.link_key, i.retry_base, i.mode, COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
-             e.body AS event_body
+             COALESCE(i.event_body, (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest)) AS event_body
          FROM intents i
-         LEFT JOIN payloads e ON e.digest = i.event_digest
          WHERE i.dead_at IS NOT NULL",
     );
     if let Some(tenant) = &f.tenant {

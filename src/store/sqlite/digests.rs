@@ -2,7 +2,7 @@
 //! them once.
 
 use super::Tx;
-use super::ingest_tx::{intent_insert, payload_put};
+use super::ingest_tx::intent_insert;
 use crate::intent::State;
 use crate::store::{DigestClose, DigestCloseOutcome, DigestMember, DigestRow, Ingest, StoreResult};
 use sqlx::SqlitePool;
@@ -25,10 +25,11 @@ pub(super) async fn digest_members(pool: &SqlitePool, key: &str) -> StoreResult<
         "SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
              i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision, i.event_digest,
              i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts, i.created_at, i.updated_at,
-             i.preferences_version, i.link_key, i.retry_base, i.mode, e.body AS event_body,
+             i.preferences_version, i.link_key, i.retry_base, i.mode,
+             COALESCE(i.event_body, (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest)) AS event_body,
              COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
              i.traceparent
-         FROM intents i LEFT JOIN payloads e ON e.digest = i.event_digest
+         FROM intents i
          WHERE i.link_key = $1 AND i.decision = 'digest' ORDER BY i.created_at, i.key",
     )
     .bind(key)
@@ -70,11 +71,12 @@ pub(super) async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreR
         entity_version: None,
         occurred_at: close.occurred_at.clone(),
         event_body: close.event_body.clone(),
-        intents: Vec::new(),
+        // The digest's one intent: its body, the members' rendered texts,
+        // goes in its row (`Ingest::inline_body`).
+        intents: vec![close.intent.clone()],
         now_us: close.now_us,
         traceparent: close.traceparent.clone(),
     };
-    payload_put(tx, &ingest.fingerprint, &ingest.event_body, close.now_us).await?;
     intent_insert(tx, &ingest, &close.intent).await?;
     if close.links.is_some() {
         sqlx::query("UPDATE jobs SET links = $2 WHERE intent_key = $1")

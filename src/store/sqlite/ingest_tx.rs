@@ -98,8 +98,11 @@ pub(super) async fn ingest_one(tx: &mut Tx<'_>, ingest: &Ingest, read_first: boo
     }
 
     // The event's body first, as the set-wise pass writes payloads before
-    // intents. (A rendered message goes in its intent's own row.)
-    payload_put(tx, &ingest.fingerprint, &ingest.event_body, ingest.now_us).await?;
+    // intents, unless it goes in the row of the request's one intent
+    // (`Ingest::inline_body`). A rendered message goes in its intent's row.
+    if ingest.body_payload() {
+        payload_put(tx, &ingest.fingerprint, &ingest.event_body, ingest.now_us).await?;
+    }
     let mut ordered: Vec<&NewIntent> = ingest.intents.iter().collect();
     // Digest members go in the order of their windows' keys, since each
     // locks its window's row: every transaction then takes every lock
@@ -194,7 +197,7 @@ async fn event_claim(tx: &mut Tx<'_>, ingest: &Ingest) -> StoreResult<Option<Str
 
 /// Stores content once by digest. A reuse moves `created_at` forward, so
 /// retention measures a payload's age from its latest use.
-pub(super) async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_us: i64) -> StoreResult<()> {
+async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_us: i64) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO payloads (digest, body, created_at) VALUES ($1, $2, $3)
          ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at
@@ -208,16 +211,17 @@ pub(super) async fn payload_put(tx: &mut Tx<'_>, digest: &str, body: &str, now_u
     Ok(())
 }
 
-/// Inserts one intent, its rendered message in its row, queues its job
+/// Inserts one intent, its rendered message (and, for a request that
+/// planned only it, the event body) in its row, queues its job
 /// or joins its digest window when it is new, and reports it.
 pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewIntent) -> StoreResult<IntentSummary> {
     let created = sqlx::query(
         "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version, occurred_at,
              channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-             payload_digest, content, decision, reason, detail, state, attempts, created_at, updated_at,
-             preferences_version, link_key, mode, traceparent)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, 0, $21,
-             $21, $22, $23, $24, $25)
+             payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at,
+             updated_at, preferences_version, link_key, mode, traceparent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, 0,
+             $22, $22, $23, $24, $25, $26)
          ON CONFLICT (key) DO NOTHING",
     )
     .bind(&it.key)
@@ -236,6 +240,7 @@ pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewInte
     .bind(&ingest.fingerprint)
     .bind(it.payload.as_ref().map(|(d, _)| d.as_str()))
     .bind(it.payload.as_ref().map(|(_, c)| c.as_str()))
+    .bind(ingest.inline_body())
     .bind(it.decision)
     .bind(it.reason)
     .bind(&it.detail)

@@ -26,10 +26,8 @@ pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> St
     let Some(intent) = intent else { return Ok(None) };
     let content: Option<String> =
         sqlx::query_scalar(crate::store::shared::CONTENT_OF_INTENT).bind(key).fetch_optional(pool).await?.flatten();
-    let event_body: Option<String> = sqlx::query_scalar("SELECT body FROM payloads WHERE digest = $1")
-        .bind(&intent.event_digest)
-        .fetch_optional(pool)
-        .await?;
+    let event_body: Option<String> =
+        sqlx::query_scalar(crate::store::shared::EVENT_BODY_OF_INTENT).bind(key).fetch_optional(pool).await?.flatten();
     let attempts = sqlx::query_as(
         "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
              error, retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1
