@@ -6,8 +6,8 @@ WITH c AS (UPDATE jobs SET locked_until = (1796284800000000 + 30000000)
                                 ORDER BY run_at LIMIT @BATCH@ FOR UPDATE SKIP LOCKED)
            RETURNING intent_key),
      i AS (UPDATE intents SET state = 'sending', attempts = attempts + 1, updated_at = 1796284800000000
-           FROM c WHERE key = c.intent_key RETURNING key, attempts, payload_digest),
+           FROM c WHERE key = c.intent_key RETURNING key, attempts, content),
      a AS (INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, 1796284800000000 FROM i),
      kept AS (INSERT INTO claimed SELECT key, attempts FROM i)
-SELECT count(p.body) FROM i JOIN payloads p ON p.digest = i.payload_digest;
+SELECT count(i.content) FROM i;
 COMMIT;

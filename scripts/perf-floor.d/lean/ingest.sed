@@ -1,1 +1,0 @@
-../body/ingest.sed
