@@ -119,19 +119,23 @@ pub async fn run(
 
 const INSERT_REQUEST: &str = "INSERT INTO requests (tenant, identity, fingerprint, status, response, created_at)
      VALUES ($1, $2, $3, 202, $4, $5) ON CONFLICT (tenant, identity) DO NOTHING";
-const INSERT_PAYLOADS: &str = "INSERT INTO payloads (digest, body, created_at) VALUES ($1, $2, $5), ($3, $4, $5)
-     ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at WHERE payloads.created_at < excluded.created_at";
+const INSERT_EVENT: &str = "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at,
+         content_digest, created_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_key) DO NOTHING";
 const INSERT_INTENT: &str = "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
          occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-         payload_digest, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version, link_key)
-     VALUES ($1, $2, $3, $4, $5, 1, $6, 'sms', $7, $8, 'en', 'po_approved', '1', $9, $10, 'send', NULL, NULL,
-         'queued', 0, $11, $11, NULL, NULL)
+         payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at, updated_at,
+         preferences_version, link_key)
+     VALUES ($1, $2, $3, $4, $5, 1, $6, 'sms', $7, $8, 'en', 'po_approved', '1', $9, $10, $11, $12, 'send', NULL, NULL,
+         'queued', 0, $13, $13, NULL, NULL)
      ON CONFLICT (key) DO NOTHING";
 const INSERT_JOB: &str = "INSERT INTO jobs (intent_key, tenant, run_at) VALUES ($1, $2, $3)";
 const OCCURRED_AT_UTC: &str = "2026-11-29T04:30:00.000000000Z";
 
-/// One event, one transaction: the request record with its response, both
-/// payloads, the intent and its job — four statements, the same on both databases.
+/// One event, one transaction: the request record with its response, the
+/// event record, the intent (its rendered text and the event body in its row,
+/// as Herald writes a request that planned one intent since migration 0066)
+/// and its job — four statements, the same on both databases.
 async fn write_one<DB>(pool: &Pool<DB>, r: &EventRows, now: i64) -> sqlx::Result<()>
 where
     DB: Database,
@@ -149,8 +153,17 @@ where
         .bind(now)
         .execute(&mut *tx)
         .await?;
-    let [(d1, b1), (d2, b2)] = r.payloads();
-    sqlx::query(INSERT_PAYLOADS).bind(d1).bind(b1).bind(d2).bind(b2).bind(now).execute(&mut *tx).await?;
+    sqlx::query(INSERT_EVENT)
+        .bind(r.event_key.as_str())
+        .bind(TENANT)
+        .bind(EVENT_TYPE)
+        .bind(ENTITY_TYPE)
+        .bind(r.entity_id.as_str())
+        .bind(OCCURRED_AT_UTC)
+        .bind(r.fingerprint.as_str())
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
     sqlx::query(INSERT_INTENT)
         .bind(r.intent_key.as_str())
         .bind(TENANT)
@@ -162,6 +175,8 @@ where
         .bind(r.destination.as_str())
         .bind(r.fingerprint.as_str())
         .bind(r.content_digest.as_str())
+        .bind(r.content.as_str())
+        .bind(r.event_body.as_str())
         .bind(now)
         .execute(&mut *tx)
         .await?;
@@ -175,8 +190,6 @@ fn column<'a>(rows: &'a [EventRows], f: impl Fn(&'a EventRows) -> &'a str) -> Ve
 
 /// Many events, one transaction, a statement per table (`INSERT … SELECT FROM UNNEST`).
 async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Result<()> {
-    let mut payloads: Vec<(&str, &str)> = rows.iter().flat_map(|r| r.payloads()).collect();
-    payloads.sort_unstable();
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO requests (tenant, identity, fingerprint, status, response, created_at)
@@ -192,23 +205,30 @@ async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Re
     .execute(&mut *tx)
     .await?;
     sqlx::query(
-        "INSERT INTO payloads (digest, body, created_at)
-         SELECT u.digest, u.body, $3 FROM UNNEST($1::text[], $2::text[]) AS u(digest, body)
-         ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at WHERE payloads.created_at < excluded.created_at",
+        "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
+         SELECT u.event_key, $1, $2, $3, u.entity_id, $4, u.content_digest, $5
+         FROM UNNEST($6::text[], $7::text[], $8::text[]) AS u(event_key, entity_id, content_digest)
+         ON CONFLICT (event_key) DO NOTHING",
     )
-    .bind(payloads.iter().map(|p| p.0).collect::<Vec<_>>())
-    .bind(payloads.iter().map(|p| p.1).collect::<Vec<_>>())
+    .bind(TENANT)
+    .bind(EVENT_TYPE)
+    .bind(ENTITY_TYPE)
+    .bind(OCCURRED_AT_UTC)
     .bind(now)
+    .bind(column(rows, |r| &r.event_key))
+    .bind(column(rows, |r| &r.entity_id))
+    .bind(column(rows, |r| &r.fingerprint))
     .execute(&mut *tx)
     .await?;
     sqlx::query(
         "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
              occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-             payload_digest, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version, link_key)
+             payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at, updated_at,
+             preferences_version, link_key)
          SELECT u.key, $1, $2, $3, u.entity_id, 1, $4, 'sms', u.recipient_id, u.destination, 'en', 'po_approved', '1',
-             u.event_digest, u.payload_digest, 'send', NULL, NULL, 'queued', 0, $5, $5, NULL, NULL
-         FROM UNNEST($6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
-             AS u(key, entity_id, recipient_id, destination, event_digest, payload_digest)
+             u.event_digest, u.payload_digest, u.content, u.event_body, 'send', NULL, NULL, 'queued', 0, $5, $5, NULL, NULL
+         FROM UNNEST($6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[])
+             AS u(key, entity_id, recipient_id, destination, event_digest, payload_digest, content, event_body)
          ON CONFLICT (key) DO NOTHING",
     )
     .bind(TENANT)
@@ -222,6 +242,8 @@ async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Re
     .bind(column(rows, |r| &r.destination))
     .bind(column(rows, |r| &r.fingerprint))
     .bind(column(rows, |r| &r.content_digest))
+    .bind(column(rows, |r| &r.content))
+    .bind(column(rows, |r| &r.event_body))
     .execute(&mut *tx)
     .await?;
     sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at) SELECT k, $2, $3 FROM UNNEST($1::text[]) AS u(k)")
@@ -235,8 +257,6 @@ async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Re
 
 /// Many events, one transaction, a multi-row `VALUES` statement per table.
 async fn write_batch_sqlite(pool: &SqlitePool, rows: &[EventRows], now: i64) -> sqlx::Result<()> {
-    let mut payloads: Vec<(&str, &str)> = rows.iter().flat_map(|r| r.payloads()).collect();
-    payloads.sort_unstable();
     let mut tx = pool.begin().await?;
     let mut q = QueryBuilder::<Sqlite>::new(
         "INSERT INTO requests (tenant, identity, fingerprint, status, response, created_at) ",
@@ -252,19 +272,27 @@ async fn write_batch_sqlite(pool: &SqlitePool, rows: &[EventRows], now: i64) -> 
     q.push(" ON CONFLICT (tenant, identity) DO NOTHING");
     q.build().execute(&mut *tx).await?;
 
-    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO payloads (digest, body, created_at) ");
-    q.push_values(&payloads, |mut b, (digest, body)| {
-        b.push_bind(*digest).push_bind(*body).push_bind(now);
-    });
-    q.push(
-        " ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at WHERE payloads.created_at < excluded.created_at",
+    let mut q = QueryBuilder::<Sqlite>::new(
+        "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at) ",
     );
+    q.push_values(rows, |mut b, r| {
+        b.push_bind(&r.event_key)
+            .push_bind(TENANT)
+            .push_bind(EVENT_TYPE)
+            .push_bind(ENTITY_TYPE)
+            .push_bind(&r.entity_id)
+            .push_bind(OCCURRED_AT_UTC)
+            .push_bind(&r.fingerprint)
+            .push_bind(now);
+    });
+    q.push(" ON CONFLICT (event_key) DO NOTHING");
     q.build().execute(&mut *tx).await?;
 
     let mut q = QueryBuilder::<Sqlite>::new(
         "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, entity_version,
              occurred_at, channel, recipient_id, destination, locale, template_id, template_revision, event_digest,
-             payload_digest, decision, reason, detail, state, attempts, created_at, updated_at, preferences_version, link_key) ",
+             payload_digest, content, event_body, decision, reason, detail, state, attempts, created_at, updated_at,
+             preferences_version, link_key) ",
     );
     q.push_values(rows, |mut b, r| {
         b.push_bind(&r.intent_key)
@@ -280,6 +308,8 @@ async fn write_batch_sqlite(pool: &SqlitePool, rows: &[EventRows], now: i64) -> 
             .push("'en', 'po_approved', '1'")
             .push_bind(&r.fingerprint)
             .push_bind(&r.content_digest)
+            .push_bind(&r.content)
+            .push_bind(&r.event_body)
             .push("'send', NULL, NULL, 'queued', 0")
             .push_bind(now)
             .push_bind(now)

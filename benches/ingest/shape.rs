@@ -1,8 +1,9 @@
 //! The one workload every figure is about: distinct single-recipient,
 //! single-SMS events. A client posts [`event_body`]; the limit writes
 //! [`EventRows`], the rows Herald's ingest writes for that same event (a request
-//! record with its stored response, the event and the rendered SMS as payloads,
-//! one intent, one job), built the way DESIGN §3 derives them.
+//! record with its stored response, the event record, one intent holding the
+//! event body and the rendered SMS, one job), built the way DESIGN §3 derives
+//! them.
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -41,6 +42,7 @@ pub fn event_body(i: usize) -> String {
 
 /// The rows of event `i`, as Herald stores them.
 pub struct EventRows {
+    pub event_key: String,
     pub identity: String,
     pub fingerprint: String,
     pub event_body: String,
@@ -81,6 +83,7 @@ impl EventRows {
         .to_string();
         EventRows {
             identity: format!("event:{event_key}"),
+            event_key,
             fingerprint: sha256_hex(&event_body),
             event_body,
             response,
@@ -91,12 +94,5 @@ impl EventRows {
             recipient_id,
             destination: phone(i),
         }
-    }
-
-    /// The two payloads in digest order (Herald writes them in that order).
-    pub fn payloads(&self) -> [(&str, &str); 2] {
-        let event = (self.fingerprint.as_str(), self.event_body.as_str());
-        let content = (self.content_digest.as_str(), self.content.as_str());
-        if event.0 <= content.0 { [event, content] } else { [content, event] }
     }
 }
