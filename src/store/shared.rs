@@ -63,19 +63,16 @@ pub const CONTENTS_PRUNE: &str = "UPDATE intents SET content = NULL, event_body 
            AND NOT EXISTS (SELECT 1 FROM inbox_cards c WHERE c.intent_key = i.key)
          LIMIT $2)";
 
-/// An intent's rendered message (`$1` its key): in its row, or, for an
-/// intent written before migration 0065, the payload row of its digest.
-pub const CONTENT_OF_INTENT: &str =
-    "SELECT COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest))
-     FROM intents i WHERE i.key = $1";
-
-/// The body of the request that created an intent (`$1` its key): in its
-/// row when that request planned only it (migration 0066), else the payload
-/// row of its `event_digest`, stored once for all of a broadcast's intents
-/// and for every intent written before the migration. The lists that show
-/// event bodies (dead letters, digest members) read it the same way.
-pub const EVENT_BODY_OF_INTENT: &str =
-    "SELECT COALESCE(i.event_body, (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest))
+/// An intent's rendered message and the body of the request that created it
+/// (`$1` its key), each in its row where it was written there: the message
+/// since migration 0065, the body since 0066 when that request planned only
+/// this intent. Otherwise each is the payload row of its digest (a
+/// broadcast's body, stored once for all its intents, and anything written
+/// before those migrations). The lists (dead letters, digest members) read
+/// both the same way.
+pub const MESSAGE_AND_BODY_OF_INTENT: &str =
+    "SELECT COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)),
+            COALESCE(i.event_body, (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest))
      FROM intents i WHERE i.key = $1";
 
 /// An intent's replays from the dead letters, oldest first: the same

@@ -24,10 +24,12 @@ pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> St
     .fetch_optional(pool)
     .await?;
     let Some(intent) = intent else { return Ok(None) };
-    let content: Option<String> =
-        sqlx::query_scalar(crate::store::shared::CONTENT_OF_INTENT).bind(key).fetch_optional(pool).await?.flatten();
-    let event_body: Option<String> =
-        sqlx::query_scalar(crate::store::shared::EVENT_BODY_OF_INTENT).bind(key).fetch_optional(pool).await?.flatten();
+    let (content, event_body): (Option<String>, Option<String>) =
+        sqlx::query_as(crate::store::shared::MESSAGE_AND_BODY_OF_INTENT)
+            .bind(key)
+            .fetch_optional(pool)
+            .await?
+            .unwrap_or_default();
     let attempts = sqlx::query_as(
         "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
              error, retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1
