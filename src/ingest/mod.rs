@@ -49,8 +49,8 @@ const POSTGRES_WRITERS: usize = 2;
 /// second and 8 % less CPU per notification with one; docs/performance.md).
 const POSTGRES_READERS: usize = 1;
 
-/// Gathered request lookups in flight at once on SQLite (its read pool has
-/// four connections; the rest serve directory reads and the API's reads).
+/// Gathered request lookups in flight at once on SQLite (each runs on a read
+/// connection of the store's own, on the thread of the task that reads it).
 const SQLITE_READERS: usize = 2;
 
 /// One request to ingest, as a front door hands it over: the caller's tenant,

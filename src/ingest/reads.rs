@@ -6,12 +6,12 @@
 //! parse, plan and execution) of its own.
 //!
 //! Request records are gathered on both backends: on SQLite a read has no
-//! network round trip to share, but each statement is a hop to a connection's
-//! thread, and a duplicate storm's concurrent requests all name one identity,
-//! which a gathered read reads once. Directory reads are gathered on Postgres
-//! only: SQLite has no statement that answers many of them at once, and one
-//! read at a time through a gatherer would only queue what its pool of read
-//! connections does side by side.
+//! network round trip to share, but a duplicate storm's concurrent requests
+//! all name one identity, which a gathered read reads once. Directory reads
+//! are gathered on Postgres only: on SQLite each request's runs where it is
+//! asked, on a read connection of the store's own, and one read at a time
+//! through a gatherer would only queue what the requests' own tasks do side
+//! by side.
 //!
 //! A batch is read only once every request in it has arrived (a worker takes
 //! what is waiting, then reads), so a replay's answer is never older than its

@@ -1,24 +1,13 @@
 //! The directory on SQLite: recipients and their kept preference versions,
 //! the suppression list and the deployment-wide settings.
 
-use super::{SqliteStore, keys_arg, suppressions};
+use super::{SqliteStore, reads, suppressions};
 use crate::store::{
-    Cursor, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow, StoreResult, SuppressionRow,
+    Cursor, DirectoryRows, DirectoryStore, Page, PreferencesVersion, RecipientPut, RecipientRow, StoreResult,
+    SuppressionRow,
 };
 use async_trait::async_trait;
 use sqlx::SqlitePool;
-
-pub(super) async fn recipients_get(pool: &SqlitePool, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-    let rows = sqlx::query_as(
-        "SELECT tenant, id, email, phone, locale, timezone, webhook_url, preferences, preferences_version,
-             updated_at FROM recipients WHERE tenant = $2 AND id IN (SELECT value FROM json_each($1))",
-    )
-    .bind(keys_arg(ids))
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows)
-}
 
 /// Replaces the entry; `preferences_version` moves only when the
 /// preferences change, so a version names one set of preferences, and
@@ -112,7 +101,8 @@ pub(super) async fn setting_get_or_insert(
 #[async_trait]
 impl DirectoryStore for SqliteStore {
     async fn recipients_get(&self, tenant: &str, ids: &[String]) -> StoreResult<Vec<RecipientRow>> {
-        recipients_get(&self.reader, tenant, ids).await
+        let (tenant, ids) = (tenant.to_string(), ids.to_vec());
+        Ok(self.reads.read(move |db| reads::directory(db, &tenant, &ids, &[])).await?.0)
     }
 
     async fn recipient_put(&self, put: RecipientPut) -> StoreResult<RecipientRow> {
@@ -129,7 +119,19 @@ impl DirectoryStore for SqliteStore {
     }
 
     async fn suppressions_match(&self, tenant: &str, hashes: &[String]) -> StoreResult<Vec<SuppressionRow>> {
-        suppressions::suppressions_match(&self.reader, tenant, hashes).await
+        let (tenant, hashes) = (tenant.to_string(), hashes.to_vec());
+        self.reads.read(move |db| reads::suppressions_matching(db, &tenant, &hashes)).await
+    }
+
+    /// Both reads on one connection of the reads' own ([`reads`]).
+    async fn recipients_and_suppressions(
+        &self,
+        tenant: &str,
+        ids: &[String],
+        hashes: &[String],
+    ) -> StoreResult<DirectoryRows> {
+        let (tenant, ids, hashes) = (tenant.to_string(), ids.to_vec(), hashes.to_vec());
+        self.reads.read(move |db| reads::directory(db, &tenant, &ids, &hashes)).await
     }
 
     async fn suppressions_list(

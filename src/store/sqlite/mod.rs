@@ -2,7 +2,8 @@
 //! write holds the single connection of the write pool, so writers queue in
 //! Herald instead of meeting `SQLITE_BUSY` (the hot transactions hold it as a
 //! lock and write on a connection of the writer thread's own, [`commits`]);
-//! reads use a separate pool (WAL lets them run alongside).
+//! reads use a separate pool (WAL lets them run alongside), the reads before
+//! planning connections of their own ([`reads`]).
 
 use super::batch::Pass;
 use super::shared::Step;
@@ -30,6 +31,7 @@ mod ingest_tx;
 mod ops;
 mod publications;
 mod queue;
+mod reads;
 mod receipts;
 mod rejected;
 mod retention;
@@ -181,6 +183,8 @@ async fn dead_at_write(_: &mut sqlx::Transaction<'_, sqlx::Sqlite>, _: &str) -> 
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
+    /// The reads before planning, on connections of their own ([`reads`]).
+    reads: Arc<reads::ReadFiles>,
     wake: Arc<Notify>,
     /// Where the hot write transactions run ([`writer`]).
     thread: Arc<writer::WriterThread>,
@@ -272,10 +276,12 @@ impl SqliteStore {
             busy_timeout: BUSY_TIMEOUT,
             wal_autocheckpoint: schedule.writer_at,
         };
+        let reads = Arc::new(reads::ReadFiles::new(file.path.clone(), BUSY_TIMEOUT));
         let commits = Arc::new(commits::Commits::start(&thread, writer.clone(), file));
         Ok(SqliteStore {
             writer,
             reader,
+            reads,
             wake: Arc::new(Notify::new()),
             thread: Arc::new(thread),
             commits,

@@ -1,30 +1,10 @@
-//! The suppression list on SQLite: matching, listing, removing, rekeying
-//! entries, and the bounces the ops digest counts.
+//! The suppression list on SQLite: listing, removing, rekeying entries, and
+//! the bounces the ops digest counts (matching is a read before planning,
+//! [`super::reads`]).
 
-use super::keys_arg;
 use crate::store::shared::page;
 use crate::store::{Cursor, Page, StoreResult, SuppressionRow};
 use sqlx::{QueryBuilder, Sqlite, SqlitePool};
-
-/// The tenant's entries among these address hashes.
-pub(super) async fn suppressions_match(
-    pool: &SqlitePool,
-    tenant: &str,
-    hashes: &[String],
-) -> StoreResult<Vec<SuppressionRow>> {
-    if hashes.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = sqlx::query_as(
-        "SELECT tenant, id, address_hash, channel, masked, domain, reason, source_intent, detail, created_at
-         FROM suppressions WHERE tenant = $2 AND address_hash IN (SELECT value FROM json_each($1))",
-    )
-    .bind(keys_arg(hashes))
-    .bind(tenant)
-    .fetch_all(pool)
-    .await?;
-    Ok(rows)
-}
 
 /// Newest first.
 pub(super) async fn suppressions_list(
