@@ -11,12 +11,17 @@
 //!
 //! A read holds its thread for as long as its statements run: a probe of a
 //! primary key or of an index a key, tens of microseconds from the page
-//! cache. It never waits there for a lock: in WAL mode a reader does not wait
-//! for the writer, and in the rare moments it would (another connection
+//! cache. It does not wait there for a lock: in WAL mode a reader does not
+//! wait for the writer, and in the rare moments it would (another connection
 //! recovering the WAL, or holding the file exclusively) SQLite answers
 //! `SQLITE_BUSY` at once, and the read is run again on a thread of Tokio's
 //! blocking pool, waiting as long as the store's busy timeout, as a read
-//! through sqlx would, while the server's threads go on. The connections can
+//! through sqlx would, while the server's threads go on. No more reads wait
+//! so at once than connections are kept: a lock held for long would
+//! otherwise take a blocking thread and a connection for every read that
+//! met it (the blocking pool also resolves providers' host names). A read
+//! that finds that many waiting waits its turn, as long as the busy timeout
+//! at most, and then answers that the file is locked. The connections can
 //! write nothing (`query_only`).
 
 use super::direct;
@@ -29,9 +34,10 @@ use rusqlite::{Connection, OpenFlags, Row};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
-/// Connections kept idle between reads: as many as threads read at once
-/// (the server's runtime has one a core), and a few more.
+/// Connections kept idle between reads, at least: as many as threads read
+/// at once (the server's runtime has one a core), and two more.
 const IDLE_KEPT: usize = 4;
 /// Statements each connection keeps prepared (there are five).
 const STATEMENTS_KEPT: usize = 16;
@@ -42,14 +48,21 @@ pub(super) struct ReadFiles {
     /// How long a read run again off the server's threads waits for a lock.
     busy_timeout: Duration,
     idle: Mutex<Vec<Connection>>,
+    /// How many connections are kept idle.
+    keep: usize,
+    /// A permit for each read that may wait for a lock at once (`keep`).
+    waiting: Arc<Semaphore>,
 }
 
 impl ReadFiles {
     pub(super) fn new(path: PathBuf, busy_timeout: Duration) -> ReadFiles {
-        ReadFiles { path, busy_timeout, idle: Mutex::new(Vec::new()) }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let keep = IDLE_KEPT.max(threads + 2);
+        ReadFiles { path, busy_timeout, idle: Mutex::new(Vec::new()), keep, waiting: Arc::new(Semaphore::new(keep)) }
     }
 
-    /// A connection that answers `SQLITE_BUSY` rather than wait.
+    /// A connection for the reads: it can write nothing, and [`Self::on`]
+    /// sets how long it waits for a lock before each read.
     fn open(&self) -> rusqlite::Result<Connection> {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         let db = Connection::open_with_flags(&self.path, flags)?;
@@ -65,14 +78,18 @@ impl ReadFiles {
         T: Send + 'static,
         F: Fn(&Connection) -> StoreResult<T> + Send + 'static,
     {
-        match self.on(Duration::ZERO, &read) {
-            Err(e) if is_busy(&e) => {
-                let reads = self.clone();
-                let waited = tokio::task::spawn_blocking(move || reads.on(reads.busy_timeout, &read)).await;
-                waited.unwrap_or_else(|_| Err(StoreError::Unanswered("SQLite read")))
-            }
-            answered => answered,
-        }
+        let busy = match self.on(Duration::ZERO, &read) {
+            Err(e) if is_busy(&e) => e,
+            answered => return answered,
+        };
+        let turn = tokio::time::timeout(self.busy_timeout, self.waiting.clone().acquire_owned()).await;
+        let Ok(Ok(permit)) = turn else { return Err(busy) };
+        let reads = self.clone();
+        let waited = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            reads.on(reads.busy_timeout, &read)
+        });
+        waited.await.unwrap_or_else(|_| Err(StoreError::Unanswered("SQLite read")))
     }
 
     /// Runs `read` on a kept connection (or a new one) that waits up to
@@ -89,9 +106,9 @@ impl ReadFiles {
             db.busy_timeout(wait)?;
             read(&db)
         })();
-        if db.is_autocommit() && (wait.is_zero() || db.busy_timeout(Duration::ZERO).is_ok()) {
+        if db.is_autocommit() {
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-            if idle.len() < IDLE_KEPT {
+            if idle.len() < self.keep {
                 idle.push(db);
             }
         }
@@ -251,8 +268,8 @@ mod tests {
                 if depth > 1 { nested(reads, depth - 1) } else { Ok(()) }
             })
         }
-        nested(&reads, IDLE_KEPT + 2).unwrap();
-        assert_eq!(idle(&reads), IDLE_KEPT);
+        nested(&reads, reads.keep + 2).unwrap();
+        assert_eq!(idle(&reads), reads.keep);
     }
 
     #[tokio::test]
@@ -305,5 +322,39 @@ mod tests {
         // The connection that waited is kept, and answers at once again.
         assert_eq!(idle(&reads), 1);
         assert_eq!(reads.on(Duration::ZERO, keys).unwrap(), ["a", "b"]);
+    }
+
+    /// Reads that meet a lock held longer than the busy timeout answer that
+    /// the file is locked, each within about two timeouts (its turn to wait,
+    /// then its wait), no more of them waiting at once than connections are
+    /// kept, and none keeps more connections than that.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn reads_that_meet_a_lock_held_too_long_answer_locked_and_wait_few_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, _) = file(&dir);
+        let reads = Arc::new(ReadFiles::new(dir.path().join("herald.db"), Duration::from_millis(200)));
+        writer.execute_batch("PRAGMA locking_mode = EXCLUSIVE; INSERT INTO t VALUES ('b');").unwrap();
+        let asked: Vec<_> = (0..reads.keep * 3)
+            .map(|_| {
+                let reads = reads.clone();
+                tokio::spawn(async move { reads.read(keys).await })
+            })
+            .collect();
+        // Once the first reads have met the lock, every permit to wait is taken.
+        let watched = reads.clone();
+        let all_waiting = async move {
+            while watched.waiting.available_permits() > 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), all_waiting).await.expect("reads wait for the lock");
+        for asked in asked {
+            let answered = tokio::time::timeout(Duration::from_secs(5), asked).await.expect("answered").unwrap();
+            assert!(matches!(&answered, Err(e) if is_busy(e)), "{answered:?}");
+        }
+        assert_eq!(reads.waiting.available_permits(), reads.keep);
+        assert!(idle(&reads) <= reads.keep);
+        drop(writer);
+        assert_eq!(reads.read(keys).await.unwrap(), ["a", "b"]);
     }
 }
