@@ -19,6 +19,35 @@ fn nats_url() -> Option<String> {
     url
 }
 
+/// Makes sure the account always holds one stream besides the tests' own.
+///
+/// When nats-server (2.9 on these machines) deletes an account's last
+/// stream, it then removes the account's empty `streams` directory from
+/// another goroutine, after the delete has answered. A stream created in
+/// that moment — by a test running beside the one that cleaned up, or by a
+/// test that deletes its stream and makes it again — loses the directory
+/// between making its parents and making its own, and the create fails:
+/// `error creating store for stream` (10049), logged by the server as
+/// `could not create storage directory … no such file or directory`. It
+/// failed CI on 2026-12-06, and 2 of 36 runs of `tests/bus.rs` here.
+/// A stream that is never deleted keeps `streams` from ever being empty. It
+/// holds nothing (nobody publishes to its subject) and stays on the server
+/// between runs, which every test process shares.
+async fn keep_the_accounts_directory(js: &jetstream::Context) {
+    let keeper = jetstream::stream::Config {
+        name: "herald_test_keeper".into(),
+        subjects: vec!["herald-test-keeper.nothing".into()],
+        ..Default::default()
+    };
+    // Its own first creation can meet the same race, until it exists.
+    let mut tries = 0;
+    while let Err(e) = js.get_or_create_stream(keeper.clone()).await {
+        tries += 1;
+        assert!(tries < 50, "the keeper stream could not be made: {e}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub struct TestStream {
     pub url: String,
     pub js: jetstream::Context,
@@ -34,11 +63,13 @@ impl TestStream {
             .await
             .unwrap_or_else(|_| panic!("HERALD_TEST_NATS_URL is set but NATS does not answer ({url})"))
             .unwrap_or_else(|e| panic!("HERALD_TEST_NATS_URL is set but NATS is unreachable ({url}): {e}"));
+        let js = jetstream::new(client);
+        keep_the_accounts_directory(&js).await;
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         let id = format!("{}_{}_{}", std::process::id(), n, jiff::Timestamp::now().as_millisecond() % 1_000_000);
         Some(TestStream {
             url,
-            js: jetstream::new(client),
+            js,
             stream: format!("herald_test_{id}"),
             subject: format!("herald-test.{id}.events"),
             consumer: format!("herald_{id}"),
