@@ -226,6 +226,27 @@ fn in_memory(url: &str) -> bool {
     db == ":memory:" || query.split('&').any(|pair| pair == "mode=memory")
 }
 
+/// Refuses the URL's options that would open the file differently on
+/// sqlx's connections than on the writer's and the reads' own, which open
+/// it by its path, read-write, with SQLite's default VFS
+/// ([`commits::WriteFile`], [`reads::ReadFiles`]): two VFSes may not lock
+/// it the same way, and an `immutable` or read-only reader would not see
+/// the writer's commits. Only `mode=rw` and `mode=rwc` (both read-write; the
+/// file is made when missing either way) are taken.
+fn url_options(url: &str) -> StoreResult<()> {
+    let Some((_, query)) = url.split_once('?') else { return Ok(()) };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        if pair != "mode=rw" && pair != "mode=rwc" {
+            return Err(StoreError::Schema(format!(
+                "database_url: the option `{pair}` is not taken on SQLite: Herald opens the file read-write, with \
+                 SQLite's default VFS and settings of its own, on connections that do not read the URL's options; \
+                 remove it"
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens the file, creating it (in WAL mode) when it is not there.
     pub async fn connect(url: &str) -> StoreResult<SqliteStore> {
@@ -239,6 +260,7 @@ impl SqliteStore {
                  Herald stops, and one that a second connection cannot write; name a file"
             )));
         }
+        url_options(url)?;
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
         SqliteStore::open(options, schedule).await
     }
@@ -246,6 +268,7 @@ impl SqliteStore {
     /// Opens the file only if it exists, and changes nothing in it on the way
     /// (its journal mode stays what it is).
     pub async fn open_existing(url: &str) -> StoreResult<SqliteStore> {
+        url_options(url)?;
         let options = SqliteConnectOptions::from_str(url)?.create_if_missing(false);
         let file = options.get_filename();
         if !file.exists() {
@@ -415,5 +438,28 @@ mod tests {
             assert!(refused.starts_with("database_url: ") && refused.contains("in-memory"), "{url}: {refused}");
         }
         assert!(!in_memory("sqlite://memory.db") && !in_memory("sqlite:///var/lib/herald/herald.db?mode=rwc"));
+    }
+
+    /// An option the writer's and the reads' own connections would not
+    /// follow is refused by name, before any file is made; a read-write
+    /// mode is taken.
+    #[tokio::test]
+    async fn a_url_option_the_own_connections_would_not_follow_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("herald.db");
+        for option in ["vfs=unix-dotfile", "immutable=true", "mode=ro", "cache=shared", "mode=rwc&vfs=unix-none"] {
+            let url = format!("sqlite://{}?{option}", file.display());
+            let refused = SqliteStore::connect(&url).await.err().map(|e| e.to_string()).unwrap_or_default();
+            let named = option.rsplit('&').next().unwrap();
+            assert!(refused.starts_with("database_url: the option `") && refused.contains(named), "{url}: {refused}");
+            assert!(!file.exists(), "{url}: a file was made");
+            let refused = SqliteStore::open_existing(&url).await.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(refused.contains(named), "open_existing {url}: {refused}");
+        }
+        for option in ["mode=rwc", "mode=rw", ""] {
+            let url = format!("sqlite://{}?{option}", file.display());
+            SqliteStore::connect(&url).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        }
+        assert!(file.exists());
     }
 }
