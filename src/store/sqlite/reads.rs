@@ -36,9 +36,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// Connections kept idle between reads, at least: as many as threads read
-/// at once (the server's runtime has one a core), and two more.
-const IDLE_KEPT: usize = 4;
+/// The fewest connections kept idle between reads. [`ReadFiles::new`] keeps
+/// more on a larger machine: as many as threads read at once (the server's
+/// runtime has one a core), and two more.
+const KEPT_AT_LEAST: usize = 4;
 /// Statements each connection keeps prepared (there are five).
 const STATEMENTS_KEPT: usize = 16;
 
@@ -57,7 +58,7 @@ pub(super) struct ReadFiles {
 impl ReadFiles {
     pub(super) fn new(path: PathBuf, busy_timeout: Duration) -> ReadFiles {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let keep = IDLE_KEPT.max(threads + 2);
+        let keep = KEPT_AT_LEAST.max(threads + 2);
         ReadFiles { path, busy_timeout, idle: Mutex::new(Vec::new()), keep, waiting: Arc::new(Semaphore::new(keep)) }
     }
 
