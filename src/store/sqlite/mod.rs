@@ -219,11 +219,17 @@ fn held_time(pool: SqlitePoolOptions, writes: Arc<std::sync::atomic::AtomicU64>)
 /// How long a connection waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Whether `url` names an in-memory database (`:memory:`, or `mode=memory`).
-fn in_memory(url: &str) -> bool {
+/// A SQLite URL's file part and its options (`key=value`, none empty).
+fn url_parts(url: &str) -> (&str, impl Iterator<Item = &str>) {
     let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
     let (db, query) = rest.split_once('?').unwrap_or((rest, ""));
-    db == ":memory:" || query.split('&').any(|pair| pair == "mode=memory")
+    (db, query.split('&').filter(|pair| !pair.is_empty()))
+}
+
+/// Whether `url` names an in-memory database (`:memory:`, or `mode=memory`).
+fn in_memory(url: &str) -> bool {
+    let (db, mut options) = url_parts(url);
+    db == ":memory:" || options.any(|pair| pair == "mode=memory")
 }
 
 /// Refuses the URL's options that would open the file differently on
@@ -234,17 +240,14 @@ fn in_memory(url: &str) -> bool {
 /// the writer's commits. Only `mode=rw` and `mode=rwc` (both read-write; the
 /// file is made when missing either way) are taken.
 fn url_options(url: &str) -> StoreResult<()> {
-    let Some((_, query)) = url.split_once('?') else { return Ok(()) };
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        if pair != "mode=rw" && pair != "mode=rwc" {
-            return Err(StoreError::Schema(format!(
-                "database_url: the option `{pair}` is not taken on SQLite: Herald opens the file read-write, with \
-                 SQLite's default VFS and settings of its own, on connections that do not read the URL's options; \
-                 remove it"
-            )));
-        }
+    match url_parts(url).1.find(|pair| *pair != "mode=rw" && *pair != "mode=rwc") {
+        None => Ok(()),
+        Some(pair) => Err(StoreError::Schema(format!(
+            "database_url: the option `{pair}` is not taken on SQLite: Herald opens the file read-write, with \
+             SQLite's default VFS and settings of its own, on connections that do not read the URL's options; \
+             remove it"
+        ))),
     }
-    Ok(())
 }
 
 impl SqliteStore {
