@@ -19,22 +19,45 @@ for line in open(sys.argv[1]):
             pass
 
 PASSES = ("distinct", "storm", "faults")
-# herald_<setup>_<A|B><round>_<pass>_<metric>
+# herald_<setup>_<A|B><round>_<pass>_<metric>; bullmq<round>_<pass>_<metric> (no round: a
+# summary from before the notifier ran in every round, one notifier run for all)
 HERALD = re.compile(r"^herald_(.+)_([A-F])(\d+)_(distinct|storm|faults)_(.+)$")
-runs = defaultdict(lambda: defaultdict(list))  # (setup, build) -> "pass_metric" -> [values per round]
+NOTIFIER = re.compile(r"^bullmq(\d*)_(distinct|storm|faults)_(.+)$")
+runs = defaultdict(lambda: defaultdict(dict))  # (setup, build) -> round -> "pass_metric" -> value
+bullmq = defaultdict(dict)  # round -> "pass_metric" -> value
 for name, value in figures.items():
-    m = HERALD.match(name)
-    if m:
-        setup, build, _, pass_, metric = m.groups()
-        runs[(setup, build)][f"{pass_}_{metric}"].append(value)
-
-
-def notifier(key):
-    return figures.get(f"bullmq_{key}")
+    if m := HERALD.match(name):
+        setup, build, round_, pass_, metric = m.groups()
+        runs[(setup, build)][round_][f"{pass_}_{metric}"] = value
+    elif m := NOTIFIER.match(name):
+        round_, pass_, metric = m.groups()
+        bullmq[round_][f"{pass_}_{metric}"] = value
 
 
 def mean(values):
+    values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
+
+
+def notifier(key):
+    """The notifier's figure, the mean of its runs."""
+    return mean([got.get(key) for got in bullmq.values()])
+
+
+def notifier_of(round_, key):
+    """The notifier's figure in one round: the one its Herald runs are divided by."""
+    got = bullmq.get(round_) or (bullmq.get("") if len(bullmq) == 1 else None) or {}
+    return got.get(key)
+
+
+def ratios(rounds, key):
+    """Each round's Herald figure over the same round's notifier figure."""
+    out = []
+    for round_, got in sorted(rounds.items(), key=lambda kv: int(kv[0])):
+        h, n = got.get(key), notifier_of(round_, key)
+        if h is not None and n:
+            out.append(h / n)
+    return out
 
 
 def cpu_per_1k(get, pass_):
@@ -56,41 +79,49 @@ def fmt(v, spec="{:,.0f}"):
     return "—" if v is None else spec.format(v)
 
 
-def ratio(h, n):
-    return "—" if h is None or not n else f"{h / n:.2f}×"
+def ratio(values):
+    return "—" if not values else f"{mean(values):.2f}×"
 
 
 rows = [("setup", "build", "e2e/s", "×", "storm/s", "×", "p99 ms", "×", "RSS MiB", "×",
          "CPU s/1k own+pg/redis", "dup", "503s e2e/s", "×", "503s sent/dup")]
-bull = lambda k: notifier(k)
-own, db = cpu_per_1k(lambda k: notifier(k), "distinct")
+bull = notifier
+own, db = cpu_per_1k(notifier, "distinct")
+bull_dups = sum((got.get("distinct_sink_duplicate_sends") or 0) + max((got.get("storm_sink_accepted") or 1) - 1, 0)
+                for got in bullmq.values())
 rows.append(("BullMQ notifier", "", fmt(bull("distinct_e2e_rate")), "1", fmt(bull("storm_ingest_rate")), "1",
              fmt(bull("distinct_ingest_p99"), "{:.1f}"), "1", fmt(bull("distinct_peak_rss_mib"), "{:.0f}"), "1",
-             f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}",
-             fmt((bull("distinct_sink_duplicate_sends") or 0) + max((bull("storm_sink_accepted") or 1) - 1, 0)),
+             f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(bull_dups),
              fmt(bull("faults_e2e_rate")), "1" if bull("faults_e2e_rate") else "—",
              faults_cell(bull("faults_sink_accepted"), bull("faults_sink_duplicate_sends"))))
-for (setup, build), got in sorted(runs.items()):
-    get = lambda k, got=got: mean(got.get(k, []))
+for (setup, build), rounds in sorted(runs.items()):
+    get = lambda k, rounds=rounds: mean([got.get(k) for got in rounds.values()])
     e2e, storm, p99, rss = get("distinct_e2e_rate"), get("storm_ingest_rate"), get("distinct_ingest_p99"), get("distinct_peak_rss_mib")
     own, db = cpu_per_1k(get, "distinct")
-    dups = sum(got.get("distinct_sink_duplicate_sends", [])) + sum(max(v - 1, 0) for v in got.get("storm_sink_accepted", []))
-    faults_e2e = get("faults_e2e_rate")
-    rows.append((setup, build, fmt(e2e), ratio(e2e, bull("distinct_e2e_rate")), fmt(storm), ratio(storm, bull("storm_ingest_rate")),
-                 fmt(p99, "{:.1f}"), ratio(p99, bull("distinct_ingest_p99")), fmt(rss, "{:.0f}"), ratio(rss, bull("distinct_peak_rss_mib")),
-                 f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(dups), fmt(faults_e2e),
-                 ratio(faults_e2e, bull("faults_e2e_rate")),
+    dups = sum((got.get("distinct_sink_duplicate_sends") or 0) + max((got.get("storm_sink_accepted") or 1) - 1, 0)
+               for got in rounds.values())
+    rows.append((setup, build, fmt(e2e), ratio(ratios(rounds, "distinct_e2e_rate")), fmt(storm),
+                 ratio(ratios(rounds, "storm_ingest_rate")), fmt(p99, "{:.1f}"), ratio(ratios(rounds, "distinct_ingest_p99")),
+                 fmt(rss, "{:.0f}"), ratio(ratios(rounds, "distinct_peak_rss_mib")),
+                 f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(dups), fmt(get("faults_e2e_rate")),
+                 ratio(ratios(rounds, "faults_e2e_rate")),
                  faults_cell(get("faults_sink_accepted"), get("faults_sink_duplicate_sends"))))
 
 widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-print("# Herald beside the BullMQ notifier, one run (mean of the rounds); × = Herald ÷ notifier")
+print("# Herald beside the BullMQ notifier, one run; figures are the mean of the rounds, × the mean of each "
+      "round's Herald ÷ the same round's notifier")
 for r in rows:
     print("  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
-missing = [f"{s} {b}: {p} sent {fmt(mean(g.get(p + '_sink_accepted', [])))}" for (s, b), g in runs.items()
-           for p in PASSES if g.get(f"{p}_requests") and mean(g.get(f"{p}_sink_accepted", [])) is not None
-           and p != "storm" and mean(g[f"{p}_sink_accepted"]) < mean(g[f"{p}_requests"])]
-for m in missing:
-    print(f"# INCOMPLETE {m}")
+if max(len(rounds) for rounds in runs.values()) > 1 if runs else False:
+    print("# end to end × by round: " + "; ".join(
+        f"{setup} {build} " + " · ".join(f"{r:.2f}" for r in ratios(rounds, "distinct_e2e_rate"))
+        for (setup, build), rounds in sorted(runs.items())))
+every_run = [(f"notifier round {r or 1}", got) for r, got in sorted(bullmq.items())] + [
+    (f"{setup} {build}{r}", got) for (setup, build), rounds in sorted(runs.items()) for r, got in sorted(rounds.items())]
+for who, got in every_run:
+    for p in PASSES:
+        if p != "storm" and got.get(f"{p}_requests") and (got.get(f"{p}_sink_accepted") or 0) < got[f"{p}_requests"]:
+            print(f"# INCOMPLETE {who}: {p} sent {fmt(got.get(p + '_sink_accepted'))} of {fmt(got[p + '_requests'])}")
 
 floor = figures.get("floor_pg_cpu_per_notification")
 if floor is not None:
@@ -100,8 +131,8 @@ if floor is not None:
         per = 1000 * whole / sent
         print(f"# floor: the rows Herald's promises require cost Postgres {floor:.3f} ms a notification at best "
               f"(scripts/perf-floor, batches of 50); the notifier's whole stack (process, Postgres, Redis) {per:.3f} ms.")
-        for (setup, build), got in sorted(runs.items()):
-            own, _ = cpu_per_1k(lambda k, got=got: mean(got.get(k, [])), "distinct")
+        for (setup, build), rounds in sorted(runs.items()):
+            own, _ = cpu_per_1k(lambda k, rounds=rounds: mean([got.get(k) for got in rounds.values()]), "distinct")
             if own is not None and setup.startswith("pg"):
                 # Every core busy with nothing but Herald's own work and the floor's
                 # Postgres work: a ceiling whatever the notifier's own bound is.
