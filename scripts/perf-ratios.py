@@ -112,10 +112,11 @@ print("# Herald beside the BullMQ notifier, one run; figures are the mean of the
       "round's Herald ÷ the same round's notifier")
 for r in rows:
     print("  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths))))
-if max(len(rounds) for rounds in runs.values()) > 1 if runs else False:
-    print("# end to end × by round: " + "; ".join(
-        f"{setup} {build} " + " · ".join(f"{r:.2f}" for r in ratios(rounds, "distinct_e2e_rate"))
-        for (setup, build), rounds in sorted(runs.items())))
+if runs and max(len(rounds) for rounds in runs.values()) > 1:
+    for what, key in (("end to end", "distinct_e2e_rate"), ("ingest p99", "distinct_ingest_p99")):
+        print(f"# {what} × by round: " + "; ".join(
+            f"{setup} {build} " + " · ".join(f"{r:.2f}" for r in ratios(rounds, key))
+            for (setup, build), rounds in sorted(runs.items())))
 every_run = [(f"notifier round {r or 1}", got) for r, got in sorted(bullmq.items())] + [
     (f"{setup} {build}{r}", got) for (setup, build), rounds in sorted(runs.items()) for r, got in sorted(rounds.items())]
 for who, got in every_run:
