@@ -79,6 +79,12 @@ def fmt(v, spec="{:,.0f}"):
     return "—" if v is None else spec.format(v)
 
 
+def duplicates(rounds):
+    """Second sends in one system's runs: a distinct run's repeats, and a storm's sends past its one."""
+    return sum((got.get("distinct_sink_duplicate_sends") or 0) + max((got.get("storm_sink_accepted") or 1) - 1, 0)
+               for got in rounds)
+
+
 def ratio(values):
     return "—" if not values else f"{mean(values):.2f}×"
 
@@ -87,23 +93,19 @@ rows = [("setup", "build", "e2e/s", "×", "storm/s", "×", "p99 ms", "×", "RSS 
          "CPU s/1k own+pg/redis", "dup", "503s e2e/s", "×", "503s sent/dup")]
 bull = notifier
 own, db = cpu_per_1k(notifier, "distinct")
-bull_dups = sum((got.get("distinct_sink_duplicate_sends") or 0) + max((got.get("storm_sink_accepted") or 1) - 1, 0)
-                for got in bullmq.values())
 rows.append(("BullMQ notifier", "", fmt(bull("distinct_e2e_rate")), "1", fmt(bull("storm_ingest_rate")), "1",
              fmt(bull("distinct_ingest_p99"), "{:.1f}"), "1", fmt(bull("distinct_peak_rss_mib"), "{:.0f}"), "1",
-             f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(bull_dups),
+             f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(duplicates(bullmq.values())),
              fmt(bull("faults_e2e_rate")), "1" if bull("faults_e2e_rate") else "—",
              faults_cell(bull("faults_sink_accepted"), bull("faults_sink_duplicate_sends"))))
 for (setup, build), rounds in sorted(runs.items()):
     get = lambda k, rounds=rounds: mean([got.get(k) for got in rounds.values()])
     e2e, storm, p99, rss = get("distinct_e2e_rate"), get("storm_ingest_rate"), get("distinct_ingest_p99"), get("distinct_peak_rss_mib")
     own, db = cpu_per_1k(get, "distinct")
-    dups = sum((got.get("distinct_sink_duplicate_sends") or 0) + max((got.get("storm_sink_accepted") or 1) - 1, 0)
-               for got in rounds.values())
     rows.append((setup, build, fmt(e2e), ratio(ratios(rounds, "distinct_e2e_rate")), fmt(storm),
                  ratio(ratios(rounds, "storm_ingest_rate")), fmt(p99, "{:.1f}"), ratio(ratios(rounds, "distinct_ingest_p99")),
                  fmt(rss, "{:.0f}"), ratio(ratios(rounds, "distinct_peak_rss_mib")),
-                 f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(dups), fmt(get("faults_e2e_rate")),
+                 f"{fmt(own, '{:.2f}')}+{fmt(db, '{:.2f}')}", fmt(duplicates(rounds.values())), fmt(get("faults_e2e_rate")),
                  ratio(ratios(rounds, "faults_e2e_rate")),
                  faults_cell(get("faults_sink_accepted"), get("faults_sink_duplicate_sends"))))
 
