@@ -39,9 +39,12 @@ def mean(values):
     return sum(values) / len(values) if values else None
 
 
-def notifier(key):
-    """The notifier's figure, the mean of its runs."""
-    return mean([got.get(key) for got in bullmq.values()])
+def averaged(rounds):
+    """A system's figure by name, the mean of its rounds' runs."""
+    return lambda key: mean([got.get(key) for got in rounds.values()])
+
+
+notifier = averaged(bullmq)
 
 
 def notifier_of(round_, key):
@@ -99,7 +102,7 @@ rows.append(("BullMQ notifier", "", fmt(bull("distinct_e2e_rate")), "1", fmt(bul
              fmt(bull("faults_e2e_rate")), "1" if bull("faults_e2e_rate") else "—",
              faults_cell(bull("faults_sink_accepted"), bull("faults_sink_duplicate_sends"))))
 for (setup, build), rounds in sorted(runs.items()):
-    get = lambda k, rounds=rounds: mean([got.get(k) for got in rounds.values()])
+    get = averaged(rounds)
     e2e, storm, p99, rss = get("distinct_e2e_rate"), get("storm_ingest_rate"), get("distinct_ingest_p99"), get("distinct_peak_rss_mib")
     own, db = cpu_per_1k(get, "distinct")
     rows.append((setup, build, fmt(e2e), ratio(ratios(rounds, "distinct_e2e_rate")), fmt(storm),
@@ -135,7 +138,7 @@ if floor is not None:
         print(f"# floor: the rows Herald's promises require cost Postgres {floor:.3f} ms a notification at best "
               f"(scripts/perf-floor, batches of 50); the notifier's whole stack (process, Postgres, Redis) {per:.3f} ms.")
         for (setup, build), rounds in sorted(runs.items()):
-            own, _ = cpu_per_1k(lambda k, rounds=rounds: mean([got.get(k) for got in rounds.values()]), "distinct")
+            own, _ = cpu_per_1k(averaged(rounds), "distinct")
             if own is not None and setup.startswith("pg"):
                 # Every core busy with nothing but Herald's own work and the floor's
                 # Postgres work: a ceiling whatever the notifier's own bound is.
