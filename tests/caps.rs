@@ -86,7 +86,11 @@ async fn messages_go_until_the_cap_and_the_rest_are_suppressed_with_the_cap_that
             app.wait_state(body["intents"][0]["id"].as_str().unwrap(), &["sent"]).await;
         }
         assert_eq!(sms.sent_to(PHONE).len(), 4, "{backend:?}: three under the cap and the uncapped code");
-        let jobs = common::count(&db, &format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{key}'")).await;
+        let jobs = common::count(
+            &db,
+            &format!("SELECT COUNT(*) FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = '{key}')"),
+        )
+        .await;
         assert_eq!(jobs, 0, "{backend:?}: nothing queued for a capped intent");
     }
 }

@@ -52,12 +52,12 @@ async fn load(db: &TestDb, now_us: i64) {
                  1, {now_us} - g::bigint * {step}, {now_us} - g::bigint * {step} + 1000000
              FROM generate_series(1, {INTENTS}) AS g"
         ),
-        "INSERT INTO attempts (intent_key, n, started_at, finished_at, outcome, provider_status, provider)
-         SELECT key, 1, created_at, created_at + 1000000,
+        "INSERT INTO attempts (intent_id, n, started_at, finished_at, outcome, provider_status, provider)
+         SELECT id, 1, created_at, created_at + 1000000,
                 CASE state WHEN 'dead' THEN 'permanent' WHEN 'queued' THEN 'retryable' ELSE 'accepted' END, 200, 'sms'
          FROM intents"
             .to_string(),
-        format!("INSERT INTO jobs (intent_key, tenant, run_at) SELECT key, tenant, {now_us} - 60000000 FROM intents WHERE state = 'queued'"),
+        format!("INSERT INTO jobs (intent_id, tenant, run_at) SELECT id, tenant, {now_us} - 60000000 FROM intents WHERE state = 'queued'"),
         // The ingest tally behind the shadow report: a row a minute per tenant for the 30 days.
         format!(
             "INSERT INTO ingest_tally (tenant, minute, kind, n)
@@ -104,7 +104,9 @@ fn queries(now_us: i64) -> Vec<(&'static str, String)> {
             "SELECT id FROM receipts WHERE intent_key = ANY(ARRAY[{key}, md5('1233')]) ORDER BY intent_key, received_at")),
         ("Whose intent (the timeline, by key)", format!("SELECT tenant FROM intents WHERE key = {key}")),
         ("The timeline's intent", format!("SELECT {cols} FROM intents i WHERE i.tenant = 'tenant-3' AND i.key = {key}")),
-        ("The timeline's attempts", format!("SELECT intent_key, n, outcome FROM attempts WHERE intent_key = {key} ORDER BY n")),
+        ("The timeline's attempts", format!(
+            "SELECT i.key AS intent_key, a.n, a.outcome FROM attempts a JOIN intents i ON i.id = a.intent_id
+             WHERE i.key = {key} ORDER BY a.n")),
         ("Dead letters by reason (a tenant's)",
             "SELECT tenant, COALESCE(reason, 'unknown') AS reason, COUNT(*) AS count, MIN(dead_at) AS oldest_at
              FROM intents WHERE dead_at IS NOT NULL AND tenant = 'tenant-3' GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2".into()),
@@ -134,7 +136,7 @@ fn queries(now_us: i64) -> Vec<(&'static str, String)> {
         ("Health: the whole queue (admin, and /metrics)", format!("SELECT COUNT(*), MIN(run_at) FROM jobs WHERE run_at <= {now_us}")),
         ("Health: a tenant's attempts in the last hour", format!(
             "SELECT COALESCE(a.outcome, 'unknown') AS outcome, COUNT(*) AS n FROM attempts a
-             JOIN intents i ON i.key = a.intent_key AND i.tenant = 'tenant-3'
+             JOIN intents i ON i.id = a.intent_id AND i.tenant = 'tenant-3'
              WHERE a.finished_at IS NOT NULL AND a.finished_at >= {hour} AND a.finished_at < {now_us} GROUP BY 1 ORDER BY 2 DESC, 1")),
         ("Health: every tenant's attempts in the last hour (admin)", format!(
             "SELECT COALESCE(a.outcome, 'unknown') AS outcome, COUNT(*) AS n FROM attempts a

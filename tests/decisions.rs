@@ -66,7 +66,9 @@ async fn a_held_intent_wakes_at_the_end_of_quiet_hours_with_its_frozen_content()
         // queue, not a pause, keeps it from going out during quiet hours.
         let wakes = "2026-06-02T07:00:00Z".parse::<jiff::Timestamp>().unwrap().as_microsecond();
         let key = b["intents"][0]["key"].as_str().unwrap();
-        let not_before = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{key}' AND run_at >= {wakes}");
+        let not_before = format!(
+            "SELECT COUNT(*) FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = '{key}') AND run_at >= {wakes}"
+        );
         assert_eq!(common::count(&db, &not_before).await, 1, "{backend:?}: its job waits for 07:00");
         let (_, it) = app.get(&format!("/v1/intents/{id}")).await;
         assert_eq!(it["state"], "held", "{backend:?}: {it}");
@@ -113,7 +115,7 @@ async fn a_digest_window_sends_its_members_once_as_one_message() {
         }
         // A member waits in the open digest, with no job of its own to send it alone.
         let alone = format!(
-            "SELECT COUNT(*) FROM jobs WHERE intent_key IN ({})",
+            "SELECT COUNT(*) FROM jobs j JOIN intents i ON i.id = j.intent_id WHERE i.key IN ({})",
             keys_of(&app, &members).await.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", ")
         );
         assert_eq!(common::count(&db, &alone).await, 0, "{backend:?}: a member could be sent alone");

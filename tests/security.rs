@@ -110,7 +110,7 @@ async fn an_attempt_stored_with_the_sinks_old_server_path_shows_only_the_file_na
         let file = format!("{key}.email.txt");
         // As an older Herald stored it.
         let old = outbox.path().join(&file).display().to_string();
-        execute(&db, &format!("UPDATE attempts SET provider_message_id = '{old}' WHERE intent_key = '{key}'")).await;
+        execute(&db, &format!("UPDATE attempts SET provider_message_id = '{old}' WHERE intent_id = (SELECT id FROM intents WHERE key = '{key}')")).await;
         // The temporary directory's own name: no view may show it, escaped or not.
         let dir = outbox.path().file_name().unwrap().to_str().unwrap().to_string();
 

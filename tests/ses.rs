@@ -285,7 +285,7 @@ async fn a_receipt_for_an_intent_waiting_for_its_retry_ends_it_and_the_retry_nev
         let it = app.wait_state(&id, &["unknown"]).await;
         assert_eq!(it["attempts"][0]["provider_message_id"], Value::Null, "{backend:?}: {it}");
         let key = it["key"].as_str().unwrap().to_string();
-        let jobs = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{key}'");
+        let jobs = format!("SELECT COUNT(*) FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = '{key}')");
         assert_eq!(common::count(&db, &jobs).await, 1, "a retry is pending");
 
         // SES says it was delivered; the notification's headers carry Herald's Message-ID.

@@ -495,7 +495,8 @@ async fn a_digest_open_across_the_switch_that_cannot_be_rendered_shadows_its_sha
         assert!(detail.contains("shadow") && !detail.contains("sent"), "{backend:?}: {detail}");
         assert_eq!(sms.calls(), 1, "{backend:?}: only the member planned live");
         assert!(sms.sent_to(phone)[0].body["body"].as_str().unwrap().contains("PO-UR2"));
-        let jobs = format!("SELECT COUNT(*) FROM jobs WHERE intent_key = '{observed}'");
+        let jobs =
+            format!("SELECT COUNT(*) FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = '{observed}')");
         assert_eq!(count(&db, &jobs).await, 0, "{backend:?}: a job was queued for the shadow member");
 
         // Counted and logged once: the metric and the line go together.

@@ -129,7 +129,7 @@ const INSERT_INTENT: &str = "INSERT INTO intents (key, tenant, event_type, entit
      VALUES ($1, $2, $3, $4, $5, 1, $6, 'sms', $7, $8, 'en', 'po_approved', '1', $9, $10, $11, $12, 'send', NULL, NULL,
          'queued', 0, $13, $13, NULL, NULL)
      ON CONFLICT (key) DO NOTHING";
-const INSERT_JOB: &str = "INSERT INTO jobs (intent_key, tenant, run_at) VALUES ($1, $2, $3)";
+const INSERT_JOB: &str = "INSERT INTO jobs (intent_id, tenant, run_at) SELECT id, $2, $3 FROM intents WHERE key = $1";
 const OCCURRED_AT_UTC: &str = "2026-11-29T04:30:00.000000000Z";
 
 /// One event, one transaction: the request record with its response, the
@@ -246,12 +246,15 @@ async fn write_batch_pg(pool: &PgPool, rows: &[EventRows], now: i64) -> sqlx::Re
     .bind(column(rows, |r| &r.event_body))
     .execute(&mut *tx)
     .await?;
-    sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at) SELECT k, $2, $3 FROM UNNEST($1::text[]) AS u(k)")
-        .bind(column(rows, |r| &r.intent_key))
-        .bind(TENANT)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
+    sqlx::query(
+        "INSERT INTO jobs (intent_id, tenant, run_at)
+         SELECT i.id, $2, $3 FROM UNNEST($1::text[]) AS u(k) JOIN intents i ON i.key = u.k",
+    )
+    .bind(column(rows, |r| &r.intent_key))
+    .bind(TENANT)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
     tx.commit().await
 }
 
@@ -318,10 +321,13 @@ async fn write_batch_sqlite(pool: &SqlitePool, rows: &[EventRows], now: i64) -> 
     q.push(" ON CONFLICT (key) DO NOTHING");
     q.build().execute(&mut *tx).await?;
 
-    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO jobs (intent_key, tenant, run_at) ");
-    q.push_values(rows, |mut b, r| {
-        b.push_bind(&r.intent_key).push_bind(TENANT).push_bind(now);
-    });
+    let mut q = QueryBuilder::<Sqlite>::new("INSERT INTO jobs (intent_id, tenant, run_at) SELECT id, ");
+    q.push_bind(TENANT).push(", ").push_bind(now).push(" FROM intents WHERE key IN (");
+    let mut keys = q.separated(", ");
+    for r in rows {
+        keys.push_bind(&r.intent_key);
+    }
+    q.push(")");
     q.build().execute(&mut *tx).await?;
     tx.commit().await
 }

@@ -72,8 +72,21 @@ impl Db {
                             recipient_id, decision, reason, state, attempts, link_key FROM intents",
                 )
                 .await?,
-            attempts: self.rows("SELECT intent_key, n, outcome FROM attempts").await?,
-            jobs: self.rows("SELECT intent_key, locked_until FROM jobs").await?,
+            // A job or an attempt names its intent by number; one whose
+            // intent is gone shows as `#` and that number, which no intent's
+            // key is, so the checker still sees it as an orphan.
+            attempts: self
+                .rows(
+                    "SELECT COALESCE(i.key, '#' || a.intent_id) AS intent_key, a.n, a.outcome
+                     FROM attempts a LEFT JOIN intents i ON i.id = a.intent_id",
+                )
+                .await?,
+            jobs: self
+                .rows(
+                    "SELECT COALESCE(i.key, '#' || j.intent_id) AS intent_key, j.locked_until
+                     FROM jobs j LEFT JOIN intents i ON i.id = j.intent_id",
+                )
+                .await?,
             requests: self.rows("SELECT identity, response FROM requests").await?,
             digest_keys: self.strings("SELECT key FROM digests").await?,
         })

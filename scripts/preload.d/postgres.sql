@@ -124,9 +124,10 @@ FROM preload_src;
 
 -- Every try: tries before the last failed 503 and were rescheduled; the last one
 -- was accepted (sent), refused for good (rejected) or failed the budget's end.
-INSERT INTO attempts (intent_key, n, started_at, finished_at, outcome, error_class, provider_status,
+-- An attempt names its intent by the intent's number (migration 0067).
+INSERT INTO attempts (intent_id, n, started_at, finished_at, outcome, error_class, provider_status,
                       provider_message_id, error, retry_after, retry_at, provider, possible_duplicate)
-SELECT key, t, started, started + dur,
+SELECT intent_id, t, started, started + dur,
        CASE WHEN t < tries OR fate = 'exhausted' THEN 'retryable' WHEN fate = 'rejected' THEN 'permanent'
             ELSE 'accepted' END,
        CASE WHEN t < tries OR fate = 'exhausted' THEN 'provider_5xx' WHEN fate = 'rejected' THEN 'rejected' END,
@@ -138,9 +139,9 @@ SELECT key, t, started, started + dur,
        NULL,
        CASE WHEN t < tries THEN started + dur + unit * (1::bigint << (t - 1)::int) END,
        'http', false
-FROM (SELECT s.*, t,
-             created_at + lag + (t - 1) * (dur + lag) + unit * ((1::bigint << (t - 1)::int) - 1) AS started
-      FROM preload_src s CROSS JOIN LATERAL generate_series(1, s.tries) AS t
+FROM (SELECT s.*, i.id AS intent_id, t,
+             s.created_at + lag + (t - 1) * (dur + lag) + unit * ((1::bigint << (t - 1)::int) - 1) AS started
+      FROM preload_src s JOIN intents i ON i.key = s.key CROSS JOIN LATERAL generate_series(1, s.tries) AS t
       WHERE s.tries > 0) a;
 
 -- The request records: what the post was answered (202, the intent as planned),

@@ -115,9 +115,10 @@ SELECT key, tenant, 'purchase_order.approved', 'purchase_order', entity_id, 1, o
        0
 FROM preload_src;
 
-INSERT INTO attempts (intent_key, n, started_at, finished_at, outcome, error_class, provider_status,
+-- An attempt names its intent by the intent's number (migration 0067).
+INSERT INTO attempts (intent_id, n, started_at, finished_at, outcome, error_class, provider_status,
                       provider_message_id, error, retry_after, retry_at, provider, possible_duplicate)
-SELECT key, t, started, started + dur,
+SELECT intent_id, t, started, started + dur,
        CASE WHEN t < tries OR fate = 'exhausted' THEN 'retryable' WHEN fate = 'rejected' THEN 'permanent'
             ELSE 'accepted' END,
        CASE WHEN t < tries OR fate = 'exhausted' THEN 'provider_5xx' WHEN fate = 'rejected' THEN 'rejected' END,
@@ -129,8 +130,10 @@ SELECT key, t, started, started + dur,
        NULL,
        CASE WHEN t < tries THEN started + dur + unit * (1 << (t - 1)) END,
        'http', FALSE
-FROM (SELECT p.*, t, created_at + lag + (t - 1) * (dur + lag) + unit * ((1 << (t - 1)) - 1) AS started
+FROM (SELECT p.*, i.id AS intent_id, t,
+             p.created_at + lag + (t - 1) * (dur + lag) + unit * ((1 << (t - 1)) - 1) AS started
       FROM preload_src p
+      JOIN intents i ON i.key = p.key
       JOIN (SELECT 1 AS t UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5
             UNION ALL SELECT 6) ON t <= p.tries);
 

@@ -141,9 +141,11 @@ fn bind_intents(args: &mut PgArguments, rows: &[(&Ingest, &NewIntent)]) -> Resul
     args.add(rows.iter().map(|(_, i)| lifecycle::publishes(i.state)).collect::<Vec<_>>())
 }
 
-/// What the intents' insert returns for [`PUBLISH_INSERTED`]: the columns of
-/// the publication insert's source (`p`).
-const INSERTED: &str = "RETURNING key, tenant, entity_type, entity_id, entity_version, channel, recipient_id, state,
+/// What the intents' insert returns for [`PUBLISH_INSERTED`] (the columns of
+/// the publication insert's source, `p`) and for [`JOBS`] (each intent's
+/// number).
+const INSERTED: &str =
+    "RETURNING id, key, tenant, entity_type, entity_id, entity_version, channel, recipient_id, state,
                                   reason, attempts, updated_at AS at, publication_seq";
 
 /// The publications of the intents just inserted (`i`) in a published state:
@@ -157,16 +159,21 @@ const PUBLISH_INSERTED: &str = "INSERT INTO publications (msg_id, tenant, intent
 
 /// A job is queued only for an intent just created, which has none: the
 /// set-wise pass's `ON CONFLICT` only guards that, and the statement of a
-/// batch guessed all new goes without it, as its other inserts do.
+/// batch guessed all new goes without it, as its other inserts do. The job
+/// names its intent by number, read from `i` by key: in the statement of a
+/// batch guessed all new, what the intents' insert returned (no part of one
+/// statement sees another's rows in the table); in the set-wise pass, which
+/// queues its jobs in a statement after the intents', the table
+/// ([`QUEUE_JOBS`]).
 const JOBS: Insert = Insert {
     types: &["text", "text", "bigint", "text"],
     text: |rows| {
         format!(
-            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-             SELECT * FROM {rows}"
+            "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
+             SELECT i.id, u.t, u.r, u.tp FROM {rows} AS u(k, t, r, tp) JOIN i ON i.key = u.k"
         )
     },
-    on_conflict: "ON CONFLICT (intent_key) DO NOTHING",
+    on_conflict: "ON CONFLICT (intent_id) DO NOTHING",
 };
 
 fn bind_jobs(args: &mut PgArguments, jobs: &[Job<'_>]) -> Result<(), BoxDynError> {
@@ -208,7 +215,8 @@ static PUT_PAYLOADS: LazyLock<String> = LazyLock::new(|| PAYLOADS.at(1));
 static INSERT_INTENTS: LazyLock<String> = LazyLock::new(|| {
     format!("WITH i AS ({} {INSERTED}), published AS ({PUBLISH_INSERTED}) SELECT key FROM i", INTENTS.at(1))
 });
-static QUEUE_JOBS: LazyLock<String> = LazyLock::new(|| JOBS.at(1));
+static QUEUE_JOBS: LazyLock<String> =
+    LazyLock::new(|| format!("WITH i AS (SELECT id, key FROM intents) {}", JOBS.at(1)));
 static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 
 /// Every row of a batch guessed all new, in one statement that commits on its

@@ -59,9 +59,15 @@ pub const CONTENTS_PRUNE: &str = "UPDATE intents SET content = NULL, event_body 
      WHERE created_at < $1 AND updated_at < $1 AND (content IS NOT NULL OR event_body IS NOT NULL) AND key IN (
          SELECT i.key FROM intents i
          WHERE i.created_at < $1 AND (i.content IS NOT NULL OR i.event_body IS NOT NULL) AND i.updated_at < $1
-           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.intent_key = i.key)
+           AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.intent_id = i.id)
            AND NOT EXISTS (SELECT 1 FROM inbox_cards c WHERE c.intent_key = i.key)
          LIMIT $2)";
+
+/// An intent's job, named by the intent's number (`$1` its key, `$2` the
+/// tenant, `$3` when it is due, `$4` the trace it carries): the same
+/// statement on both backends, for the paths that queue one intent at a time.
+pub const JOB_INSERT: &str = "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
+     SELECT id, $2, $3, $4 FROM intents WHERE key = $1";
 
 /// An intent's rendered message and the body of the request that created it
 /// (`$1` its key), each in its row where it was written there: the message

@@ -237,8 +237,9 @@ const INTENTS_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, enti
                 NULL, value->>'mode', value->>'traceparent'
          FROM json_each($1)";
 
-const JOBS_INSERT: &str = "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-         SELECT value->>'key', value->>'tenant', value->>'run_at', value->>'traceparent' FROM json_each($1)";
+const JOBS_INSERT: &str = "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
+         SELECT i.id, value->>'tenant', value->>'run_at', value->>'traceparent'
+         FROM json_each($1) JOIN intents i ON i.key = value->>'key'";
 
 const REQUESTS_INSERT: &str = "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
          SELECT value->>'tenant', value->>'identity', value->>'fingerprint', value->>'at', value->>'status',
@@ -334,7 +335,8 @@ const INTENT_INSERT: &str = "INSERT INTO intents (key, tenant, event_type, entit
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, 0, ?22,
              ?22, ?23, NULL, ?24, ?25)";
 
-const JOB_INSERT: &str = "INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES (?1, ?2, ?3, ?4)";
+const JOB_INSERT: &str = "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
+     SELECT id, ?2, ?3, ?4 FROM intents WHERE key = ?1";
 
 const REQUEST_INSERT: &str = "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";

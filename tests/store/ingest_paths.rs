@@ -89,7 +89,7 @@ async fn rows(db: &TestDb, ns: &str) -> Vec<String> {
                  ELSE COALESCE('payload ' || (SELECT e.body FROM payloads e WHERE e.digest = i.event_digest), 'LOST') END
              FROM intents i WHERE i.tenant = '{ns}' ORDER BY 1"
         ),
-        format!("SELECT intent_key FROM jobs WHERE tenant = '{ns}' ORDER BY 1"),
+        format!("SELECT i.key FROM jobs j JOIN intents i ON i.id = j.intent_id WHERE j.tenant = '{ns}' ORDER BY 1"),
     ] {
         out.extend(common::texts(db, &sql).await.into_iter().map(|r| r.replace(ns, "NS")));
     }

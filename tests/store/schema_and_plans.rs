@@ -141,6 +141,89 @@ async fn an_older_databases_messages_and_event_bodies_are_still_read_from_their_
     }
 }
 
+/// A database an older Herald left (before migration 0067) named each job
+/// and attempt by its intent's key; after it they name the intent's number.
+/// Each comes out of the migration with its own intent, whatever order the
+/// intents were written in, a job whose intent is gone does not come out at
+/// all, and on SQLite a `VACUUM` (which may renumber unnamed rowids) keeps
+/// every link.
+#[tokio::test]
+async fn an_older_databases_jobs_and_attempts_keep_their_intents_when_named_by_number() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        migrate_up_to(&db, 66).await;
+        let intent = |n: u32, state: &str| {
+            format!(
+                "INSERT INTO intents (key, tenant, event_type, entity_type, entity_id, occurred_at, channel,
+                                      recipient_id, template_id, event_digest, payload_digest, decision,
+                                      state, attempts, created_at, updated_at, content)
+                 VALUES ('{k}', 'default', 'purchase_order.approved', 'purchase_order', 'PO-{n}',
+                         '2026-11-29T04:30:00Z', 'sms', 'u-1', 'po_approved', 'event-1', 'message-1', 'send',
+                         '{state}', 1, {T0}, {T0}, '{{\"body\":\"hi\"}}')",
+                k = key(n)
+            )
+        };
+        let attempt = |n: u32, message: &str, outcome: &str| {
+            format!(
+                "INSERT INTO attempts (intent_key, n, started_at, finished_at, outcome, provider_message_id)
+                 VALUES ('{}', 1, {T0}, {}, '{outcome}', '{message}')",
+                key(n),
+                T0 + 1
+            )
+        };
+        // Written out of key order, so that no intent's number happens to
+        // match its key's place.
+        for sql in [
+            intent(3, "sent"),
+            intent(1, "queued"),
+            intent(2, "queued"),
+            attempt(3, "m-3", "accepted"),
+            attempt(2, "m-2", "retryable"),
+            format!("INSERT INTO jobs (intent_key, tenant, run_at) VALUES ('{}', 'default', {T0})", key(2)),
+            format!("INSERT INTO jobs (intent_key, tenant, run_at) VALUES ('{}', 'default', {T0})", key(1)),
+            format!("INSERT INTO jobs (intent_key, tenant, run_at) VALUES ('{}', 'default', {T0})", key(9)),
+        ] {
+            common::execute(&db, &sql).await;
+        }
+        let store = db.store().await;
+        let links = |store: Arc<dyn Store>| async move {
+            let mut seen = Vec::new();
+            for n in 1..=3 {
+                let shown = store.intent_get("default", &key(n)).await.unwrap().unwrap();
+                for a in shown.attempts {
+                    assert_eq!(a.intent_key, key(n), "an attempt shown under another intent");
+                    seen.push((n, a.provider_message_id.unwrap_or_default()));
+                }
+            }
+            seen
+        };
+        let expected = vec![(2, "m-2".to_string()), (3, "m-3".to_string())];
+        assert_eq!(links(store.clone()).await, expected, "{backend:?}");
+        assert_eq!(
+            store.queue_stats(None, T0 + 1).await.unwrap().total,
+            2,
+            "{backend:?}: the jobs of 1 and 2, not the orphan's"
+        );
+        if backend == common::Backend::Sqlite {
+            common::execute(&db, "VACUUM").await;
+            assert_eq!(links(store.clone()).await, expected, "after VACUUM");
+        }
+        // The jobs lead to their own intents; a new attempt of 2 is its second.
+        let mut claimed: Vec<(String, i64)> = store
+            .jobs_claim(claim(T0 + 1, 10))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| (j.intent.key, j.intent.attempts))
+            .collect();
+        claimed.sort();
+        assert_eq!(claimed, vec![(key(1), 2), (key(2), 2)], "{backend:?}");
+        let second = store.intent_get("default", &key(2)).await.unwrap().unwrap().attempts;
+        assert_eq!(second.iter().map(|a| a.n).collect::<Vec<_>>(), vec![1, 2], "{backend:?}");
+        assert_eq!(store.intent_get("default", &key(1)).await.unwrap().unwrap().attempts.len(), 1, "{backend:?}");
+    }
+}
+
 /// Postgres changes a row in place (a HOT update, writing no index) only
 /// when no column an index reads changes. The worker changes an intent's
 /// state twice on its way out; none of the columns those changes write may

@@ -1,5 +1,6 @@
 -- Ingest: request record, event record, the intent (its event body and rendered message in
--- its row, migrations 0065 and 0066), job.
+-- its row, migrations 0065 and 0066; numbered as it is inserted), its job by that number
+-- (migration 0067).
 BEGIN;
 WITH g AS (SELECT md5(random()::text || clock_timestamp()::text || n) AS k FROM generate_series(1, @BATCH@) n),
      r AS (INSERT INTO requests (tenant, identity, fingerprint, status, response, created_at)
@@ -15,6 +16,6 @@ WITH g AS (SELECT md5(random()::text || clock_timestamp()::text || n) AS k FROM 
            SELECT k, 'default', 'purchase_order.approved', 'purchase_order', 'PO-' || k, '2026-12-03T08:00:00.000000000Z',
                   'sms', 'u-20', '+9779800000000', 'en', 'po_approved', '1',
                   encode(sha256(convert_to(k || 'b', 'UTF8')), 'hex'), encode(sha256(convert_to(k || 's', 'UTF8')), 'hex'),
-                  repeat('s', 160), repeat('e', 400), 'send', 'queued', 1796284800000000, 1796284800000000 FROM g)
-INSERT INTO jobs (intent_key, tenant, run_at) SELECT k, 'default', 1796284800000000 FROM g;
+                  repeat('s', 160), repeat('e', 400), 'send', 'queued', 1796284800000000, 1796284800000000 FROM g RETURNING id)
+INSERT INTO jobs (intent_id, tenant, run_at) SELECT id, 'default', 1796284800000000 FROM i;
 COMMIT;

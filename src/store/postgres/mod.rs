@@ -63,8 +63,8 @@ async fn start_attempts(
     sqlx::query(
         "WITH started AS (
              UPDATE intents SET attempts = attempts + 1, state = $3, updated_at = $2, dead_at = NULL WHERE key = ANY($1)
-             RETURNING key, attempts)
-         INSERT INTO attempts (intent_key, n, started_at) SELECT key, attempts, $2 FROM started",
+             RETURNING id, attempts)
+         INSERT INTO attempts (intent_id, n, started_at) SELECT id, attempts, $2 FROM started",
     )
     .bind(keys)
     .bind(now_us)

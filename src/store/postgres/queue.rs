@@ -46,7 +46,8 @@ pub(super) async fn claim_candidates(
         HashMap::new()
     } else {
         sqlx::query_as::<_, (String, i64)>(
-            "SELECT intent_key, MIN(n) FROM attempts WHERE outcome = $2 AND intent_key = ANY($1) GROUP BY intent_key",
+            "SELECT i.key, MIN(a.n) FROM attempts a JOIN intents i ON i.id = a.intent_id
+             WHERE a.outcome = $2 AND i.key = ANY($1) GROUP BY i.key",
         )
         .bind(&exposed)
         .bind(OutcomeClass::Unknown.as_str())
@@ -75,7 +76,7 @@ pub(super) async fn claim_candidates(
         sqlx::query(
             "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5,
                  possible_duplicate = $6
-             WHERE finished_at IS NULL AND intent_key = ANY($1)",
+             WHERE finished_at IS NULL AND intent_id IN (SELECT id FROM intents WHERE key = ANY($1))",
         )
         .bind(&keys)
         .bind(now_us)
@@ -98,8 +99,8 @@ pub(super) async fn claim_candidates(
         HashMap::new()
     } else {
         sqlx::query_as::<_, (String, i64)>(
-            "SELECT a.intent_key, a.started_at FROM attempts a JOIN intents i ON i.key = a.intent_key
-             WHERE a.n = i.retry_base + 1 AND a.intent_key = ANY($1)",
+            "SELECT i.key, a.started_at FROM attempts a JOIN intents i ON i.id = a.intent_id
+             WHERE a.n = i.retry_base + 1 AND i.key = ANY($1)",
         )
         .bind(&lapsed_keys)
         .fetch_all(&mut **tx)
@@ -204,7 +205,10 @@ async fn intents_end(tx: &mut Tx<'_>, ended: &[Change]) -> StoreResult<()> {
     }
     intents_apply(tx, ended).await?;
     let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
-    sqlx::query("DELETE FROM jobs WHERE intent_key = ANY($1)").bind(&keys).execute(&mut **tx).await?;
+    sqlx::query("DELETE FROM jobs WHERE intent_id IN (SELECT id FROM intents WHERE key = ANY($1))")
+        .bind(&keys)
+        .execute(&mut **tx)
+        .await?;
     Ok(())
 }
 
@@ -249,24 +253,24 @@ impl QueueStore for PostgresStore {
         // once per claim.
         let candidates: Vec<ClaimCandidate> = sqlx::query_as(
             "WITH due AS (
-                     SELECT intent_key FROM jobs
+                     SELECT intent_id FROM jobs
                      WHERE run_at <= $1
                        AND (locked_until IS NULL OR locked_until <= (EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
                      ORDER BY run_at LIMIT $2
                      FOR UPDATE SKIP LOCKED),
                  leased AS (
                      UPDATE jobs SET locked_until = (EXTRACT(EPOCH FROM now()) * 1000000)::bigint + $3 FROM due
-                     WHERE jobs.intent_key = due.intent_key
-                     RETURNING jobs.intent_key, jobs.traceparent, jobs.links)
+                     WHERE jobs.intent_id = due.intent_id
+                     RETURNING jobs.intent_id, jobs.traceparent, jobs.links)
              SELECT i.key, i.tenant, i.event_type, i.entity_type, i.entity_id, i.entity_version, i.occurred_at,
                  i.channel, i.recipient_id, i.destination, i.locale, i.template_id, i.template_revision,
                  i.event_digest, i.payload_digest, i.decision, i.reason, i.detail, i.state, i.attempts,
                  i.created_at, i.updated_at, i.preferences_version, i.link_key, i.retry_base, i.mode,
                  COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
                     lapsed.found IS NOT NULL AS lease_lapsed, l.traceparent, l.links
-             FROM leased l JOIN intents i ON i.key = l.intent_key
+             FROM leased l JOIN intents i ON i.id = l.intent_id
              LEFT JOIN LATERAL (
-                 SELECT 1 AS found FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL LIMIT 1
+                 SELECT 1 AS found FROM attempts a WHERE a.intent_id = i.id AND a.finished_at IS NULL LIMIT 1
              ) lapsed ON TRUE",
         )
         .bind(claim.now_us)
@@ -308,8 +312,9 @@ impl QueueStore for PostgresStore {
                         provider_status = u.provider_status, provider_message_id = u.provider_message_id,
                         error = u.error, retry_after = u.retry_after, retry_at = u.retry_at, provider = u.provider,
                         possible_duplicate = u.possible_duplicate
-                 FROM u WHERE a.intent_key = u.k AND a.n = u.n AND a.finished_at IS NULL
-                 RETURNING u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason, u.publishes),
+                 FROM u JOIN intents k ON k.key = u.k
+                 WHERE a.intent_id = k.id AND a.n = u.n AND a.finished_at IS NULL
+                 RETURNING k.id, u.k, u.n, u.finished_at, u.retry_at, u.state, u.reason, u.publishes),
              old AS (SELECT i.key, i.state FROM intents i JOIN a ON i.key = a.k FOR UPDATE OF i),
              d AS (SELECT a.*, (a.publishes AND a.state IS DISTINCT FROM old.state
                                 AND EXISTS (SELECT 1 FROM settings WHERE name = 'publications')) AS bump
@@ -328,10 +333,10 @@ impl QueueStore for PostgresStore {
                         p.entity_id, p.entity_version, p.channel, p.recipient_id, p.state, p.reason, p.attempts, p.at
                  FROM i p WHERE p.bump ON CONFLICT (msg_id) DO NOTHING),
              done AS (
-                 DELETE FROM jobs j USING a WHERE j.intent_key = a.k AND a.retry_at IS NULL),
+                 DELETE FROM jobs j USING a WHERE j.intent_id = a.id AND a.retry_at IS NULL),
              retry AS (
                  UPDATE jobs j SET run_at = a.retry_at, locked_until = NULL
-                 FROM a WHERE j.intent_key = a.k AND a.retry_at IS NOT NULL)
+                 FROM a WHERE j.intent_id = a.id AND a.retry_at IS NOT NULL)
              SELECT k, n FROM a",
         )
         .bind(finished.iter().map(|f| f.key.as_str()).collect::<Vec<_>>())

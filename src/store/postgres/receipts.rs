@@ -17,10 +17,13 @@ pub(super) async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResu
     let key: Option<String> = match &r.target {
         ReceiptTarget::Key(k) => Some(k.clone()),
         ReceiptTarget::ProviderMessageId(id) => {
-            sqlx::query_scalar("SELECT intent_key FROM attempts WHERE provider_message_id = $1 ORDER BY n DESC LIMIT 1")
-                .bind(id)
-                .fetch_optional(&mut **tx)
-                .await?
+            sqlx::query_scalar(
+                "SELECT i.key FROM attempts a JOIN intents i ON i.id = a.intent_id
+                 WHERE a.provider_message_id = $1 ORDER BY a.n DESC LIMIT 1",
+            )
+            .bind(id)
+            .fetch_optional(&mut **tx)
+            .await?
         }
     };
     let Some(key) = key else { return Ok(ReceiptOutcome::NotFound) };
@@ -38,7 +41,7 @@ pub(super) async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResu
     }
     let taken: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM attempts
-         WHERE intent_key = $1 AND (outcome IN ('accepted', 'unknown') OR finished_at IS NULL)",
+         WHERE intent_id = (SELECT id FROM intents WHERE key = $1) AND (outcome IN ('accepted', 'unknown') OR finished_at IS NULL)",
     )
     .bind(&key)
     .fetch_one(&mut **tx)
@@ -85,7 +88,10 @@ pub(super) async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResu
         if ends.is_some() {
             // The provider had the message: the retry it waits for
             // would send it again. Its job ends with it.
-            sqlx::query("DELETE FROM jobs WHERE intent_key = $1").bind(&key).execute(&mut **tx).await?;
+            sqlx::query("DELETE FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = $1)")
+                .bind(&key)
+                .execute(&mut **tx)
+                .await?;
         }
         dead = changes.iter().filter(|c| c.to == State::Dead).find_map(|c| c.reason.flatten());
         let then = consequence(r.status);

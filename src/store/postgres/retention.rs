@@ -9,8 +9,8 @@ pub(super) async fn retention_batch(pool: &PgPool, step: PruneStep, cutoff_us: i
     let mut tx = pool.begin().await?;
     let n = match step {
         PruneStep::AttemptDiagnostics => sqlx::query(
-            "UPDATE attempts SET error = NULL WHERE (intent_key, n) IN (
-                 SELECT intent_key, n FROM attempts WHERE error IS NOT NULL AND finished_at < $1 LIMIT $2)",
+            "UPDATE attempts SET error = NULL WHERE (intent_id, n) IN (
+                 SELECT intent_id, n FROM attempts WHERE error IS NOT NULL AND finished_at < $1 LIMIT $2)",
         )
         .bind(cutoff_us)
         .bind(batch)
@@ -33,10 +33,10 @@ pub(super) async fn retention_batch(pool: &PgPool, step: PruneStep, cutoff_us: i
                  SELECT p.digest FROM payloads p
                  WHERE p.created_at < $1
                    AND p.digest NOT IN (
-                       SELECT i.payload_digest FROM jobs j JOIN intents i ON i.key = j.intent_key
+                       SELECT i.payload_digest FROM jobs j JOIN intents i ON i.id = j.intent_id
                        WHERE i.payload_digest IS NOT NULL
                        UNION ALL
-                       SELECT i.event_digest FROM jobs j JOIN intents i ON i.key = j.intent_key)
+                       SELECT i.event_digest FROM jobs j JOIN intents i ON i.id = j.intent_id)
                    AND NOT EXISTS (SELECT 1 FROM inbox_cards c WHERE c.payload_digest = p.digest)
                  LIMIT $2)",
         )
@@ -59,20 +59,22 @@ pub(super) async fn retention_batch(pool: &PgPool, step: PruneStep, cutoff_us: i
             .await?;
             // The state is checked again as the rows are deleted: an
             // intent replayed in between is pending again and stays.
-            let keys: Vec<String> = if candidates.is_empty() {
+            let gone: Vec<(i64, String)> = if candidates.is_empty() {
                 Vec::new()
             } else {
-                sqlx::query_scalar(&format!(
-                    "DELETE FROM intents WHERE updated_at < $2 AND state IN ({finals}) AND key = ANY($1) RETURNING key"
+                sqlx::query_as(&format!(
+                    "DELETE FROM intents WHERE updated_at < $2 AND state IN ({finals}) AND key = ANY($1)
+                     RETURNING id, key"
                 ))
                 .bind(&candidates)
                 .bind(cutoff_us)
                 .fetch_all(&mut *tx)
                 .await?
             };
-            if !keys.is_empty() {
+            if !gone.is_empty() {
+                let (ids, keys): (Vec<i64>, Vec<String>) = gone.into_iter().unzip();
+                sqlx::query("DELETE FROM attempts WHERE intent_id = ANY($1)").bind(&ids).execute(&mut *tx).await?;
                 for table in [
-                    "DELETE FROM attempts WHERE intent_key = ANY($1)",
                     "DELETE FROM inbox_entries WHERE intent_key = ANY($1)",
                     "DELETE FROM receipts WHERE intent_key = ANY($1)",
                 ] {

@@ -79,7 +79,7 @@ pub(super) async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreR
     };
     intent_insert(tx, &ingest, &close.intent).await?;
     if close.links.is_some() {
-        sqlx::query("UPDATE jobs SET links = $2 WHERE intent_key = $1")
+        sqlx::query("UPDATE jobs SET links = $2 WHERE intent_id = (SELECT id FROM intents WHERE key = $1)")
             .bind(&close.intent.key)
             .bind(&close.links)
             .execute(&mut **tx)
@@ -93,9 +93,9 @@ pub(super) async fn digest_close(tx: &mut Tx<'_>, close: &DigestClose) -> StoreR
     // request that planned it.
     for c in changes.iter().filter(|c| c.to == State::Queued) {
         sqlx::query(
-            "INSERT INTO jobs (intent_key, tenant, run_at, traceparent)
-             SELECT key, tenant, $2, traceparent FROM intents WHERE key = $1
-             ON CONFLICT (intent_key) DO NOTHING",
+            "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
+             SELECT id, tenant, $2, traceparent FROM intents WHERE key = $1
+             ON CONFLICT (intent_id) DO NOTHING",
         )
         .bind(&c.key)
         .bind(close.now_us)

@@ -267,7 +267,7 @@ pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewInte
             // The window closed between planning and this transaction:
             // the member goes out on its own rather than being lost.
             super::intents_apply(tx, &[crate::lifecycle::digest::too_late(&it.key, ingest.now_us)]).await?;
-            sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES ($1, $2, $3, $4)")
+            sqlx::query(crate::store::shared::JOB_INSERT)
                 .bind(&it.key)
                 .bind(&ingest.tenant)
                 .bind(ingest.now_us)
@@ -277,7 +277,7 @@ pub(super) async fn intent_insert(tx: &mut Tx<'_>, ingest: &Ingest, it: &NewInte
             return Ok(it.summary(created, (Decision::Send, None, State::Queued)));
         }
         if let Some(run_at) = it.run_at {
-            sqlx::query("INSERT INTO jobs (intent_key, tenant, run_at, traceparent) VALUES ($1, $2, $3, $4)")
+            sqlx::query(crate::store::shared::JOB_INSERT)
                 .bind(&it.key)
                 .bind(&ingest.tenant)
                 .bind(run_at)

@@ -39,7 +39,7 @@ mod suppressions;
 mod views;
 mod writer;
 
-fn keys_arg(keys: &[String]) -> String {
+fn keys_arg<T: serde::Serialize>(keys: &[T]) -> String {
     serde_json::to_string(keys).unwrap_or_else(|_| "[]".into())
 }
 

@@ -56,9 +56,9 @@ pub(super) async fn dead_letters_replay(tx: &mut Tx<'_>, r: &Replay) -> StoreRes
                 // The replay request's trace, linked to the one that
                 // planned the intent.
                 sqlx::query(
-                    "INSERT INTO jobs (intent_key, tenant, run_at, traceparent, links)
-                     VALUES ($1, $2, $3, $4, (SELECT traceparent FROM intents WHERE key = $1))
-                     ON CONFLICT (intent_key) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL,
+                    "INSERT INTO jobs (intent_id, tenant, run_at, traceparent, links)
+                     SELECT id, $2, $3, $4, traceparent FROM intents WHERE key = $1
+                     ON CONFLICT (intent_id) DO UPDATE SET run_at = excluded.run_at, locked_until = NULL,
                          traceparent = excluded.traceparent, links = excluded.links",
                 )
                 .bind(&key)

@@ -47,8 +47,8 @@ fn claim_candidates(db: &Connection, candidates: Vec<ClaimCandidate>, claim: &Cl
     } else {
         direct::query(
             db,
-            "SELECT intent_key, MIN(n) FROM attempts WHERE outcome = $2
-             AND intent_key IN (SELECT value FROM json_each($1)) GROUP BY intent_key",
+            "SELECT i.key, MIN(a.n) FROM attempts a JOIN intents i ON i.id = a.intent_id
+             WHERE a.outcome = $2 AND i.key IN (SELECT value FROM json_each($1)) GROUP BY i.key",
             &[&keys_arg(&exposed), &OutcomeClass::Unknown.as_str()],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?
@@ -76,7 +76,8 @@ fn claim_candidates(db: &Connection, candidates: Vec<ClaimCandidate>, claim: &Cl
             db,
             "UPDATE attempts SET finished_at = $2, outcome = $3, error_class = $4, error = $5,
                  possible_duplicate = $6
-             WHERE finished_at IS NULL AND intent_key IN (SELECT value FROM json_each($1))",
+             WHERE finished_at IS NULL
+               AND intent_id IN (SELECT id FROM intents WHERE key IN (SELECT value FROM json_each($1)))",
             &[
                 &keys_arg(&keys),
                 &now_us,
@@ -100,8 +101,8 @@ fn claim_candidates(db: &Connection, candidates: Vec<ClaimCandidate>, claim: &Cl
     } else {
         direct::query(
             db,
-            "SELECT a.intent_key, a.started_at FROM attempts a JOIN intents i ON i.key = a.intent_key
-             WHERE a.n = i.retry_base + 1 AND a.intent_key IN (SELECT value FROM json_each($1))",
+            "SELECT i.key, a.started_at FROM attempts a JOIN intents i ON i.id = a.intent_id
+             WHERE a.n = i.retry_base + 1 AND i.key IN (SELECT value FROM json_each($1))",
             &[&keys_arg(&lapsed_keys)],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?
@@ -180,8 +181,8 @@ fn start_attempts(db: &Connection, keys: &[String], now_us: i64) -> StoreResult<
     )?;
     direct::execute(
         db,
-        "INSERT INTO attempts (intent_key, n, started_at)
-         SELECT key, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
+        "INSERT INTO attempts (intent_id, n, started_at)
+         SELECT id, attempts, $2 FROM intents WHERE key IN (SELECT value FROM json_each($1))",
         &[&keys, &now_us],
     )?;
     Ok(())
@@ -219,7 +220,11 @@ fn intents_end(db: &Connection, ended: &[Change]) -> StoreResult<()> {
     }
     direct::intents_apply(db, ended)?;
     let keys: Vec<String> = ended.iter().map(|e| e.key.clone()).collect();
-    direct::execute(db, "DELETE FROM jobs WHERE intent_key IN (SELECT value FROM json_each($1))", &[&keys_arg(&keys)])?;
+    direct::execute(
+        db,
+        "DELETE FROM jobs WHERE intent_id IN (SELECT id FROM intents WHERE key IN (SELECT value FROM json_each($1)))",
+        &[&keys_arg(&keys)],
+    )?;
     Ok(())
 }
 
@@ -291,20 +296,20 @@ impl QueueStore for SqliteStore {
 /// A claim: leases what is due and decides each job ([`claim_candidates`]).
 /// One process: its clock judges the leases (Postgres uses the database's).
 fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>> {
-    let keys: Vec<String> = direct::query(
+    let leased: Vec<i64> = direct::query(
         db,
-        "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_key IN (
-             SELECT intent_key FROM jobs
+        "UPDATE jobs SET locked_until = $1 + $3 WHERE intent_id IN (
+             SELECT intent_id FROM jobs
              WHERE run_at <= $1 AND (locked_until IS NULL OR locked_until <= $1)
              ORDER BY run_at LIMIT $2)
-         RETURNING intent_key",
+         RETURNING intent_id",
         &[&claim.now_us, &i64::from(claim.limit), &claim.lease_us],
         |r| r.get(0),
     )?;
-    if keys.is_empty() {
+    if leased.is_empty() {
         return Ok(End::Rollback(Vec::new()));
     }
-    let candidates = direct::query(db, &CANDIDATES, &[&keys_arg(&keys)], |r| {
+    let candidates = direct::query(db, &CANDIDATES, &[&keys_arg(&leased)], |r| {
         let after = direct::INTENT_COLUMNS.len();
         Ok(ClaimCandidate {
             intent: direct::intent_row(r)?,
@@ -317,18 +322,18 @@ fn claim_tx(db: &Connection, claim: &Claim) -> StoreResult<End<Vec<ClaimedJob>>>
     Ok(End::Commit(claim_candidates(db, candidates, claim)?))
 }
 
-/// The leased jobs' intents (`$1`), with their content, whether an attempt of
+/// The leased jobs' intents (`$1`, their numbers), with their content, whether an attempt of
 /// theirs is still open (its lease lapsed), and their jobs' trace and links,
 /// in that order after the intent's columns.
 static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
     let intent: Vec<String> = direct::INTENT_COLUMNS.iter().map(|c| format!("i.{c}")).collect();
     format!(
         "SELECT {}, COALESCE(i.content, (SELECT p.body FROM payloads p WHERE p.digest = i.payload_digest)) AS content,
-           EXISTS (SELECT 1 FROM attempts a WHERE a.intent_key = i.key AND a.finished_at IS NULL) AS
+           EXISTS (SELECT 1 FROM attempts a WHERE a.intent_id = i.id AND a.finished_at IS NULL) AS
                lease_lapsed,
            j.traceparent, j.links
-         FROM intents i JOIN jobs j ON j.intent_key = i.key
-         WHERE i.key IN (SELECT value FROM json_each($1))",
+         FROM intents i JOIN jobs j ON j.intent_id = i.id
+         WHERE i.id IN (SELECT value FROM json_each($1))",
         intent.join(", ")
     )
 });
@@ -342,15 +347,15 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
         "UPDATE attempts SET finished_at = ?3, outcome = ?4, error_class = ?5, provider_status = ?6,
              provider_message_id = ?7, error = ?8, retry_after = ?9, retry_at = ?10, provider = ?11,
              possible_duplicate = ?12
-         WHERE intent_key = ?1 AND n = ?2 AND finished_at IS NULL
-         RETURNING intent_key, n",
+         WHERE intent_id = (SELECT id FROM intents WHERE key = ?1) AND n = ?2 AND finished_at IS NULL
+         RETURNING n",
     )?;
     // Each outcome's own statement says whether it applied, by (key, n): a
     // stale outcome for an attempt that was rescued must not ride along with
     // the new attempt's outcome for the same intent.
     let (mut applied, mut applied_outcomes) = (Vec::with_capacity(finished.len()), Vec::new());
     for f in finished {
-        let recorded: Option<(String, i64)> = record
+        let recorded: Option<i64> = record
             .query_row(
                 rusqlite::params![
                     f.key,
@@ -366,18 +371,21 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
                     f.provider,
                     f.possible_duplicate
                 ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| r.get(0),
             )
             .optional()?;
-        if let Some(row) = recorded {
-            applied.push(row);
+        if let Some(n) = recorded {
+            applied.push((f.key.clone(), n));
             applied_outcomes.push(f);
         }
     }
     let changes: Vec<Change> = applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
     direct::intents_apply(db, &changes)?;
-    let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_key = ?1")?;
-    let mut retry = direct::statement(db, "UPDATE jobs SET run_at = ?2, locked_until = NULL WHERE intent_key = ?1")?;
+    let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = ?1)")?;
+    let mut retry = direct::statement(
+        db,
+        "UPDATE jobs SET run_at = ?2, locked_until = NULL WHERE intent_id = (SELECT id FROM intents WHERE key = ?1)",
+    )?;
     for f in applied_outcomes {
         match f.transition.retry_at() {
             Some(at) => retry.execute(rusqlite::params![f.key, at])?,

@@ -31,9 +31,10 @@ pub(super) async fn intent_get(pool: &SqlitePool, tenant: &str, key: &str) -> St
             .await?
             .unwrap_or_default();
     let attempts = sqlx::query_as(
-        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
-             error, retry_after, retry_at, provider, possible_duplicate FROM attempts WHERE intent_key = $1
-         ORDER BY n",
+        "SELECT i.key AS intent_key, a.n, a.started_at, a.finished_at, a.outcome, a.error_class, a.provider_status,
+             a.provider_message_id, a.error, a.retry_after, a.retry_at, a.provider, a.possible_duplicate
+         FROM attempts a JOIN intents i ON i.id = a.intent_id WHERE i.key = $1
+         ORDER BY a.n",
     )
     .bind(key)
     .fetch_all(pool)
@@ -110,7 +111,7 @@ pub(super) async fn attempts_by_outcome(
     let mut q: QueryBuilder<'_, Sqlite> =
         QueryBuilder::new("SELECT COALESCE(a.outcome, 'unknown') AS outcome, COUNT(*) AS n FROM attempts a");
     if let Some(t) = tenant {
-        q.push(" JOIN intents i ON i.key = a.intent_key AND i.tenant = ").push_bind(t);
+        q.push(" JOIN intents i ON i.id = a.intent_id AND i.tenant = ").push_bind(t);
     }
     q.push(" WHERE a.finished_at IS NOT NULL AND a.finished_at >= ").push_bind(since_us);
     q.push(" AND a.finished_at < ").push_bind(until_us);
@@ -121,9 +122,10 @@ pub(super) async fn attempts_by_outcome(
 /// Every attempt of these intents, in order.
 pub(super) async fn attempts_of(pool: &SqlitePool, keys: &[String]) -> StoreResult<Vec<AttemptRow>> {
     let rows = sqlx::query_as(
-        "SELECT intent_key, n, started_at, finished_at, outcome, error_class, provider_status, provider_message_id,
-             error, retry_after, retry_at, provider, possible_duplicate FROM attempts
-         WHERE intent_key IN (SELECT value FROM json_each($1)) ORDER BY intent_key, n",
+        "SELECT i.key AS intent_key, a.n, a.started_at, a.finished_at, a.outcome, a.error_class, a.provider_status,
+             a.provider_message_id, a.error, a.retry_after, a.retry_at, a.provider, a.possible_duplicate
+         FROM attempts a JOIN intents i ON i.id = a.intent_id
+         WHERE i.key IN (SELECT value FROM json_each($1)) ORDER BY i.key, a.n",
     )
     .bind(keys_arg(keys))
     .fetch_all(pool)
