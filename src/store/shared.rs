@@ -69,6 +69,12 @@ pub const CONTENTS_PRUNE: &str = "UPDATE intents SET content = NULL, event_body 
 pub const JOB_INSERT: &str = "INSERT INTO jobs (intent_id, tenant, run_at, traceparent)
      SELECT id, $2, $3, $4 FROM intents WHERE key = $1";
 
+/// The key of the intent whose attempt a provider's message id names (`$1`),
+/// its latest attempt's where several do: the same statement on both
+/// backends, for a receipt that names the provider's id rather than the key.
+pub const INTENT_OF_PROVIDER_MESSAGE_ID: &str = "SELECT i.key FROM attempts a JOIN intents i ON i.id = a.intent_id
+     WHERE a.provider_message_id = $1 ORDER BY a.n DESC LIMIT 1";
+
 /// An intent's rendered message and the body of the request that created it
 /// (`$1` its key), each in its row where it was written there: the message
 /// since migration 0065, the body since 0066 when that request planned only

@@ -17,13 +17,10 @@ pub(super) async fn receipt_record(tx: &mut Tx<'_>, r: &NewReceipt) -> StoreResu
     let key: Option<String> = match &r.target {
         ReceiptTarget::Key(k) => Some(k.clone()),
         ReceiptTarget::ProviderMessageId(id) => {
-            sqlx::query_scalar(
-                "SELECT i.key FROM attempts a JOIN intents i ON i.id = a.intent_id
-                 WHERE a.provider_message_id = $1 ORDER BY a.n DESC LIMIT 1",
-            )
-            .bind(id)
-            .fetch_optional(&mut **tx)
-            .await?
+            sqlx::query_scalar(crate::store::shared::INTENT_OF_PROVIDER_MESSAGE_ID)
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?
         }
     };
     let Some(key) = key else { return Ok(ReceiptOutcome::NotFound) };
