@@ -348,11 +348,12 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
              provider_message_id = ?7, error = ?8, retry_after = ?9, retry_at = ?10, provider = ?11,
              possible_duplicate = ?12
          WHERE intent_id = (SELECT id FROM intents WHERE key = ?1) AND n = ?2 AND finished_at IS NULL
-         RETURNING n",
+         RETURNING intent_id",
     )?;
     // Each outcome's own statement says whether it applied, by (key, n): a
     // stale outcome for an attempt that was rescued must not ride along with
-    // the new attempt's outcome for the same intent.
+    // the new attempt's outcome for the same intent. What it returns, the
+    // intent's number, finds the job without the key's index again.
     let (mut applied, mut applied_outcomes) = (Vec::with_capacity(finished.len()), Vec::new());
     for f in finished {
         let recorded: Option<i64> = record
@@ -374,22 +375,20 @@ fn finish_tx(db: &Connection, finished: &[FinishedAttempt]) -> StoreResult<End<F
                 |r| r.get(0),
             )
             .optional()?;
-        if let Some(n) = recorded {
-            applied.push((f.key.clone(), n));
-            applied_outcomes.push(f);
+        if let Some(intent_id) = recorded {
+            applied.push((f.key.clone(), f.n));
+            applied_outcomes.push((intent_id, f));
         }
     }
-    let changes: Vec<Change> = applied_outcomes.iter().map(|f| f.transition.change(&f.key, f.finished_at_us)).collect();
+    let changes: Vec<Change> =
+        applied_outcomes.iter().map(|(_, f)| f.transition.change(&f.key, f.finished_at_us)).collect();
     direct::intents_apply(db, &changes)?;
-    let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_id = (SELECT id FROM intents WHERE key = ?1)")?;
-    let mut retry = direct::statement(
-        db,
-        "UPDATE jobs SET run_at = ?2, locked_until = NULL WHERE intent_id = (SELECT id FROM intents WHERE key = ?1)",
-    )?;
-    for f in applied_outcomes {
+    let mut done = direct::statement(db, "DELETE FROM jobs WHERE intent_id = ?1")?;
+    let mut retry = direct::statement(db, "UPDATE jobs SET run_at = ?2, locked_until = NULL WHERE intent_id = ?1")?;
+    for (intent_id, f) in applied_outcomes {
         match f.transition.retry_at() {
-            Some(at) => retry.execute(rusqlite::params![f.key, at])?,
-            None => done.execute([&f.key])?,
+            Some(at) => retry.execute(rusqlite::params![intent_id, at])?,
+            None => done.execute([intent_id])?,
         };
     }
     Ok(End::Commit(report(finished, &applied)))
