@@ -229,7 +229,15 @@ static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 /// `jobs`, the jobs too; a batch that queues nothing leaves the jobs table
 /// alone. The inserts see one snapshot and none reads another's rows (the
 /// publications read what the intents' insert returned), so the order
-/// Postgres runs them in changes nothing.
+/// Postgres runs them in changes no row written. It does change the order
+/// in which the statement meets another transaction's rows: Postgres ran
+/// the request records' insert (the main statement) before the others (its
+/// deadlock reports show this statement holding the record and waiting for
+/// an intent), where the row-by-row path writes that record last, so two writing
+/// one event at once can each wait for the other. In one process they never
+/// do (the ingest pipeline gives one event's requests to one writer,
+/// `crate::ingest::group`); between processes Postgres finds the deadlock
+/// after its `deadlock_timeout` and aborts one, and its requests run again.
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
