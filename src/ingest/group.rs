@@ -100,12 +100,9 @@ impl<I: Send + 'static, O: Send + 'static> Gather<I, O> {
     /// workers have stopped, its batch panicked, or the handler left it
     /// unanswered.
     pub async fn call(&self, input: I) -> Option<O> {
-        let queue = match self.shard {
-            Some(shard) if self.queues.len() > 1 => &self.queues[(shard(&input) % self.queues.len() as u64) as usize],
-            _ => &self.queues[0],
-        };
+        let at = self.shard.map_or(0, |shard| (shard(&input) % self.queues.len() as u64) as usize);
         let (answer, outcome) = oneshot::channel();
-        queue.send(Pending { input, answer }).await.ok()?;
+        self.queues[at].send(Pending { input, answer }).await.ok()?;
         outcome.await.ok()
     }
 
@@ -225,6 +222,11 @@ mod tests {
         }
     }
 
+    /// How many inputs wait in a gatherer's queues, taken by no worker yet.
+    fn waiting<I, O>(g: &Gather<I, O>) -> usize {
+        g.queues.iter().map(|q| q.max_capacity() - q.capacity()).sum()
+    }
+
     #[tokio::test]
     async fn a_batch_that_panics_fails_its_requests_and_the_writer_goes_on() {
         let calls = Arc::new(AtomicUsize::new(0));
@@ -283,8 +285,6 @@ mod tests {
             let g = gather.clone();
             handles.push(tokio::spawn(async move { g.call(n).await }));
             // Wait until it is in a batch or in the queue.
-            let waiting =
-                |g: &Gather<u32, u32>| g.queues.iter().map(|q| q.max_capacity() - q.capacity()).sum::<usize>();
             let before = sizes.lock().unwrap().iter().sum::<usize>() + waiting(gather);
             while sizes.lock().unwrap().iter().sum::<usize>() + waiting(gather) == before {
                 tokio::task::yield_now().await;
@@ -336,7 +336,6 @@ mod tests {
             .find(|e| event_shard(&of(e, "b")) % 2 != event_shard(&of("ek-a", "a")) % 2)
             .unwrap();
         let batched = |n: usize| batches.lock().unwrap().iter().map(Vec::len).sum::<usize>() == n;
-        let queued = |c: &GroupCommit| c.0.queues.iter().map(|q| q.max_capacity() - q.capacity()).sum::<usize>();
         let call = |r: Ingest| {
             let c = commits.clone();
             tokio::spawn(async move { c.ingest(r).await })
@@ -347,7 +346,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let repeats = [call(of("ek-a", "a-2")), call(of("ek-a", "a-3"))];
-        while queued(&commits) < 2 {
+        while waiting(&commits.0) < 2 {
             let taken = batches.lock().unwrap().clone();
             assert!(std::time::Instant::now() < deadline, "the repeats were not left waiting: batches {taken:?}");
             tokio::task::yield_now().await;
