@@ -20,7 +20,11 @@
 //! `deadlock_timeout` (a second) and aborted one, which ran again: one send
 //! all the same, but every request of the storm waited the second out (the
 //! kit's storm on Postgres + Redis, 2026-12-07: a deadlock in one storm of
-//! six, ingest p99 1,024 ms against 20–32 ms).
+//! six, ingest p99 1,024 ms against 20–32 ms). The single statement now
+//! writes in the others' order too (`crate::store::postgres_batch`), so
+//! two transactions of one event — two processes' — wait rather than
+//! deadlock; the shard keeps this process's from waiting on each other at
+//! all, and the statement's guess from failing on its own repeats.
 
 use crate::store::{Ingest, IngestOutcome, IngestStore, StoreError, StoreResult};
 use std::future::Future;

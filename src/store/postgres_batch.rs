@@ -227,34 +227,53 @@ static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 /// before it, and a WAL record confirming it after; docs/performance.md.) The
 /// payloads keep theirs: one may well be there, shared by other events. With
 /// `jobs`, the jobs too; a batch that queues nothing leaves the jobs table
-/// alone. The inserts see one snapshot and none reads another's rows (the
-/// publications read what the intents' insert returned), so the order
-/// Postgres runs them in changes no row written. It does change the order
-/// in which the statement meets another transaction's rows: Postgres ran
-/// the request records' insert (the main statement) before the others (its
-/// deadlock reports show this statement holding the record and waiting for
-/// an intent), where the row-by-row path writes that record last, so two writing
-/// one event at once can each wait for the other. In one process they never
-/// do (the ingest pipeline gives one event's requests to one writer,
-/// `crate::ingest::group`); between processes Postgres finds the deadlock
-/// after its `deadlock_timeout` and aborts one, and its requests run again.
+/// alone.
+///
+/// The inserts see one snapshot and none reads another's rows, so the order
+/// they run in changes no row written; it does change the order in which the
+/// statement meets another transaction's rows, and that order must be the
+/// set-wise pass's and the row-by-row path's — events, payloads, intents,
+/// jobs, request records — or two transactions writing one event can each
+/// hold a row the other waits for. Left to itself Postgres ran the request
+/// records' insert, the main statement, first and the inserts of the `WITH`
+/// after it; its deadlock reports showed this statement holding a request
+/// record and waiting for an intent that a row-by-row transaction held,
+/// itself waiting at that record. So each insert reads nothing until the one
+/// before it has written all its rows ([`after`]), and the request records
+/// come last. (In one process two writers never take one event at once,
+/// `crate::ingest::group`; this order is what keeps two processes from
+/// deadlocking.)
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
-    let (queue, requests) = match jobs {
+    let (queue, requests, last) = match jobs {
         true => {
             let first = intents + INTENTS.types.len();
-            (format!(", j AS ({})", JOBS.new_at(first)), first + JOBS.types.len())
+            (format!(", j AS ({} RETURNING 1)", JOBS.new_at(first)), first + JOBS.types.len(), "j")
         }
-        false => (String::new(), intents + INTENTS.types.len()),
+        false => (String::new(), intents + INTENTS.types.len(), "i"),
     };
     format!(
-        "WITH e AS ({}), p AS ({}), i AS ({} {INSERTED}), published AS ({PUBLISH_INSERTED}){queue} {}",
+        "WITH e AS ({} RETURNING 1), p AS ({} {} {} RETURNING 1), i AS ({} {} {INSERTED}),
+              published AS ({PUBLISH_INSERTED}){queue}
+         {} {}",
         EVENTS.new_at(1),
-        PAYLOADS.at(payloads),
+        PAYLOADS.new_at(payloads),
+        after("e"),
+        PAYLOADS.on_conflict,
         INTENTS.new_at(intents),
+        after("p"),
         REQUESTS.new_at(requests),
+        after(last),
     )
+}
+
+/// The condition that holds an insert's source back until the `WITH` query
+/// `before` has written all its rows: a count of them, which Postgres takes
+/// once, before the insert's first row (an `InitPlan`), and which is never
+/// negative.
+fn after(before: &str) -> String {
+    format!("WHERE (SELECT count(*) FROM {before}) >= 0")
 }
 
 static INSERT_ALL_NEW: LazyLock<String> = LazyLock::new(|| all_new(true));

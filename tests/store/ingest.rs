@@ -705,37 +705,94 @@ async fn a_key_reused_while_its_first_use_commits_is_a_mismatch_not_a_conflict()
     store.migrate().await.unwrap();
     let first = ingest_content("key:K", "fp1", "c1", vec![]);
     let mut other = store.pool().begin().await.unwrap();
+    insert_event(&mut other, &first).await.unwrap();
+    insert_request(&mut other, &first).await.unwrap();
+    let batch = vec![ingest_content("key:K", "fp2", "c2", vec![]), ingest_content("key:L", "fp3", "c2", vec![])];
+    let writer = store.clone();
+    let outcomes = tokio::spawn(async move { writer.events_ingest_batch(batch).await });
+    assert_eq!(until_waiting(&store).await, 1, "the batch waits on the uncommitted event");
+    other.commit().await.unwrap();
+    let out: Vec<_> = outcomes.await.unwrap().into_iter().map(Result::unwrap).collect();
+    assert_eq!(out, vec![IngestOutcome::Mismatch, IngestOutcome::Conflict]);
+}
+
+/// Two processes writing one event at once: one (the row-by-row path of
+/// another process) has written the event's record and not yet its request
+/// record; this one's batch, guessed all new, waits at the event. It must
+/// hold nothing the other needs while it waits: the other's request record
+/// goes in at once, and no deadlock is left for Postgres to find. (The
+/// all-new statement once wrote its request record first, so the other's
+/// insert waited for it while it waited for the event: Postgres aborted one
+/// after its `deadlock_timeout`.) The batch then finds the other's record:
+/// a replay.
+#[tokio::test]
+async fn a_batch_guessed_new_waits_for_anothers_event_holding_nothing_the_other_needs() {
+    let Some(db) = common::postgres_db().await else { return };
+    let store = Arc::new(PostgresStore::connect(&db.url).await.unwrap());
+    store.migrate().await.unwrap();
+    let request = ingest("key:K", "fp1", vec![new_intent(&key(1), "sms", Some(T0))]);
+    let mut other = store.pool().begin().await.unwrap();
+    insert_event(&mut other, &request).await.unwrap();
+    let writer = store.clone();
+    let batch = vec![request.clone()];
+    let outcomes = tokio::spawn(async move { writer.events_ingest_batch(batch).await });
+    assert_eq!(until_waiting(&store).await, 1, "the batch waits on the uncommitted event");
+    // Well within Postgres's `deadlock_timeout` (a second): a wait here is
+    // a wait for the batch's own request record.
+    sqlx::query("SET LOCAL lock_timeout = '300ms'").execute(&mut *other).await.unwrap();
+    let recorded = insert_request(&mut other, &request).await;
+    assert!(recorded.is_ok(), "the other's request record waited for the batch: {recorded:?}");
+    other.commit().await.unwrap();
+    let out: Vec<_> = outcomes.await.unwrap().into_iter().map(Result::unwrap).collect();
+    assert!(matches!(out.as_slice(), [IngestOutcome::Replayed { .. }]), "{out:?}");
+    let deadlocks: i64 =
+        sqlx::query_scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(deadlocks, 0);
+}
+
+/// A request's event record, written in `tx` as another process's
+/// row-by-row path writes it first.
+async fn insert_event(tx: &mut sqlx::PgTransaction<'_>, r: &Ingest) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO events (event_key, tenant, event_type, entity_type, entity_id, occurred_at, content_digest, created_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
-    .bind(&first.event_key)
-    .bind(&first.tenant)
-    .bind(&first.event_type)
-    .bind(&first.entity_type)
-    .bind(&first.entity_id)
-    .bind(&first.occurred_at)
-    .bind(&first.content_digest)
+    .bind(&r.event_key)
+    .bind(&r.tenant)
+    .bind(&r.event_type)
+    .bind(&r.entity_type)
+    .bind(&r.entity_id)
+    .bind(&r.occurred_at)
+    .bind(&r.content_digest)
     .bind(T0)
-    .execute(&mut *other)
+    .execute(&mut **tx)
     .await
-    .unwrap();
-    let response = format!(r#"{{"event_key":"{}","replayed":false,"intents":[]}}"#, first.event_key);
+    .map(drop)
+}
+
+/// A request's record, answered with no intents, written in `tx` as another
+/// process's row-by-row path writes it last.
+async fn insert_request(tx: &mut sqlx::PgTransaction<'_>, r: &Ingest) -> Result<(), sqlx::Error> {
+    let response = format!(r#"{{"event_key":"{}","replayed":false,"intents":[]}}"#, r.event_key);
     sqlx::query(
         "INSERT INTO requests (tenant, identity, fingerprint, created_at, status, response) VALUES ($1, $2, $3, $4, 202, $5)",
     )
-    .bind(&first.tenant)
-    .bind(&first.identity)
-    .bind(&first.fingerprint)
+    .bind(&r.tenant)
+    .bind(&r.identity)
+    .bind(&r.fingerprint)
     .bind(T0)
     .bind(response)
-    .execute(&mut *other)
+    .execute(&mut **tx)
     .await
-    .unwrap();
-    let batch = vec![ingest_content("key:K", "fp2", "c2", vec![]), ingest_content("key:L", "fp3", "c2", vec![])];
-    let writer = store.clone();
-    let outcomes = tokio::spawn(async move { writer.events_ingest_batch(batch).await });
-    // Until the batch waits for the other transaction's lock.
+    .map(drop)
+}
+
+/// How many of the database's sessions wait for a lock, once one does (or
+/// none did within five seconds).
+async fn until_waiting(store: &PostgresStore) -> i64 {
     let mut waiting = 0_i64;
     for _ in 0..500 {
         waiting = sqlx::query_scalar(
@@ -749,8 +806,5 @@ async fn a_key_reused_while_its_first_use_commits_is_a_mismatch_not_a_conflict()
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert_eq!(waiting, 1, "the batch waits on the uncommitted event");
-    other.commit().await.unwrap();
-    let out: Vec<_> = outcomes.await.unwrap().into_iter().map(Result::unwrap).collect();
-    assert_eq!(out, vec![IngestOutcome::Mismatch, IngestOutcome::Conflict]);
+    waiting
 }
