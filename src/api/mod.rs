@@ -61,9 +61,23 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-/// What every handler can reach.
+/// What every handler can reach: one pointer to [`Shared`], so that the
+/// clone axum makes of the state for each extraction (the middleware's and
+/// the handler's, every request) is one count, not one per part.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The parts of [`AppState`].
+#[derive(Clone)]
+pub struct Shared {
     pub store: Arc<dyn Store>,
     pub config: Arc<Config>,
     pub templates: Arc<TemplateSet>,
@@ -108,7 +122,7 @@ impl AppState {
         ));
         let console = Arc::new(crate::console::SessionKeys::from_config(&config));
         let sign_in_throttle = Arc::new(crate::console::SignInThrottle::from_config(&config));
-        AppState {
+        AppState(Arc::new(Shared {
             console,
             sign_in_throttle,
             store,
@@ -122,11 +136,11 @@ impl AppState {
             destinations,
             breakers: Arc::default(),
             sns: Arc::default(),
-        }
+        }))
     }
 
     pub fn with_breakers(mut self, breakers: Arc<crate::channel::failover::Breakers>) -> AppState {
-        self.breakers = breakers;
+        Arc::make_mut(&mut self.0).breakers = breakers;
         self
     }
 }
