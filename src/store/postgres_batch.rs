@@ -239,8 +239,9 @@ static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 /// after it; its deadlock reports showed this statement holding a request
 /// record and waiting for an intent that a row-by-row transaction held,
 /// itself waiting at that record. So each insert reads nothing until the one
-/// before it has written all its rows ([`after`]), and the request records
-/// come last. (In one process two writers never take one event at once,
+/// before it has written all its rows ([`after`]) — the jobs too, though
+/// their join reads the intents' rows anyway, since a join may stop reading
+/// one side early — and the request records come last. (In one process two writers never take one event at once,
 /// `crate::ingest::group`; this order is what keeps two processes from
 /// deadlocking.)
 fn all_new(jobs: bool) -> String {
@@ -249,7 +250,7 @@ fn all_new(jobs: bool) -> String {
     let (queue, requests, last) = match jobs {
         true => {
             let first = intents + INTENTS.types.len();
-            (format!(", j AS ({} RETURNING 1)", JOBS.new_at(first)), first + JOBS.types.len(), "j")
+            (format!(", j AS ({} {} RETURNING 1)", JOBS.new_at(first), after("i")), first + JOBS.types.len(), "j")
         }
         false => (String::new(), intents + INTENTS.types.len(), "i"),
     };
