@@ -241,9 +241,9 @@ static RECORD_REQUESTS: LazyLock<String> = LazyLock::new(|| REQUESTS.at(1));
 /// itself waiting at that record. So each insert reads nothing until the one
 /// before it has written all its rows ([`after`]) — the jobs too, though
 /// their join reads the intents' rows anyway, since a join may stop reading
-/// one side early — and the request records come last. (In one process two writers never take one event at once,
-/// `crate::ingest::group`; this order is what keeps two processes from
-/// deadlocking.)
+/// one side early — and the request records come last. (In one process two
+/// writers never take one event at once, `crate::ingest::group`; this order
+/// is what keeps two processes from deadlocking.)
 fn all_new(jobs: bool) -> String {
     let payloads = 1 + EVENTS.types.len();
     let intents = payloads + PAYLOADS.types.len();
