@@ -143,6 +143,7 @@ async fn run(
         lease: Duration::from_secs(30),
         clock: Arc::new(SystemClock),
         supersede_types: if supersede { vec![EVENT_TYPE.to_string()] } else { Vec::new() },
+        ingest_load: Arc::default(),
     };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let started = Instant::now();

@@ -315,19 +315,6 @@ pub async fn start_with(
     let config = Arc::new(config);
     let (shutdown, rx) = watch::channel(false);
 
-    let worker = (!config.worker.disabled).then(|| {
-        let worker = Worker {
-            store: store.clone(),
-            providers,
-            policy: config.retry_policy(),
-            concurrency: config.worker.concurrency,
-            poll_interval: config.worker.poll_interval,
-            lease: config.worker.lease,
-            clock: clock.clone(),
-            supersede_types: config.routes.iter().filter(|r| r.skip_superseded).map(|r| r.event.clone()).collect(),
-        };
-        tokio::spawn(worker.run(rx.clone(), config.shutdown_grace))
-    });
     let routes = crate::api::routes_by_event(&config);
     if !config.worker.disabled && config.routes.iter().any(|r| r.digest.is_some()) {
         let closer = DigestCloser {
@@ -369,6 +356,27 @@ pub async fn start_with(
     };
     let state = AppState::new(store.clone(), config.clone(), templates, clock.clone(), fastpath, ops_digest, routes)
         .with_breakers(breakers);
+    let worker = (!config.worker.disabled).then(|| {
+        let worker = Worker {
+            store: store.clone(),
+            providers,
+            policy: config.retry_policy(),
+            concurrency: config.worker.concurrency,
+            poll_interval: config.worker.poll_interval,
+            lease: config.worker.lease,
+            clock: clock.clone(),
+            supersede_types: config.routes.iter().filter(|r| r.skip_superseded).map(|r| r.event.clone()).collect(),
+            // On Postgres only. SQLite has one writer: a claim made larger by
+            // the wait holds it longer, and ingest's tail grew while end to end
+            // gained nothing (docs/performance.md); a load never entered is
+            // never busy.
+            ingest_load: match crate::store::is_postgres(&config.database_url) {
+                true => state.ingest.load(),
+                false => Arc::default(),
+            },
+        };
+        tokio::spawn(worker.run(rx.clone(), config.shutdown_grace))
+    });
     let mut bus = Vec::new();
     for (i, entry) in config.ingest.nats.iter().enumerate() {
         let wiring = crate::ingest::nats::Wiring {

@@ -11,6 +11,7 @@ use herald::clock::SystemClock;
 use herald::deliver::retry::RetryPolicy;
 use herald::deliver::{Providers, Worker};
 use herald::event::Channel;
+use herald::ingest::IngestLoad;
 use herald::store::Store;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +29,7 @@ fn worker(store: Arc<dyn Store>, channel: Channel, provider: Arc<dyn Provider>, 
         lease,
         clock: Arc::new(SystemClock),
         supersede_types: Vec::new(),
+        ingest_load: Arc::default(),
     }
 }
 
@@ -63,6 +65,42 @@ async fn a_slow_store_never_turns_a_finished_call_into_a_rescue_and_a_resend() {
         }
         let _ = stop.send(true);
         running.await.unwrap();
+        api.running.stop().await;
+    }
+}
+
+/// While this process's ingest stays busy the worker gives way after every
+/// claim, and still delivers every job: a share, never a stop.
+#[tokio::test]
+async fn a_worker_giving_way_to_busy_ingest_still_delivers_everything_once() {
+    for backend in backends() {
+        let db = TestDb::new(backend).await;
+        let sms = FakeSms::start().await;
+        let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+        // More jobs than slots, so that the worker claims several times.
+        let phones: Vec<String> = (0..20).map(|n| format!("+1555000{:04}", 500 + n)).collect();
+        let mut ids = Vec::new();
+        for (n, phone) in phones.iter().enumerate() {
+            let (_, b, _) = api.post_event(&sms_event(&format!("PO-BUSY-{n}"), phone), None).await;
+            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+        }
+        let load = Arc::new(IngestLoad::default());
+        let _requests: Vec<_> = (0..herald::ingest::load::BUSY).map(|_| load.serving()).collect();
+        assert!(load.busy());
+        let sms_provider = Arc::new(SmsHttp::new(sms.url.clone(), None, Duration::from_secs(2)).unwrap());
+        let mut w = worker(db.store().await, Channel::Sms, sms_provider, Duration::from_secs(30));
+        w.ingest_load = load.clone();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(w.run(rx, Duration::from_secs(10)));
+        for id in &ids {
+            api.wait_state(id, &["sent"]).await;
+        }
+        for phone in &phones {
+            assert_eq!(sms.sent_to(phone).len(), 1, "{backend:?}: {phone} sent once");
+        }
+        assert!(load.busy(), "ingest was busy throughout");
+        let _ = stop.send(true);
+        tokio::time::timeout(Duration::from_secs(5), running).await.expect("stops while giving way").unwrap();
         api.running.stop().await;
     }
 }

@@ -12,6 +12,7 @@ pub use crate::lifecycle::retry;
 use crate::channel::{Delivery, Outcome, Provider};
 use crate::clock::{Clock, micros};
 use crate::event::Channel;
+use crate::ingest::IngestLoad;
 use crate::intent::{OutcomeClass, Reason, State};
 use crate::lifecycle;
 use crate::ops::log::{AttemptLine, TemplateRef};
@@ -48,6 +49,9 @@ pub struct Worker {
     pub clock: Arc<dyn Clock>,
     /// Event types whose routes skip superseded versions.
     pub supersede_types: Vec<String>,
+    /// This process's ingest requests in flight: while they queue, the
+    /// worker gives way after each claim (`crate::ingest::load`).
+    pub ingest_load: Arc<IngestLoad>,
 }
 
 impl Worker {
@@ -90,7 +94,8 @@ impl Worker {
             let free = (1 + permits.available_permits()).min(MAX_BATCH);
             // Measured before the claim, so never later than the lease the
             // database grants.
-            let lease_end = Instant::now() + this.lease;
+            let claim_began = Instant::now();
+            let lease_end = claim_began + this.lease;
             let claim_started = SystemTime::now();
             let (jobs, leased) = match this.claim(free).await {
                 Ok(claimed) => claimed,
@@ -130,6 +135,12 @@ impl Worker {
                     let _ = done.send(Done { attempt, lease_end, trace }).await;
                     drop(permit);
                 });
+            }
+            if let Some(pause) = this.ingest_load.give_way(claim_began.elapsed(), this.poll_interval) {
+                tokio::select! {
+                    _ = tokio::time::sleep(pause) => {},
+                    _ = shutdown.changed() => break,
+                }
             }
             if !busy {
                 this.wait_for_work(&mut shutdown).await;

@@ -26,6 +26,7 @@ use crate::store::{
     StoreError, TallyKind,
 };
 use group::GroupCommit;
+pub use load::IngestLoad;
 use reads::Reads;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 pub mod group;
+pub mod load;
 pub mod nats;
 pub mod order;
 pub mod reads;
@@ -115,6 +117,7 @@ pub struct Ingestor {
     commits: GroupCommit,
     reads: Reads,
     tally: Arc<Tally>,
+    load: Arc<IngestLoad>,
 }
 
 /// A parsed request and who it is.
@@ -152,13 +155,21 @@ impl Ingestor {
             }
         };
         let tally = Tally::start(store.clone(), clock.clone());
-        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, reads, tally }
+        let load = Arc::default();
+        Ingestor { store, config, templates, routes, clock, fastpath, destinations, commits, reads, tally, load }
+    }
+
+    /// The requests this ingestor is serving: the worker of this process
+    /// gives way to them while they queue.
+    pub fn load(&self) -> Arc<IngestLoad> {
+        self.load.clone()
     }
 
     /// One request, in the `ingest` span: the caller's trace continued, or a
     /// trace derived from the request identity (so a retried request joins
     /// the trace of the first, and its log lines carry the trace's id).
     pub async fn ingest(&self, request: Request<'_>) -> Result<Answer, IngestError> {
+        let _serving = self.load.serving();
         let span = tracing::info_span!(parent: None, "ingest", otel.kind = "server", herald.outcome = Empty, herald.intents = Empty);
         let identified = self.identify(&request);
         let derived = (identified.as_ref().ok())
