@@ -33,6 +33,24 @@ fn worker(store: Arc<dyn Store>, channel: Channel, provider: Arc<dyn Provider>, 
     }
 }
 
+/// A database, a fake SMS provider and an API without workers, one SMS event
+/// posted for each phone: the ids of their intents, queued for a worker.
+async fn queued_sms(
+    backend: common::Backend,
+    prefix: &str,
+    phones: &[impl AsRef<str>],
+) -> (TestDb, FakeSms, common::Spawned, Vec<String>) {
+    let db = TestDb::new(backend).await;
+    let sms = FakeSms::start().await;
+    let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
+    let mut ids = Vec::new();
+    for (n, phone) in phones.iter().enumerate() {
+        let (_, b, _) = api.post_event(&sms_event(&format!("{prefix}-{n}"), phone.as_ref()), None).await;
+        ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
+    }
+    (db, sms, api, ids)
+}
+
 /// Recording takes longer than the lease. The calls themselves finished in
 /// time, so none of them may be rescued as `unknown` and sent again: the
 /// worker claims nothing that could retake a job whose outcome is still on
@@ -41,15 +59,8 @@ fn worker(store: Arc<dyn Store>, channel: Channel, provider: Arc<dyn Provider>, 
 #[tokio::test]
 async fn a_slow_store_never_turns_a_finished_call_into_a_rescue_and_a_resend() {
     for backend in backends() {
-        let db = TestDb::new(backend).await;
-        let sms = FakeSms::start().await;
-        let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
         let phones = ["+15550000401", "+15550000402", "+15550000403"];
-        let mut ids = Vec::new();
-        for (n, phone) in phones.iter().enumerate() {
-            let (_, b, _) = api.post_event(&sms_event(&format!("PO-SLOW-{n}"), phone), None).await;
-            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
-        }
+        let (db, sms, api, ids) = queued_sms(backend, "PO-SLOW", &phones).await;
         let slow = SlowRecording::new(db.store().await, Duration::from_millis(1500));
         let sms_provider = Arc::new(SmsHttp::new(sms.url.clone(), None, Duration::from_millis(300)).unwrap());
         let w = worker(slow.clone(), Channel::Sms, sms_provider, Duration::from_secs(1));
@@ -74,16 +85,9 @@ async fn a_slow_store_never_turns_a_finished_call_into_a_rescue_and_a_resend() {
 #[tokio::test]
 async fn a_worker_giving_way_to_busy_ingest_still_delivers_everything_once() {
     for backend in backends() {
-        let db = TestDb::new(backend).await;
-        let sms = FakeSms::start().await;
-        let api = TestApp::new(&db).with_sms(&sms).without_workers().spawn().await;
         // More jobs than slots, so that the worker claims several times.
         let phones: Vec<String> = (0..20).map(|n| format!("+1555000{:04}", 500 + n)).collect();
-        let mut ids = Vec::new();
-        for (n, phone) in phones.iter().enumerate() {
-            let (_, b, _) = api.post_event(&sms_event(&format!("PO-BUSY-{n}"), phone), None).await;
-            ids.push(b["intents"][0]["id"].as_str().unwrap().to_string());
-        }
+        let (db, sms, api, ids) = queued_sms(backend, "PO-BUSY", &phones).await;
         let load = Arc::new(IngestLoad::default());
         let _requests: Vec<_> = (0..herald::ingest::load::BUSY).map(|_| load.serving()).collect();
         assert!(load.busy());
