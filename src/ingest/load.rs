@@ -83,20 +83,17 @@ mod tests {
         assert_eq!(load.in_flight(), 0);
     }
 
-    #[test]
-    fn a_cancelled_request_stops_counting() {
+    #[tokio::test]
+    async fn a_cancelled_request_stops_counting() {
         // A client that hangs up drops the handler's future mid-await.
         let load = Arc::new(IngestLoad::default());
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        rt.block_on(async {
-            let held = load.clone();
-            let request = async move {
-                let _serving = held.serving();
-                std::future::pending::<()>().await;
-            };
-            let cancelled = tokio::time::timeout(Duration::from_millis(1), request).await;
-            assert!(cancelled.is_err());
-        });
+        let held = load.clone();
+        let request = async move {
+            let _serving = held.serving();
+            std::future::pending::<()>().await;
+        };
+        let cancelled = tokio::time::timeout(Duration::from_millis(1), request).await;
+        assert!(cancelled.is_err());
         assert_eq!(load.in_flight(), 0);
     }
 
