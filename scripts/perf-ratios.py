@@ -122,6 +122,45 @@ if runs and max(len(rounds) for rounds in runs.values()) > 1:
         print(f"# {what} × by round: " + "; ".join(
             f"{setup} {build} " + " · ".join(f"{r:.2f}" for r in ratios(rounds, key))
             for (setup, build), rounds in sorted(runs.items())))
+
+
+def written(get, pass_, per):
+    """What a system wrote for a notification (a distinct run) or a post (a storm): Postgres's
+    WAL, its records by kind where pg_waldump could read them, and Redis's commands."""
+    n = get(f"{pass_}_{per}")
+    wal, cmds = get(f"{pass_}_wal_bytes"), get(f"{pass_}_redis_commands")
+    if not n or wal is None:
+        return None
+    out = f"{wal / n:,.0f} B of WAL"
+    rows = get(f"{pass_}_wal_row_versions")
+    if rows is not None:
+        each = lambda k: (get(f"{pass_}_wal_{k}") or 0) / n  # noqa: E731
+        out += (f" ({each('row_versions'):.1f} row versions, {each('hot_updates'):.1f} of them HOT;"
+                f" {each('rows_deleted'):.1f} deleted, {each('rows_locked'):.1f} locked;"
+                f" {each('index_entries'):.1f} index entries; {each('commits'):.2f} commits;"
+                f" {each('fpi_bytes'):,.0f} B of full pages)")
+    return out + f" + {cmds / n:.1f} Redis commands"
+
+
+def cpu_parts(get):
+    """CPU ms a notification of a distinct run: the system's processes, Postgres, Redis."""
+    sent = get("distinct_sink_accepted")
+    if not sent:
+        return None
+    part = lambda k: 1000 * (get(f"distinct_{k}") or 0.0) / sent  # noqa: E731
+    return f"CPU {part('sut_cpu'):.3f} ms own, {part('cpu_postgres'):.3f} Postgres, {part('cpu_redis_server'):.3f} Redis"
+
+
+# A SQLite setup's writes are in its own file, not Postgres's WAL: not counted here.
+systems = [("BullMQ notifier", notifier)] + [
+    (f"{setup} {build}", averaged(rounds)) for (setup, build), rounds in sorted(runs.items()) if setup.startswith("pg")]
+if any(written(get, "distinct", "sink_accepted") for _, get in systems):
+    print("# what each wrote (durably: Postgres's WAL; in memory: Redis), and its CPU by process: a notification of a "
+          "distinct run; a post of a storm")
+    for who, get in systems:
+        distinct, storm = written(get, "distinct", "sink_accepted"), written(get, "storm", "requests")
+        if distinct or storm:
+            print(f"#   {who}: {distinct or '—'}; {cpu_parts(get) or ''}; storm {storm or '—'}")
 every_run = [(f"notifier round {r or 1}", got) for r, got in sorted(bullmq.items())] + [
     (f"{setup} {build}{r}", got) for (setup, build), rounds in sorted(runs.items()) for r, got in sorted(rounds.items())]
 for who, got in every_run:
